@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Typed wrappers over `struct mm_struct` and `struct task_struct`.
+//!
+//! C headers: [`include/linux/mm_types.h`](srctree/include/linux/mm_types.h),
+//! [`include/linux/halfproc.h`](srctree/include/linux/halfproc.h).
+
+use core::sync::atomic::{AtomicPtr, Ordering};
+use kernel::{bindings, prelude::*, types::Opaque};
+
+/// A `struct mm_struct`.
+///
+/// # Invariants
+///
+/// A `&Mm` is only made from a pointer to an `mm_struct` that stays allocated
+/// (`mm_count` > 0) for the lifetime of the reference.
+#[repr(transparent)]
+pub(crate) struct Mm(Opaque<bindings::mm_struct>);
+
+impl Mm {
+    /// Borrow an `mm_struct` from a raw pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to an `mm_struct` that stays allocated for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::mm_struct) -> &'a Mm {
+        // SAFETY: `Mm` is a transparent wrapper of `mm_struct`, and the caller
+        // guarantees that the pointee outlives `'a`.
+        // INVARIANT: the caller guarantees the lifetime.
+        unsafe { &*ptr.cast::<Mm>() }
+    }
+
+    /// The mm of the current task, if it has one (kernel threads do not).
+    pub(crate) fn current<'a>() -> Option<&'a Mm> {
+        // SAFETY: `get_current()` always returns the running task, and a
+        // task's `mm` only changes under the task itself (exec, exit, or a
+        // half-process switch), none of which can run while this task runs
+        // the calling function.
+        let mm = unsafe { (*bindings::get_current()).mm };
+        if mm.is_null() {
+            None
+        } else {
+            // SAFETY: current holds a reference on its own mm.
+            Some(unsafe { Mm::from_raw(mm) })
+        }
+    }
+
+    /// The raw pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::mm_struct {
+        self.0.get()
+    }
+
+    fn halfproc_field(&self) -> &AtomicPtr<bindings::halfproc_set> {
+        // SAFETY: the field is valid for the lifetime of `self`, is aligned
+        // for a pointer, and every access to it is atomic: the C side uses
+        // smp_load_acquire()/smp_store_release()/READ_ONCE()/WRITE_ONCE().
+        unsafe { AtomicPtr::from_ptr(&raw mut (*self.as_raw()).halfproc) }
+    }
+
+    /// The set this mm belongs to (as member or as set mm), or null.
+    pub(crate) fn halfproc(&self) -> *mut bindings::halfproc_set {
+        self.halfproc_field().load(Ordering::Acquire)
+    }
+
+    /// Publish (or clear) this mm's set; pairs with `mm_halfproc()` in C.
+    pub(crate) fn set_halfproc(&self, set: *mut bindings::halfproc_set) {
+        self.halfproc_field().store(set, Ordering::Release)
+    }
+
+    /// Take the mmap lock for writing.
+    pub(crate) fn mmap_write_lock(&self) -> MmapWriteGuard<'_> {
+        // SAFETY: `self` is a live mm.
+        unsafe { bindings::halfproc_mmap_write_lock(self.as_raw()) };
+        MmapWriteGuard(self)
+    }
+
+    /// Take the mmap lock for reading; `EINTR` on a fatal signal.
+    pub(crate) fn mmap_read_lock_killable(&self) -> Result<MmapReadGuard<'_>> {
+        // SAFETY: `self` is a live mm.
+        if unsafe { bindings::halfproc_mmap_read_lock_killable(self.as_raw()) } != 0 {
+            return Err(EINTR);
+        }
+        Ok(MmapReadGuard { mm: self, locked: true })
+    }
+}
+
+/// The mmap lock of an [`Mm`], held for writing.
+pub(crate) struct MmapWriteGuard<'a>(&'a Mm);
+
+impl MmapWriteGuard<'_> {
+    /// Whether the mm has any VMA in the shared range.
+    pub(crate) fn range_has_vmas(&self) -> bool {
+        // SAFETY: the mmap lock is held, as `halfproc_range_has_vmas` asserts.
+        unsafe { bindings::halfproc_range_has_vmas(self.0.as_raw()) }
+    }
+}
+
+impl Drop for MmapWriteGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the guard exists only while the write lock is held.
+        unsafe { bindings::halfproc_mmap_write_unlock(self.0.as_raw()) };
+    }
+}
+
+/// The mmap lock of an [`Mm`], held for reading.
+///
+/// # Invariants
+///
+/// `locked` says whether the read lock is held; GUP may drop it.
+pub(crate) struct MmapReadGuard<'a> {
+    mm: &'a Mm,
+    locked: bool,
+}
+
+impl MmapReadGuard<'_> {
+    /// The `int *locked` argument of `pin_user_pages_remote()`.
+    pub(crate) fn with_locked<R>(&mut self, f: impl FnOnce(*mut i32) -> R) -> R {
+        let mut locked: i32 = self.locked.into();
+        let r = f(&mut locked);
+        // INVARIANT: GUP clears `locked` exactly when it dropped the lock.
+        self.locked = locked != 0;
+        r
+    }
+
+    /// Whether the lock is still held.
+    pub(crate) fn is_locked(&self) -> bool {
+        self.locked
+    }
+}
+
+impl Drop for MmapReadGuard<'_> {
+    fn drop(&mut self) {
+        if self.locked {
+            // SAFETY: the read lock is held by the type's invariant.
+            unsafe { bindings::halfproc_mmap_read_unlock(self.mm.as_raw()) };
+        }
+    }
+}
+
+/// A reference on a user address space (`mm_users`), as `get_task_mm()`
+/// gives one.
+///
+/// # Invariants
+///
+/// `self.0` holds one `mm_users` reference, dropped with `mmput()`.
+pub(crate) struct MmGuard(*mut bindings::mm_struct);
+
+impl MmGuard {
+    /// The mm of `task`, or `None` for a task without one (exited or a
+    /// kernel thread).
+    pub(crate) fn of_task(task: &TaskRef) -> Option<MmGuard> {
+        // SAFETY: `task` holds a task reference.
+        let mm = unsafe { bindings::get_task_mm(task.0) };
+        // INVARIANT: `get_task_mm()` took a reference when non-null.
+        (!mm.is_null()).then_some(MmGuard(mm))
+    }
+}
+
+impl core::ops::Deref for MmGuard {
+    type Target = Mm;
+    fn deref(&self) -> &Mm {
+        // SAFETY: the reference keeps the mm alive.
+        unsafe { Mm::from_raw(self.0) }
+    }
+}
+
+impl Drop for MmGuard {
+    fn drop(&mut self) {
+        // SAFETY: we own one `mm_users` reference by the type's invariant.
+        unsafe { bindings::mmput(self.0) };
+    }
+}
+
+/// A counted reference on a `struct task_struct`.
+///
+/// # Invariants
+///
+/// `self.0` holds one task reference, dropped with `put_task_struct()`.
+pub(crate) struct TaskRef(*mut bindings::task_struct);
+
+impl TaskRef {
+    /// The task with `pid` in the caller's pid namespace.
+    pub(crate) fn by_vpid(pid: i32) -> Option<TaskRef> {
+        // SAFETY: FFI call without preconditions.
+        let t = unsafe { bindings::halfproc_get_task(pid) };
+        // INVARIANT: `find_get_task_by_vpid()` took a reference when non-null.
+        (!t.is_null()).then_some(TaskRef(t))
+    }
+}
+
+impl Drop for TaskRef {
+    fn drop(&mut self) {
+        // SAFETY: we own one reference by the type's invariant.
+        unsafe { bindings::put_task_struct(self.0) };
+    }
+}
+
+/// The `struct signal_struct` of the current task, used only as an identity
+/// of its thread group (never dereferenced).
+pub(crate) fn current_signal() -> usize {
+    // SAFETY: `get_current()` is the running task; `signal` is set for its
+    // whole life.
+    unsafe { (*bindings::get_current()).signal as usize }
+}
+
+/// The `signal_struct` identity of `task`, see [`current_signal`].
+///
+/// # Safety
+///
+/// `task` must be a valid task whose `signal` has been set up.
+pub(crate) unsafe fn task_signal(task: *mut bindings::task_struct) -> usize {
+    // SAFETY: guaranteed by the caller.
+    unsafe { (*task).signal as usize }
+}
+
+/// The mm of `task`, without a reference.
+///
+/// # Safety
+///
+/// `task` must be valid, and its `mm` must stay alive while the result is
+/// used (e.g. a child under construction in `copy_process()`).
+pub(crate) unsafe fn task_mm<'a>(task: *mut bindings::task_struct) -> Option<&'a Mm> {
+    // SAFETY: guaranteed by the caller.
+    let mm = unsafe { (*task).mm };
+    // SAFETY: guaranteed by the caller.
+    (!mm.is_null()).then(|| unsafe { Mm::from_raw(mm) })
+}

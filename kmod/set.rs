@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Half-process sets: membership, lifecycle and TLB coherence.
+//!
+//! A set owns one mm, the *set mm*, that holds every VMA and page table of
+//! the shared range. Each member mm points its top-level entries for the
+//! range at the set mm's PUD tables (`halfproc_install()`), so the CPU walks
+//! the set's tables for every member.
+//!
+//! # Lifetime
+//!
+//! Every member mm owns one reference on its [`Set`] (an `Arc` leaked into
+//! `mm_struct::halfproc`). The set mm lives exactly as long as the set has a
+//! member: when the last member mm is torn down the set releases the set mm,
+//! freeing all shared memory and page tables. The set is created lazily, with
+//! the caller as first member, by the first `clone3(CLONE_HALFPROC)` or
+//! `mmap(MAP_HALFPROC)` of a process outside any set.
+//!
+//! # TLB coherence
+//!
+//! A CPU running member A caches shared-range translations under A's PCID; a
+//! flush of the set mm does not reach it. An mmu notifier on the set mm
+//! (`arch_invalidate_secondary_tlbs`, called by x86's `flush_tlb_mm_range()`
+//! and by the reclaim batch flush *before* any page or page table is freed)
+//! flushes the same range in every member mm, which reaches every CPU that
+//! may hold it, lazily-loaded ones included (`freed_tables`).
+//!
+//! # Lock order (outer to inner)
+//!
+//! 1. member mm `mmap_lock` (set creation),
+//! 2. set mm `mmap_lock` (notifier registration, set mm release),
+//! 3. page-table locks of the set mm (held by callers of the notifier),
+//! 4. [`Set::members`] (a spinlock; TLB flush IPIs are sent under it).
+
+use crate::mm::{current_signal, Mm};
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::{
+    bindings,
+    error::{from_err_ptr, to_result},
+    new_spinlock,
+    prelude::*,
+    sync::{Arc, ArcBorrow, SpinLock},
+    types::Opaque,
+};
+
+/// Sets created since the module was loaded (for set ids).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Sets alive now.
+pub(crate) static LIVE_SETS: AtomicU64 = AtomicU64::new(0);
+
+/// One member of a set.
+///
+/// # Invariants
+///
+/// `mm` is a member mm of the set holding this entry; the entry is removed
+/// (under [`Set::members`]) before the mm is freed.
+struct Member {
+    mm: *mut bindings::mm_struct,
+    /// The thread group that owns the membership (its `signal_struct`), so a
+    /// `vfork()` child sharing the mm does not carry it across `execve()`.
+    group: usize,
+}
+
+// SAFETY: `Member` is plain data; the pointer is only dereferenced under
+// `Set::members`, which the mm teardown path also takes.
+unsafe impl Send for Member {}
+
+/// A half-process set.
+///
+/// # Invariants
+///
+/// - `core.mm` is the set mm while the set has at least one member, and the
+///   notifier is registered on it for exactly that time.
+/// - Every mm in `members` has `mm_struct::halfproc == core`.
+#[pin_data]
+pub(crate) struct Set {
+    #[pin]
+    core: Opaque<bindings::halfproc_set>,
+    #[pin]
+    notifier: Opaque<bindings::mmu_notifier>,
+    #[pin]
+    members: SpinLock<KVec<Member>>,
+    id: u64,
+}
+
+// SAFETY: the opaque C parts are only touched under the locks described in
+// the module documentation; the rest is `Send + Sync`.
+unsafe impl Send for Set {}
+// SAFETY: as above.
+unsafe impl Sync for Set {}
+
+static NOTIFIER_OPS: bindings::mmu_notifier_ops = bindings::mmu_notifier_ops {
+    arch_invalidate_secondary_tlbs: Some(invalidate_secondary_tlbs),
+    // SAFETY: all-zero is a valid `mmu_notifier_ops`: every other callback
+    // is `None`.
+    ..unsafe { core::mem::zeroed() }
+};
+
+impl Set {
+    /// The set an mm belongs to, with a new reference; `None` outside any set.
+    pub(crate) fn of(mm: &Mm) -> Option<Arc<Set>> {
+        let core = mm.halfproc();
+        if core.is_null() {
+            return None;
+        }
+        // SAFETY: `core` points into a live `Set`: `mm` (a member, or the set
+        // mm, alive as the caller borrows it) holds a reference on it.
+        let set = unsafe { Self::borrow_core(core) };
+        Some(set.into())
+    }
+
+    /// # Safety
+    ///
+    /// `core` must be the `core` field of a `Set` kept alive by a reference
+    /// for `'a`.
+    unsafe fn borrow_core<'a>(core: *mut bindings::halfproc_set) -> ArcBorrow<'a, Set> {
+        // SAFETY: `core` is a field of a `Set` (caller), and `Opaque<T>` is
+        // `repr(transparent)` over `T`.
+        let set = unsafe { kernel::container_of!(core.cast::<Opaque<bindings::halfproc_set>>(), Set, core) };
+        // SAFETY: the set is alive and managed by an `Arc` (caller).
+        unsafe { ArcBorrow::from_raw(set) }
+    }
+
+    /// The set mm.
+    pub(crate) fn mm(&self) -> &Mm {
+        // SAFETY: by the type invariant `core.mm` is the live set mm while the
+        // set has members, and only members (or the set's creator) call this.
+        unsafe { Mm::from_raw((*self.core.get()).mm) }
+    }
+
+    /// The set of the current process, created (with current as its first
+    /// member) if it has none.
+    ///
+    /// Errors: `EBUSY` if current already has private mappings in the
+    /// shared range, `ENOMEM`.
+    pub(crate) fn of_current_or_create() -> Result<Arc<Set>> {
+        let mm = Mm::current().ok_or(EINVAL)?;
+        if let Some(set) = Set::of(mm) {
+            return Ok(set);
+        }
+        let guard = mm.mmap_write_lock();
+        // Another thread of this process may have won the race.
+        if let Some(set) = Set::of(mm) {
+            return Ok(set);
+        }
+        if guard.range_has_vmas() {
+            return Err(EBUSY);
+        }
+        let set = Set::create()?;
+        set.add(mm, current_signal())?;
+        drop(guard);
+        Ok(set)
+    }
+
+    /// A new set with a set mm and no member.
+    fn create() -> Result<Arc<Set>> {
+        let set = Arc::pin_init(
+            pin_init!(Set {
+                core: Opaque::uninit(),
+                notifier: Opaque::uninit(),
+                members <- new_spinlock!(KVec::new(), "halfproc_set_members"),
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            }),
+            GFP_KERNEL,
+        )?;
+        let core = set.core.get();
+        // SAFETY: `core` is ours alone until published below.
+        unsafe {
+            (*core).mm = core::ptr::null_mut();
+            (*core).owner = crate::this_module();
+        }
+        // SAFETY: `core` is valid; on success the set mm points back at it,
+        // and the set outlives the set mm (released in `leave`).
+        let mm = from_err_ptr(unsafe { bindings::halfproc_set_mm_alloc(core) })?;
+        let notifier = set.notifier.get();
+        // SAFETY: the notifier is ours alone; all-zero is its initial state
+        // as `mmu_notifier_register()` expects, with `ops` set.
+        unsafe {
+            core::ptr::write_bytes(notifier, 0, 1);
+            (*notifier).ops = &NOTIFIER_OPS;
+        }
+        // SAFETY: `mm` is a live mm with `mm_users` held by the set;
+        // `notifier` stays valid until unregistered in `destroy`.
+        let ret = unsafe { bindings::mmu_notifier_register(notifier, mm) };
+        if ret != 0 {
+            // SAFETY: `mm` came from `halfproc_set_mm_alloc()` and has no
+            // member.
+            unsafe { bindings::halfproc_set_mm_release(mm) };
+            return Err(Error::from_errno(ret));
+        }
+        LIVE_SETS.fetch_add(1, Ordering::Relaxed);
+        pr_debug!("set {} created\n", set.id);
+        Ok(set)
+    }
+
+    /// Make `mm` (not yet live, or with its mmap lock held for writing, and
+    /// with no VMA in the range) a member owned by thread group `group`.
+    pub(crate) fn add(self: &Arc<Self>, mm: &Mm, group: usize) -> Result {
+        // SAFETY: both mms are live; `mm` has no VMA in the range.
+        to_result(unsafe { bindings::halfproc_install(mm.as_raw(), self.mm().as_raw()) })?;
+        let pushed = self
+            .members
+            .lock()
+            .push(Member { mm: mm.as_raw(), group }, GFP_ATOMIC);
+        if let Err(e) = pushed {
+            // SAFETY: installed above, not yet published.
+            unsafe { bindings::halfproc_uninstall(mm.as_raw()) };
+            return Err(e.into());
+        }
+        // The member's reference on the set, given back in `leave`.
+        let _ = Arc::into_raw(self.clone());
+        mm.set_halfproc(self.core.get());
+        Ok(())
+    }
+
+    /// Whether `mm` is a member owned by thread group `group`.
+    pub(crate) fn owns(&self, mm: &Mm, group: usize) -> bool {
+        self.members
+            .lock()
+            .iter()
+            .any(|m| m.mm == mm.as_raw() && m.group == group)
+    }
+
+    /// Number of members.
+    pub(crate) fn len(&self) -> usize {
+        self.members.lock().len()
+    }
+
+    /// `mm`, a member whose last user is gone, leaves its set. The last
+    /// member to leave releases the set mm and with it all shared memory.
+    ///
+    /// # Safety
+    ///
+    /// `mm` must be a member mm in teardown (`mm_users == 0`), called once.
+    pub(crate) unsafe fn leave(mm: &Mm) {
+        let core = mm.halfproc();
+        // SAFETY: the member's reference, leaked in `add`.
+        let set: Arc<Set> = unsafe { Arc::from_raw(Self::borrow_core(core).deref_ptr()) };
+        let last = {
+            let mut members = set.members.lock();
+            if let Some(i) = members.iter().position(|m| m.mm == mm.as_raw()) {
+                let n = members.len();
+                members.as_mut_slice().swap(i, n - 1);
+                // SAFETY: `n - 1 < len`, and `Member` has no destructor, so
+                // forgetting the last element leaks nothing.
+                unsafe { members.set_len(n - 1) };
+            }
+            members.is_empty()
+        };
+        // SAFETY: `mm` is a member being torn down; no CPU may keep walking
+        // the set's tables through it after this returns.
+        unsafe { bindings::halfproc_uninstall(mm.as_raw()) };
+        mm.set_halfproc(core::ptr::null_mut());
+        if last {
+            set.destroy();
+        }
+    }
+
+    /// Release the set mm once no member is left.
+    fn destroy(&self) {
+        let mm = self.mm().as_raw();
+        // SAFETY: registered in `create` on this mm; unregistering waits for
+        // running callbacks.
+        unsafe { bindings::mmu_notifier_unregister(self.notifier.get(), mm) };
+        // SAFETY: no member is left, so nobody points at the set's tables.
+        unsafe { bindings::halfproc_set_mm_release(mm) };
+        LIVE_SETS.fetch_sub(1, Ordering::Relaxed);
+        pr_debug!("set {} destroyed\n", self.id);
+    }
+
+    /// Flush `[start, end)` in every member mm.
+    fn flush_members(&self, start: usize, end: usize) {
+        let start = start.max(bindings::HALFPROC_RANGE_START as usize);
+        let end = end.min(bindings::HALFPROC_RANGE_END as usize);
+        if start >= end {
+            return;
+        }
+        for m in self.members.lock().iter() {
+            // SAFETY: `m.mm` stays allocated while listed (type invariant),
+            // and the lock is held.
+            unsafe { bindings::halfproc_flush_tlb_range(m.mm, start as _, end as _) };
+        }
+    }
+}
+
+/// Extension to get the raw pointer back out of an [`ArcBorrow`].
+trait DerefPtr<T> {
+    fn deref_ptr(&self) -> *const T;
+}
+
+impl<T> DerefPtr<T> for ArcBorrow<'_, T> {
+    fn deref_ptr(&self) -> *const T {
+        &**self as *const T
+    }
+}
+
+/// `mmu_notifier_ops::arch_invalidate_secondary_tlbs` of the set mm.
+///
+/// # Safety
+///
+/// Called by the mmu notifier core with a registered `subscription`.
+unsafe extern "C" fn invalidate_secondary_tlbs(
+    subscription: *mut bindings::mmu_notifier,
+    _mm: *mut bindings::mm_struct,
+    start: kernel::ffi::c_ulong,
+    end: kernel::ffi::c_ulong,
+) {
+    // SAFETY: every registered notifier is the `notifier` field of a live
+    // `Set` (unregistered in `destroy`, before the set can be freed).
+    let set = unsafe {
+        &*kernel::container_of!(subscription.cast::<Opaque<bindings::mmu_notifier>>(), Set, notifier)
+    };
+    set.flush_members(start as usize, end as usize);
+}

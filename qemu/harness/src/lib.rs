@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! The halfproc QEMU harness: build an initramfs, boot a kernel under QEMU,
+//! and judge the run.
+//!
+//! Modelled on kunit.py and virtme-ng: the exact qemu command is printed, a
+//! timeout is enforced, the guest's exit status comes out over a dedicated
+//! serial port, a panic is a failure, and the console is scanned for oops,
+//! BUG, WARNING, KASAN, lockdep and similar reports, each of which fails the
+//! run even when every test passed.
+//!
+//! # Layout
+//!
+//! - [`cpio`]: a `newc` archive writer for the initramfs;
+//! - [`scan`]: the console scanner;
+//! - [`tap`]: TAP aggregation;
+//! - [`qemu`]: the QEMU invocation, timeout and verdict.
+
+pub mod cpio;
+pub mod qemu;
+pub mod scan;
+pub mod tap;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Install everything the build needs on a fresh Debian 12 machine.
+# Idempotent: every step checks first and does nothing when satisfied.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
+
+APT_PKGS=(bc bison flex libelf-dev libssl-dev cpio busybox-static libclang-dev
+	clang qemu-system-x86 linux-source-6.12 xz-utils python3 make gcc
+	kmod rsync)
+
+phase "apt packages"
+missing=()
+for p in "${APT_PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing+=("$p")
+done
+if ((${#missing[@]})); then
+	info "installing: ${missing[*]}"
+	sudo_ apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq \
+		--no-install-recommends "${missing[@]}" >/dev/null
+fi
+done_phase
+
+phase "rust toolchain $RUST_TOOLCHAIN"
+if ! command -v rustup >/dev/null; then
+	curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal \
+		--default-toolchain none
+	export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! rustup run "$RUST_TOOLCHAIN" rustc --version >/dev/null 2>&1 ||
+	! rustup component list --toolchain "$RUST_TOOLCHAIN" --installed |
+	grep -q '^rust-src'; then
+	rustup toolchain install "$RUST_TOOLCHAIN" --profile minimal \
+		--component rust-src,clippy,rustfmt
+fi
+done_phase
+
+phase "bindgen-cli $BINDGEN_VERSION"
+if ! "$BINDGEN_ROOT/bin/bindgen" --version 2>/dev/null | grep -q "$BINDGEN_VERSION"; then
+	rustup run "$RUST_TOOLCHAIN" cargo install --locked --quiet \
+		--root "$BINDGEN_ROOT" bindgen-cli --version "$BINDGEN_VERSION"
+fi
+done_phase
