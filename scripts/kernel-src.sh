@@ -11,7 +11,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
 
 SRC="$HALFPROC_CACHE/src/linux"
-PATCHES="$HALFPROC_ROOT/patches"
+PATCHES="${HALFPROC_PATCHES:-$HALFPROC_ROOT/patches}"
 
 git_() { git -C "$SRC" -c user.name=halfproc -c user.email=halfproc@localhost "$@"; }
 

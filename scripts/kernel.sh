@@ -67,7 +67,7 @@ fi
 phase "build bzImage ($flavour, -j$JOBS)"
 log="$BUILD/.halfproc-build.log"
 expected="$(cat "$HALFPROC_CACHE/objects-$flavour" 2>/dev/null || echo 0)"
-make -C "$SRC" O="$BUILD" -j"$JOBS" bzImage >"$log" 2>&1 &
+make -C "$SRC" O="$BUILD" -j"$JOBS" bzImage headers >"$log" 2>&1 &
 pid=$!
 "$here/progress.sh" "$pid" "$log" "$expected" &
 ppid=$!
@@ -76,8 +76,7 @@ wait "$pid" || rc=$?
 kill "$ppid" 2>/dev/null || true
 wait "$ppid" 2>/dev/null || true
 if [ "$rc" != 0 ]; then
-	grep -E "error|Error" "$log" | head -40 >&2 || true
-	tail -20 "$log" >&2
+	grep -E -B3 -A12 "error(\[E[0-9]+\])?:" "$log" | head -60 >&2 || tail -30 "$log" >&2
 	die "kernel build ($flavour) failed; full log: $log"
 fi
 find "$BUILD" -name '*.o' -newer "$BUILD/.halfproc-config-key" | wc -l \

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Build everything the guest needs and boot it:
+#   scripts/guest.sh debug|release test|bench|panic|hang|fail [TIMEOUT]
+# Results land in out/<flavour>/<mode>.{log,results.json,tap}.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/lib.sh"
+flavour="$1" mode="$2" timeout="${3:-900}"
+OUT="$HALFPROC_ROOT/out/$flavour"
+mkdir -p "$OUT"
+
+BUILD="$("$here/kernel.sh" "$flavour")"
+SRC="$HALFPROC_CACHE/src/linux"
+KO="$("$here/kmod.sh" "$flavour")"
+phase "build guest tests"
+"$HALFPROC_ROOT/tests/build.sh" "$SRC" "$BUILD" "$OUT/guest"
+done_phase
+phase "build harness"
+cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
+HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
+done_phase
+
+files=(--file "$KO:/lib/modules/halfproc.ko")
+for f in "$OUT"/guest/tests/* "$OUT"/guest/tests/mm/*; do
+	[ -f "$f" ] && [ -x "$f" ] || continue
+	files+=(--file "$f:/tests/${f#"$OUT"/guest/tests/}")
+done
+for f in "$OUT"/guest/bench/*; do
+	[ -f "$f" ] && [ -x "$f" ] && files+=(--file "$f:/bench/$(basename "$f")")
+done
+for f in "${HALFPROC_GUEST_EXTRA[@]:-}"; do
+	[ -n "$f" ] && files+=(--file "$f")
+done
+"$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
+	--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
+
+phase "boot ($flavour, mode $mode, timeout ${timeout}s)"
+rc=0
+"$HARNESS" run --kernel "$BUILD/arch/x86/boot/bzImage" \
+	--initrd "$OUT/initramfs-$mode.cpio" --log "$OUT/$mode.log" \
+	--timeout "$timeout" --cpus 2 --memory 2048 ${HALFPROC_SHARE:+--share "$HALFPROC_SHARE"} \
+	--append "halfproc.mode=$mode pti=on ${HALFPROC_APPEND:-}" ${HALFPROC_QUIET:+--quiet} || rc=$?
+done_phase
+exit "$rc"

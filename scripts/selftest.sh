@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Tests of the build and the harness themselves: each failure mode must be
+# caught and named.
+#   scripts/selftest.sh host     (no kernel build needed)
+#   scripts/selftest.sh guest    (needs the debug kernel)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/lib.sh"
+what="${1:-host}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() {	# check NAME EXPECTED-TEXT COMMAND...: must fail and print the text
+	local name="$1" want="$2"
+	shift 2
+	if "$@" >"$tmp/out" 2>&1; then
+		echo "not ok - $name: succeeded, expected a failure"
+		fail=$((fail + 1))
+	elif grep -q -- "$want" "$tmp/out"; then
+		echo "ok - $name"
+		pass=$((pass + 1))
+	else
+		echo "not ok - $name: failed without naming the cause ($want)"
+		sed 's/^/#   /' "$tmp/out" | tail -15
+		fail=$((fail + 1))
+	fi
+}
+
+if [ "$what" = host ]; then
+	# A patch that does not apply is named, and the tree is left alone.
+	mkdir -p "$tmp/patches"
+	cp "$HALFPROC_ROOT"/patches/*.patch "$tmp/patches/"
+	cp "$HALFPROC_ROOT/patches/series" "$tmp/patches/series"
+	cat >"$tmp/patches/9999-broken.patch" <<'P'
+From: nobody <nobody@localhost>
+Subject: [PATCH] broken: does not apply
+
+--- a/mm/mmap.c
++++ b/mm/mmap.c
+@@ -1,3 +1,3 @@
+-this line is not in mm/mmap.c
++nor is this one
+ at all
+P
+	echo 9999-broken.patch >>"$tmp/patches/series"
+	SRC="$HALFPROC_CACHE/src/linux"
+	before="$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo none)"
+	check "a patch that does not apply is named" "patch does not apply: patches/9999-broken.patch" \
+		env HALFPROC_PATCHES="$tmp/patches" "$here/kernel-src.sh"
+	after="$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo none)"
+	if [ "$before" = "$after" ]; then echo "ok - the source tree is untouched by a failed apply"; pass=$((pass + 1))
+	else echo "not ok - the source tree moved after a failed apply"; fail=$((fail + 1)); fi
+
+	# A dropped config option is listed by name: real Kconfig, no rustc.
+	SRC="$("$here/kernel-src.sh" 2>/dev/null)"
+	make -s -C "$SRC" O="$tmp/cfg" tinyconfig >/dev/null
+	"$SRC/scripts/kconfig/merge_config.sh" -m -O "$tmp/cfg" "$tmp/cfg/.config" \
+		"$HALFPROC_ROOT/qemu/config/base.config" >/dev/null
+	make -s -C "$SRC" O="$tmp/cfg" RUSTC=/nonexistent/rustc olddefconfig >/dev/null
+	check "a config option dropped by olddefconfig is named" "CONFIG_RUST: wanted y, got n" \
+		python3 "$here/check-config.py" "$tmp/cfg/.config" "$HALFPROC_ROOT/qemu/config/base.config"
+else
+	export HALFPROC_QUIET=1
+	check "a panicking guest fails the run" "guest panicked" "$here/guest.sh" debug panic 120
+	check "a hanging guest is killed at the timeout" "guest hung: killed after the 20s timeout" \
+		"$here/guest.sh" debug hang 20
+	check "a failing guest test fails the run" "tests failed: harness.self_test_failure" \
+		"$here/guest.sh" debug fail 120
+fi
+echo "# selftest $what: $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * dmread()/dmwrite(): copies between members' private memory.  Data over
+ * many sizes and alignments, the error list, short copies, and targets that
+ * unmap or exit in the middle of large copies (no pin may leak).
+ */
+#include "../lib/halfproc_test.h"
+#include "kselftest_harness.h"
+
+#define MB (1UL << 20)
+
+#define REQUIRE_HALFPROC() do {						\
+	if (!hp_supported())						\
+		SKIP(return, "halfproc module not loaded");		\
+} while (0)
+
+static unsigned char pat(size_t i, unsigned seed)
+{
+	return (unsigned char)((i * 31 + seed * 7 + (i >> 12)) & 0xff);
+}
+
+/* A member that owns a private buffer and serves commands over a channel. */
+struct peer {
+	pid_t pid;
+	struct chan c;
+	unsigned char **buf;	/* where the child publishes its buffer address */
+};
+
+static unsigned char **shared_slot(void)
+{
+	return hp_anon(PAGE);
+}
+
+/* Child: allocate len private bytes, fill with pattern seed, publish, wait. */
+static int peer_child(struct peer *p, size_t len, unsigned seed)
+{
+	unsigned char *b = malloc(len + 2 * PAGE);
+	char cmd;
+
+	if (!b)
+		return 40;
+	for (size_t i = 0; i < len + 2 * PAGE; i++)
+		b[i] = pat(i, seed);
+	*p->buf = b;
+	tell_parent(&p->c, 'r');
+	while ((cmd = from_parent(&p->c)) != 'q') {
+		if (cmd == 'v') {	/* verify what the parent dmwrote */
+			size_t off = 0, n = 0;
+
+			memcpy(&off, (char *)p->buf + 16, sizeof(off));
+			memcpy(&n, (char *)p->buf + 32, sizeof(n));
+			for (size_t i = 0; i < n; i++)
+				if (b[off + i] != (unsigned char)~pat(i, seed + 1))
+					return 41;
+			tell_parent(&p->c, 'k');
+		}
+	}
+	return 0;
+}
+
+static int peer_start(struct peer *p, size_t len, unsigned seed)
+{
+	p->buf = shared_slot();
+	if (p->buf == MAP_FAILED || chan_open(&p->c))
+		return -1;
+	p->pid = hp_spawn();
+	if (p->pid == 0)
+		_exit(peer_child(p, len, seed));
+	if (p->pid < 0)
+		return -1;
+	from_child(&p->c);
+	return 0;
+}
+
+static int peer_stop(struct peer *p)
+{
+	tell_child(&p->c, 'q');
+	return wait_status(p->pid);
+}
+
+TEST(sizes_and_alignments)
+{
+	static const size_t sizes[] = { 1, 2, 7, 63, 64, 4095, 4096, 4097, 8191,
+					65536 + 3, MB - 1, MB + 5, 16 * MB + 1 };
+	static const size_t offs[] = { 0, 1, 4095, 2048 + 3 };
+	size_t max = 16 * MB + 1 + PAGE;
+	unsigned char *local = malloc(max + PAGE);
+	struct peer p;
+
+	REQUIRE_HALFPROC();
+	ASSERT_NE(NULL, local);
+	ASSERT_EQ(0, peer_start(&p, max, 5));
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		for (size_t o = 0; o < sizeof(offs) / sizeof(offs[0]); o++) {
+			size_t n = sizes[s], off = offs[o], lo = (off * 7) % PAGE;
+			ssize_t r;
+
+			memset(local, 0, n + lo);
+			r = dmread(p.pid, *p.buf + off, n, local + lo);
+			ASSERT_EQ((ssize_t)n, r) TH_LOG("dmread size %zu off %zu", n, off);
+			for (size_t i = 0; i < n; i++) {
+				ASSERT_EQ(pat(off + i, 5), local[lo + i]) {
+					TH_LOG("byte %zu of size %zu off %zu", i, n, off);
+				}
+			}
+			/* And back: write the complement of another pattern. */
+			for (size_t i = 0; i < n; i++)
+				local[lo + i] = (unsigned char)~pat(i, 6);
+			r = dmwrite(p.pid, *p.buf + off, n, local + lo);
+			ASSERT_EQ((ssize_t)n, r);
+			memcpy((char *)p.buf + 16, &off, sizeof(off));
+			memcpy((char *)p.buf + 32, &n, sizeof(n));
+			tell_child(&p.c, 'v');
+			ASSERT_EQ('k', from_child(&p.c));
+		}
+	}
+	ASSERT_EQ(0, peer_stop(&p));
+	free(local);
+}
+
+TEST(quarter_gigabyte)
+{
+	const size_t n = 256 * MB;
+	unsigned char *local;
+	struct peer p;
+	ssize_t r;
+
+	REQUIRE_HALFPROC();
+	if (meminfo("MemAvailable") < (long)(3 * n / 1024 + 65536))
+		SKIP(return, "needs %zu MiB of free memory", 3 * n / MB);
+	local = malloc(n);
+	ASSERT_NE(NULL, local);
+	ASSERT_EQ(0, peer_start(&p, n, 9));
+	r = dmread(p.pid, *p.buf + 3, n - 5, local + 1);
+	ASSERT_EQ((ssize_t)(n - 5), r);
+	for (size_t i = 0; i < n - 5; i += 4093)
+		ASSERT_EQ(pat(3 + i, 9), local[1 + i]);
+	ASSERT_EQ(pat(n - 3, 9), local[n - 5]);
+	ASSERT_EQ(0, peer_stop(&p));
+	free(local);
+}
+
+TEST(vectored)
+{
+	unsigned char a[100], b[5000];
+	struct iovec l[2] = { { a, sizeof(a) }, { b, sizeof(b) } };
+	struct iovec r[2];
+	struct peer p;
+
+	REQUIRE_HALFPROC();
+	ASSERT_EQ(0, peer_start(&p, 3 * PAGE, 11));
+	r[0] = (struct iovec){ *p.buf + 10, 3000 };
+	r[1] = (struct iovec){ *p.buf + 5000, 2100 };
+	ASSERT_EQ(5100, dmreadv(p.pid, l, 2, r, 2, 0));
+	for (int i = 0; i < 100; i++)
+		ASSERT_EQ(pat(10 + i, 11), a[i]);
+	for (int i = 0; i < 2900; i++)
+		ASSERT_EQ(pat(110 + i, 11), b[i]);
+	for (int i = 0; i < 2100; i++)
+		ASSERT_EQ(pat(5000 + i, 11), b[2900 + i]);
+	errno = 0;
+	ASSERT_EQ(-1, dmreadv(p.pid, l, 2, r, 2, 1));
+	ASSERT_EQ(EINVAL, errno);
+	ASSERT_EQ(0, peer_stop(&p));
+}
+
+TEST(error_list)
+{
+	char buf[2 * PAGE];
+	char *none;
+	struct peer p;
+	pid_t stranger;
+
+	REQUIRE_HALFPROC();
+	ASSERT_EQ(0, peer_start(&p, 4 * PAGE, 1));
+	/* size 0 copies nothing, even from a bad pid. */
+	ASSERT_EQ(0, dmread(p.pid, *p.buf, 0, buf));
+	ASSERT_EQ(0, dmread(999999, *p.buf, 0, buf));
+	errno = 0;
+	ASSERT_EQ(-1, dmread(999999, *p.buf, 8, buf));
+	ASSERT_EQ(ESRCH, errno);
+	errno = 0;
+	ASSERT_EQ(-1, dmread(p.pid, *p.buf, SIZE_MAX, buf));
+	ASSERT_EQ(EINVAL, errno);
+	errno = 0;
+	ASSERT_EQ(-1, dmread(p.pid, (void *)-16L, 64, buf));
+	ASSERT_EQ(EINVAL, errno);
+	errno = 0;
+	ASSERT_EQ(-1, dmread(p.pid, *p.buf, 8, (void *)8));
+	ASSERT_EQ(EFAULT, errno);
+	errno = 0;
+	ASSERT_EQ(-1, dmread(p.pid, (void *)0x1000, 8, buf));
+	ASSERT_EQ(EFAULT, errno);
+	/* PROT_NONE and unmapped remote pages. */
+	none = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, none);
+	{
+		/* The child inherited nothing of this mapping: it is the
+		 * parent's private memory; read it from the child's side. */
+		pid_t q = hp_spawn();
+
+		if (q == 0) {
+			char tmp[16];
+
+			/* Parent's page made PROT_NONE below before we copy. */
+			usleep(200000);
+			if (dmread(getppid(), none, 16, tmp) != -1 || errno != EFAULT)
+				_exit(1);
+			if (dmread(getppid(), none + PAGE, 16, tmp) != -1 || errno != EFAULT)
+				_exit(2);
+			_exit(0);
+		}
+		ASSERT_EQ(0, mprotect(none, PAGE, PROT_NONE));
+		ASSERT_EQ(0, munmap(none + PAGE, PAGE));
+		ASSERT_EQ(0, wait_status(q));
+	}
+	/* Short copy: a valid page followed by an unmapped one. */
+	{
+		char *two = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		pid_t q;
+
+		ASSERT_NE(MAP_FAILED, two);
+		memset(two, 'v', PAGE);
+		ASSERT_EQ(0, munmap(two + PAGE, PAGE));
+		q = hp_spawn();
+		if (q == 0) {
+			char tmp[2 * PAGE];
+			ssize_t r = dmread(getppid(), two + 100, 2 * PAGE - 200, tmp);
+
+			_exit(r == (ssize_t)(PAGE - 100) && tmp[0] == 'v' ? 0 : 1);
+		}
+		ASSERT_EQ(0, wait_status(q));
+	}
+	/* Strangers: a process of another set, and root outside any set. */
+	stranger = hp_clone(0);
+	ASSERT_GE(stranger, 0);
+	if (stranger == 0) {
+		char tmp[8];
+
+		if (dmread(p.pid, *p.buf, 8, tmp) != -1 || errno != EPERM)
+			_exit(1);
+		if (hp_anon(PAGE) == MAP_FAILED)	/* now in a set of its own */
+			_exit(2);
+		if (dmwrite(p.pid, *p.buf, 8, tmp) != -1 || errno != EPERM)
+			_exit(3);
+		_exit(0);
+	}
+	ASSERT_EQ(0, wait_status(stranger));
+	/* And a member may not reach a stranger. */
+	stranger = hp_clone(0);
+	if (stranger == 0) {
+		pause();
+		_exit(0);
+	}
+	errno = 0;
+	ASSERT_EQ(-1, dmread(stranger, *p.buf, 8, buf));
+	ASSERT_EQ(EPERM, errno);
+	kill(stranger, SIGKILL);
+	wait_status(stranger);
+	ASSERT_EQ(0, peer_stop(&p));
+}
+
+static long vmstat(const char *key)
+{
+	char name[64];
+	long v;
+	long r = -1;
+	FILE *f = fopen("/proc/vmstat", "r");
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %ld", name, &v) == 2)
+		if (!strcmp(name, key))
+			r = v;
+	fclose(f);
+	return r;
+}
+
+TEST(target_vanishes_mid_copy)
+{
+	const size_t n = 32 * MB;
+	unsigned char *local = malloc(n);
+	long acq0, rel0, acq1, rel1;
+	int shorts = 0, fulls = 0;
+
+	REQUIRE_HALFPROC();
+	ASSERT_NE(NULL, local);
+	acq0 = vmstat("nr_foll_pin_acquired");
+	rel0 = vmstat("nr_foll_pin_released");
+	for (int round = 0; round < 12; round++) {
+		unsigned char **slot = shared_slot();
+		pid_t t;
+		ssize_t r = 0;
+
+		ASSERT_NE(MAP_FAILED, slot);
+		t = hp_spawn();
+		ASSERT_GE(t, 0);
+		if (t == 0) {
+			unsigned char *b = mmap(NULL, n, PROT_READ | PROT_WRITE,
+						MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+			memset(b, 0x77, n);
+			*slot = b;
+			usleep(1000 * (round % 4) * 3);
+			if (round % 2)
+				munmap(b, n);
+			_exit(0);	/* exit with or without unmapping */
+		}
+		while (!*(volatile unsigned char **)slot)
+			usleep(100);
+		while (r >= 0) {
+			r = dmread(t, *slot, n, local);
+			if (r == (ssize_t)n)
+				fulls++;
+			else if (r >= 0) {
+				shorts++;
+				break;
+			}
+		}
+		ASSERT_TRUE(r >= 0 || errno == EFAULT || errno == ESRCH)
+			TH_LOG("round %d: errno %d", round, errno);
+		wait_status(t);
+		munmap(slot, PAGE);
+	}
+	acq1 = vmstat("nr_foll_pin_acquired");
+	rel1 = vmstat("nr_foll_pin_released");
+	TH_LOG("%d full and %d short copies; pins acquired %ld released %ld",
+	       fulls, shorts, acq1 - acq0, rel1 - rel0);
+	ASSERT_GT(acq1 - acq0, 0);
+	ASSERT_EQ(acq1 - acq0, rel1 - rel0);
+	free(local);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	return test_harness_run(argc, argv);
+}

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * TLB coherence stress: one member keeps remapping, write-protecting and
+ * unmapping a shared-range region while other members on both vCPUs read
+ * and write it.  A phase word, published only after each call returns,
+ * says what every access must see; an access that gets through to an
+ * unmapped or write-protected page is a stale translation (for munmap, a
+ * use-after-free of a physical page).  Runs for a fixed, bounded time.
+ */
+#include "../lib/halfproc_test.h"
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+#include "kselftest_harness.h"
+
+#define REGION_PAGES	16
+#define RUN_SECONDS	3
+
+enum { K_RW, K_UNMAPPED, K_RO, K_TRANSITION };
+
+struct ctl {
+	atomic_ulong phase;		/* g * 4 + k */
+	atomic_int stop;
+	atomic_long checks[3];
+	atomic_long violations[3];
+	atomic_long iterations;
+};
+
+static void pin_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu % sysconf(_SC_NPROCESSORS_ONLN), &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void reader(struct ctl *c, char *region, int cpu, unsigned seed)
+{
+	pin_cpu(cpu);
+	while (!atomic_load(&c->stop)) {
+		unsigned long p1, p2;
+		char *addr, v = 0;
+		int r, w = 0;
+
+		seed = seed * 1103515245 + 12345;
+		addr = region + (seed >> 8) % REGION_PAGES * PAGE + (seed % 64);
+		p1 = atomic_load_explicit(&c->phase, memory_order_acquire);
+		r = probe_read(addr, &v);
+		if ((p1 & 3) == K_RO)
+			w = probe_write(addr, (char)(p1 >> 2));
+		atomic_thread_fence(memory_order_acquire);
+		p2 = atomic_load_explicit(&c->phase, memory_order_relaxed);
+		if (p1 != p2)
+			continue;
+		switch (p1 & 3) {
+		case K_RW:
+			atomic_fetch_add(&c->checks[K_RW], 1);
+			if (r || v != (char)(p1 >> 2))
+				atomic_fetch_add(&c->violations[K_RW], 1);
+			break;
+		case K_UNMAPPED:
+			atomic_fetch_add(&c->checks[K_UNMAPPED], 1);
+			if (r == 0)
+				atomic_fetch_add(&c->violations[K_UNMAPPED], 1);
+			break;
+		case K_RO:
+			atomic_fetch_add(&c->checks[K_RO], 1);
+			if (w == 0 || r || v != (char)(p1 >> 2))
+				atomic_fetch_add(&c->violations[K_RO], 1);
+			break;
+		}
+	}
+}
+
+static void mapper(struct ctl *c, char *region)
+{
+	double end = now() + RUN_SECONDS;
+
+	pin_cpu(0);
+	for (unsigned long g = 1; now() < end; g++) {
+		atomic_store(&c->phase, g * 4 + K_TRANSITION);
+		if (hp_mmap(region, REGION_PAGES * PAGE, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED) != region)
+			_exit(30);
+		memset(region, (char)g, REGION_PAGES * PAGE);
+		atomic_store(&c->phase, g * 4 + K_RW);
+		sched_yield();
+		if (g % 2) {
+			atomic_store(&c->phase, g * 4 + K_TRANSITION);
+			if (mprotect(region, REGION_PAGES * PAGE, PROT_READ))
+				_exit(31);
+			atomic_store(&c->phase, g * 4 + K_RO);
+			sched_yield();
+		}
+		atomic_store(&c->phase, g * 4 + K_TRANSITION);
+		if (munmap(region, REGION_PAGES * PAGE))
+			_exit(32);
+		atomic_store(&c->phase, g * 4 + K_UNMAPPED);
+		sched_yield();
+		atomic_fetch_add(&c->iterations, 1);
+	}
+	atomic_store(&c->stop, 1);
+}
+
+TEST(stale_translations_never_survive)
+{
+	char *region = (char *)(HALFPROC_RANGE_START + (7ULL << 40));
+	struct ctl *c;
+	pid_t readers[3];
+
+	if (!hp_supported())
+		SKIP(return, "halfproc module not loaded");
+	c = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, c);
+	atomic_store(&c->phase, K_UNMAPPED);
+	for (int i = 0; i < 3; i++) {
+		readers[i] = hp_spawn();
+		ASSERT_GE(readers[i], 0);
+		if (readers[i] == 0) {
+			reader(c, region, i + 1, 77 + i);
+			_exit(0);
+		}
+	}
+	mapper(c, region);
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(0, wait_status(readers[i]));
+	TH_LOG("%ld remap cycles; checks rw=%ld unmapped=%ld ro=%ld; violations rw=%ld unmapped=%ld ro=%ld",
+	       c->iterations, c->checks[K_RW], c->checks[K_UNMAPPED], c->checks[K_RO],
+	       c->violations[K_RW], c->violations[K_UNMAPPED], c->violations[K_RO]);
+	ASSERT_EQ(0, c->violations[K_RW]);
+	ASSERT_EQ(0, c->violations[K_UNMAPPED]);
+	ASSERT_EQ(0, c->violations[K_RO]);
+	/* The test must have exercised every phase to mean anything. */
+	ASSERT_GT(c->iterations, 20);
+	ASSERT_GT(c->checks[K_RW], 20);
+	ASSERT_GT(c->checks[K_UNMAPPED], 20);
+	ASSERT_GT(c->checks[K_RO], 5);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	return test_harness_run(argc, argv);
+}

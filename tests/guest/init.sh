@@ -1,0 +1,73 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# /init of the test initramfs.  The mode comes from the kernel command line
+# (halfproc.mode=test|bench|panic|hang|fail); the exit status goes to the
+# harness over the second serial port as HALFPROC_EXIT=<n>.
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t tmpfs tmp /tmp
+mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
+ip link set lo up 2>/dev/null
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/tests
+
+mode=test
+for a in $(cat /proc/cmdline); do
+	case "$a" in halfproc.mode=*) mode="${a#halfproc.mode=}" ;; esac
+done
+
+status() {
+	echo "HALFPROC_EXIT=$1" >/dev/ttyS1
+	sync
+	poweroff -f
+}
+
+n=0
+tap() {	# tap <rc> <name>: one TAP line of the shell's own tests
+	n=$((n + 1))
+	if [ "$1" = 0 ]; then echo "ok $n init.$2"; else echo "not ok $n init.$2"; rc=1; fi
+}
+
+case "$mode" in
+panic)	echo "harness self-test: init exits, the kernel must panic"; exit 1 ;;
+hang)	echo "harness self-test: init hangs, the harness must time out"; while :; do sleep 60; done ;;
+fail)	echo "not ok 1 harness.self_test_failure"; status 1 ;;
+esac
+
+rc=0
+echo "TAP version 13"
+# The patched kernel without the module behaves normally and says so.
+/tests/hp_nomod; tap $? no_module_errnos
+insmod /lib/modules/halfproc.ko; tap $? module_loads
+grep -q halfproc /proc/modules; tap $? module_listed
+
+if [ "$mode" = test ]; then
+	for t in /tests/hp_sets /tests/hp_tlb /tests/hp_dm; do
+		echo "# running $t"
+		"$t" || rc=1
+	done
+	# The kernel's own mm selftests: normal processes must not notice us.
+	for t in /tests/mm/*; do
+		[ -x "$t" ] || continue
+		echo "# running $t"
+		(cd /tmp && "$t") || rc=1
+	done
+	# Module unload: refused while a set lives, fine once it is gone.
+	/tests/hp_hold 30 &
+	holder=$!
+	sleep 1
+	rmmod halfproc 2>/dev/null; [ $? != 0 ]; tap $? unload_refused_with_live_set
+	kill $holder; wait $holder 2>/dev/null
+	sleep 1
+	rmmod halfproc; tap $? unload_after_last_member
+	grep -q halfproc /proc/modules; [ $? != 0 ]; tap $? module_gone
+	/tests/hp_nomod; tap $? no_module_errnos_after_unload
+	insmod /lib/modules/halfproc.ko; tap $? module_reloads
+	/tests/hp_hold 0; tap $? set_works_after_reload
+fi
+if [ "$mode" = bench ]; then
+	for b in /bench/*; do [ -x "$b" ] && "$b"; done
+fi
+echo "# init: exit status $rc"
+status $rc

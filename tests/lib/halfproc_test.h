@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Helpers shared by the in-guest half-process tests: the ABI constants (kept
+ * equal to include/uapi/linux/halfproc.h by the uapi crate's tests), raw
+ * syscall wrappers, fault probes and parent/child channels.
+ */
+#ifndef HALFPROC_TEST_H
+#define HALFPROC_TEST_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/sched.h>
+
+#ifndef HALFPROC_RANGE_START
+#define HALFPROC_RANGE_START	(1ULL << 45)
+#define HALFPROC_RANGE_END	(1ULL << 46)
+#endif
+#ifndef CLONE_HALFPROC
+#define CLONE_HALFPROC		(1ULL << 40)
+#endif
+#ifndef MAP_HALFPROC
+#define MAP_HALFPROC		0x200000
+#endif
+#ifndef __NR_dmread
+#define __NR_dmread		470
+#define __NR_dmwrite		471
+#define __NR_dmreadv		472
+#define __NR_dmwritev		473
+#endif
+#ifndef __NR_clone3
+#define __NR_clone3		435
+#endif
+
+#define PAGE 4096UL
+
+static inline int in_range(const void *p, size_t len)
+{
+	uint64_t a = (uint64_t)(uintptr_t)p;
+
+	return a >= HALFPROC_RANGE_START && a + len <= HALFPROC_RANGE_END;
+}
+
+/* clone3() with SIGCHLD; returns like fork(). */
+static inline pid_t hp_clone(uint64_t flags)
+{
+	struct clone_args args;
+
+	memset(&args, 0, sizeof(args));
+	args.flags = flags;
+	args.exit_signal = SIGCHLD;
+	return syscall(__NR_clone3, &args, sizeof(args));
+}
+
+static inline pid_t hp_spawn(void)
+{
+	return hp_clone(CLONE_HALFPROC);
+}
+
+static inline void *hp_mmap(void *addr, size_t len, int prot, int flags)
+{
+	return mmap(addr, len, prot, flags | MAP_HALFPROC, -1, 0);
+}
+
+static inline void *hp_anon(size_t len)
+{
+	return hp_mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS);
+}
+
+static inline ssize_t dmread(pid_t pid, const void *ptr, size_t size, void *buf)
+{
+	return syscall(__NR_dmread, pid, ptr, size, buf);
+}
+
+static inline ssize_t dmwrite(pid_t pid, void *ptr, size_t size, const void *buf)
+{
+	return syscall(__NR_dmwrite, pid, ptr, size, buf);
+}
+
+static inline ssize_t dmreadv(pid_t pid, const struct iovec *l, unsigned long ln,
+			      const struct iovec *r, unsigned long rn,
+			      unsigned long flags)
+{
+	return syscall(__NR_dmreadv, pid, l, ln, r, rn, flags);
+}
+
+/* Whether the kernel backend is here: patched kernel with the module. */
+static inline int hp_supported(void)
+{
+	return access("/sys/module/halfproc", F_OK) == 0;
+}
+
+/* Fault probes: 0 if the access worked, -1 if it raised SIGSEGV/SIGBUS. */
+static __thread sigjmp_buf probe_env;
+static __thread volatile int probing;
+
+static void probe_handler(int sig)
+{
+	if (!probing) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+	siglongjmp(probe_env, 1);
+}
+
+static inline void probe_init(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = probe_handler;
+	sa.sa_flags = SA_NODEFER;
+	sigaction(SIGSEGV, &sa, NULL);
+	sigaction(SIGBUS, &sa, NULL);
+}
+
+static inline int probe_read(const volatile char *p, char *out)
+{
+	probe_init();
+	if (sigsetjmp(probe_env, 1)) {
+		probing = 0;
+		return -1;
+	}
+	probing = 1;
+	*out = *p;
+	probing = 0;
+	return 0;
+}
+
+static inline int probe_write(volatile char *p, char v)
+{
+	probe_init();
+	if (sigsetjmp(probe_env, 1)) {
+		probing = 0;
+		return -1;
+	}
+	probing = 1;
+	*p = v;
+	probing = 0;
+	return 0;
+}
+
+/* A two-way byte channel between a parent and a child. */
+struct chan {
+	int down[2];	/* parent -> child */
+	int up[2];	/* child -> parent */
+};
+
+static inline int chan_open(struct chan *c)
+{
+	return pipe(c->down) || pipe(c->up) ? -1 : 0;
+}
+
+static inline void chan_put(int fd, char v)
+{
+	if (write(fd, &v, 1) != 1)
+		_exit(90);
+}
+
+static inline char chan_get(int fd)
+{
+	char v;
+
+	if (read(fd, &v, 1) != 1)
+		_exit(91);
+	return v;
+}
+
+/* Parent side. */
+static inline void tell_child(struct chan *c, char v) { chan_put(c->down[1], v); }
+static inline char from_child(struct chan *c) { return chan_get(c->up[0]); }
+/* Child side. */
+static inline void tell_parent(struct chan *c, char v) { chan_put(c->up[1], v); }
+static inline char from_parent(struct chan *c) { return chan_get(c->down[0]); }
+
+/* Exit status of a child, or -1 if it died of a signal. */
+static inline int wait_status(pid_t pid)
+{
+	int st;
+
+	if (waitpid(pid, &st, 0) != pid)
+		return -2;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static inline long minflt(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_minflt;
+}
+
+static inline long meminfo(const char *key)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, key, strlen(key)) && line[strlen(key)] == ':') {
+			v = strtol(line + strlen(key) + 1, NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+#endif /* HALFPROC_TEST_H */
