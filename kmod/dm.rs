@@ -85,9 +85,8 @@ pub(crate) unsafe fn copy(
 ///
 /// `iter` must be valid.
 unsafe fn iter_count(iter: *const bindings::iov_iter) -> usize {
-    // SAFETY: `iter` is valid (caller); `count` is set for every iterator
-    // type and shares no storage with the `__ubuf_iovec` view.
-    unsafe { (*iter).__bindgen_anon_1.__bindgen_anon_1.as_ref().count }
+    // SAFETY: `iter` is valid (caller).
+    unsafe { bindings::halfproc_iter_count(iter) }
 }
 
 /// Pinned remote pages, unpinned on drop (dirtied for a write).

@@ -7,9 +7,9 @@
 //! This module holds the policy and registers it with the hook points of the
 //! patch series (`struct halfproc_ops`, `include/linux/halfproc.h`):
 //!
-//! - [`set`]: sets, membership, lifecycle and member TLB coherence;
-//! - [`dm`]: `dmread()`/`dmwrite()`;
-//! - [`mm`]: typed wrappers over the C structures it touches;
+//! - `set`: sets, membership, lifecycle and member TLB coherence;
+//! - `dm`: `dmread()`/`dmwrite()`;
+//! - `mm`: typed wrappers over the C structures it touches;
 //! - this file: the hook entry points and argument validation.
 //!
 //! Every live set pins the module (`halfproc_set_mm_alloc()` takes a module
@@ -19,7 +19,7 @@
 //! cannot race with a running hook.
 
 use core::sync::atomic::Ordering;
-use kernel::{bindings, ffi::c_int, ffi::c_long, ffi::c_ulong, prelude::*};
+use kernel::{bindings, error::to_result, ffi::c_int, ffi::c_long, ffi::c_ulong, prelude::*};
 
 mod dm;
 mod mm;
@@ -92,6 +92,11 @@ fn errno(e: Error) -> c_int {
 
 /// `clone3(CLONE_HALFPROC)`: make `child`'s fresh mm a member of current's
 /// set, creating the set if current has none.
+///
+/// # Safety
+///
+/// Called by `copy_process()` after `copy_mm()` and `copy_signal()`, with
+/// `child` under construction.
 unsafe extern "C" fn hook_fork(child: *mut bindings::task_struct, _flags: u64) -> c_int {
     // SAFETY: the core calls this from copy_process() after copy_mm() and
     // copy_signal(): `child` is valid, its mm is new and not yet reachable by
@@ -109,6 +114,10 @@ unsafe extern "C" fn hook_fork(child: *mut bindings::task_struct, _flags: u64) -
 /// `execve()` in a member: the new mm joins the set unless the exec gains
 /// privileges, or current is not the process that owns the membership (a
 /// `vfork()` child borrowing a member's mm).
+///
+/// # Safety
+///
+/// Called by `begin_new_exec()` with the exec's new, not yet installed mm.
 unsafe extern "C" fn hook_exec(new_mm: *mut bindings::mm_struct, secureexec: bool) -> c_int {
     let Some(old) = Mm::current() else {
         return 0;
@@ -129,6 +138,10 @@ unsafe extern "C" fn hook_exec(new_mm: *mut bindings::mm_struct, secureexec: boo
 }
 
 /// A member mm is torn down.
+///
+/// # Safety
+///
+/// Called once by `__mmput()` for a member mm whose last user is gone.
 unsafe extern "C" fn hook_mm_exit(mm: *mut bindings::mm_struct) {
     // SAFETY: the core calls this once from __mmput() for a member mm, which
     // stays allocated until the call returns.
@@ -136,6 +149,10 @@ unsafe extern "C" fn hook_mm_exit(mm: *mut bindings::mm_struct) {
 }
 
 /// A member starts a meta-operation that overlaps the shared range.
+///
+/// # Safety
+///
+/// Called by `halfproc_enter()` for a member, with its switch record.
 unsafe extern "C" fn hook_enter(
     sw: *mut bindings::halfproc_switch,
     start: c_ulong,
@@ -157,6 +174,10 @@ unsafe extern "C" fn hook_enter(
 ///
 /// `MAP_FIXED`/`MAP_FIXED_NOREPLACE` outside the range, `MAP_GROWSDOWN` and
 /// `MAP_32BIT` are `EINVAL`; a hint outside the range is ignored.
+///
+/// # Safety
+///
+/// Called by `ksys_mmap_pgoff()` with pointers to its own locals.
 unsafe extern "C" fn hook_mmap_enter(
     sw: *mut bindings::halfproc_switch,
     addr: *mut c_ulong,
@@ -187,6 +208,10 @@ unsafe extern "C" fn hook_mmap_enter(
 }
 
 /// `dmread()`/`dmwrite()` and their vectored forms.
+///
+/// # Safety
+///
+/// Called by the syscalls with a valid iterator and `riovcnt` kernel iovecs.
 unsafe extern "C" fn hook_dm_copy(
     pid: bindings::pid_t,
     iter: *mut bindings::iov_iter,

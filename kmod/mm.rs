@@ -5,7 +5,6 @@
 //! C headers: [`include/linux/mm_types.h`](srctree/include/linux/mm_types.h),
 //! [`include/linux/halfproc.h`](srctree/include/linux/halfproc.h).
 
-use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::{bindings, prelude::*, types::Opaque};
 
 /// A `struct mm_struct`.
@@ -32,11 +31,10 @@ impl Mm {
 
     /// The mm of the current task, if it has one (kernel threads do not).
     pub(crate) fn current<'a>() -> Option<&'a Mm> {
-        // SAFETY: `get_current()` always returns the running task, and a
-        // task's `mm` only changes under the task itself (exec, exit, or a
-        // half-process switch), none of which can run while this task runs
-        // the calling function.
-        let mm = unsafe { (*bindings::get_current()).mm };
+        // SAFETY: `get_current()` is the running task; a task's `mm` only
+        // changes under the task itself (exec, exit, or a half-process
+        // switch), none of which runs while this task runs the caller.
+        let mm = unsafe { bindings::halfproc_task_mm(bindings::get_current()) };
         if mm.is_null() {
             None
         } else {
@@ -50,21 +48,19 @@ impl Mm {
         self.0.get()
     }
 
-    fn halfproc_field(&self) -> &AtomicPtr<bindings::halfproc_set> {
-        // SAFETY: the field is valid for the lifetime of `self`, is aligned
-        // for a pointer, and every access to it is atomic: the C side uses
-        // smp_load_acquire()/smp_store_release()/READ_ONCE()/WRITE_ONCE().
-        unsafe { AtomicPtr::from_ptr(&raw mut (*self.as_raw()).halfproc) }
-    }
-
     /// The set this mm belongs to (as member or as set mm), or null.
+    ///
+    /// Fields are read through C accessors: bindgen can disagree with GCC
+    /// on the layout of kernel structures (see `halfproc_task_mm()`).
     pub(crate) fn halfproc(&self) -> *mut bindings::halfproc_set {
-        self.halfproc_field().load(Ordering::Acquire)
+        // SAFETY: `self` is a live mm; the accessor does an acquire load.
+        unsafe { bindings::halfproc_mm_set(self.as_raw()) }
     }
 
     /// Publish (or clear) this mm's set; pairs with `mm_halfproc()` in C.
     pub(crate) fn set_halfproc(&self, set: *mut bindings::halfproc_set) {
-        self.halfproc_field().store(set, Ordering::Release)
+        // SAFETY: `self` is a live mm; the accessor does a release store.
+        unsafe { bindings::halfproc_mm_publish(self.as_raw(), set) }
     }
 
     /// Take the mmap lock for writing.
@@ -120,11 +116,6 @@ impl MmapReadGuard<'_> {
         // INVARIANT: GUP clears `locked` exactly when it dropped the lock.
         self.locked = locked != 0;
         r
-    }
-
-    /// Whether the lock is still held.
-    pub(crate) fn is_locked(&self) -> bool {
-        self.locked
     }
 }
 
@@ -200,7 +191,7 @@ impl Drop for TaskRef {
 pub(crate) fn current_signal() -> usize {
     // SAFETY: `get_current()` is the running task; `signal` is set for its
     // whole life.
-    unsafe { (*bindings::get_current()).signal as usize }
+    unsafe { bindings::halfproc_task_group(bindings::get_current()) }
 }
 
 /// The `signal_struct` identity of `task`, see [`current_signal`].
@@ -210,7 +201,7 @@ pub(crate) fn current_signal() -> usize {
 /// `task` must be a valid task whose `signal` has been set up.
 pub(crate) unsafe fn task_signal(task: *mut bindings::task_struct) -> usize {
     // SAFETY: guaranteed by the caller.
-    unsafe { (*task).signal as usize }
+    unsafe { bindings::halfproc_task_group(task) }
 }
 
 /// The mm of `task`, without a reference.
@@ -221,7 +212,7 @@ pub(crate) unsafe fn task_signal(task: *mut bindings::task_struct) -> usize {
 /// used (e.g. a child under construction in `copy_process()`).
 pub(crate) unsafe fn task_mm<'a>(task: *mut bindings::task_struct) -> Option<&'a Mm> {
     // SAFETY: guaranteed by the caller.
-    let mm = unsafe { (*task).mm };
+    let mm = unsafe { bindings::halfproc_task_mm(task) };
     // SAFETY: guaranteed by the caller.
     (!mm.is_null()).then(|| unsafe { Mm::from_raw(mm) })
 }

@@ -138,18 +138,23 @@ impl Set {
         if let Some(set) = Set::of(mm) {
             return Ok(set);
         }
+        // Build the set before taking current's mmap lock: registering the
+        // notifier takes the set mm's, and both are mmap locks.
+        let new = Set::create()?;
         let guard = mm.mmap_write_lock();
-        // Another thread of this process may have won the race.
-        if let Some(set) = Set::of(mm) {
-            return Ok(set);
-        }
-        if guard.range_has_vmas() {
-            return Err(EBUSY);
-        }
-        let set = Set::create()?;
-        set.add(mm, current_signal())?;
+        let ret = if let Some(set) = Set::of(mm) {
+            // Another thread of this process won the race.
+            Ok(set)
+        } else if guard.range_has_vmas() {
+            Err(EBUSY)
+        } else {
+            new.add(mm, current_signal()).map(|()| new.clone())
+        };
         drop(guard);
-        Ok(set)
+        if new.len() == 0 {
+            new.destroy();
+        }
+        ret
     }
 
     /// A new set with a set mm and no member.
@@ -173,12 +178,8 @@ impl Set {
         // and the set outlives the set mm (released in `leave`).
         let mm = from_err_ptr(unsafe { bindings::halfproc_set_mm_alloc(core) })?;
         let notifier = set.notifier.get();
-        // SAFETY: the notifier is ours alone; all-zero is its initial state
-        // as `mmu_notifier_register()` expects, with `ops` set.
-        unsafe {
-            core::ptr::write_bytes(notifier, 0, 1);
-            (*notifier).ops = &NOTIFIER_OPS;
-        }
+        // SAFETY: the notifier is ours alone until registered.
+        unsafe { bindings::halfproc_notifier_init(notifier, &NOTIFIER_OPS) };
         // SAFETY: `mm` is a live mm with `mm_users` held by the set;
         // `notifier` stays valid until unregistered in `destroy`.
         let ret = unsafe { bindings::mmu_notifier_register(notifier, mm) };
@@ -310,5 +311,5 @@ unsafe extern "C" fn invalidate_secondary_tlbs(
     let set = unsafe {
         &*kernel::container_of!(subscription.cast::<Opaque<bindings::mmu_notifier>>(), Set, notifier)
     };
-    set.flush_members(start as usize, end as usize);
+    set.flush_members(start, end);
 }

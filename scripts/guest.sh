@@ -29,8 +29,9 @@ done
 for f in "$OUT"/guest/bench/*; do
 	[ -f "$f" ] && [ -x "$f" ] && files+=(--file "$f:/bench/$(basename "$f")")
 done
-for f in "${HALFPROC_GUEST_EXTRA[@]:-}"; do
-	[ -n "$f" ] && files+=(--file "$f")
+# HALFPROC_GUEST_EXTRA="SRC:DST ...": more files for the initramfs.
+for f in ${HALFPROC_GUEST_EXTRA:-}; do
+	files+=(--file "$f")
 done
 "$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
 	--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"

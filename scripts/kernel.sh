@@ -67,7 +67,7 @@ fi
 phase "build bzImage ($flavour, -j$JOBS)"
 log="$BUILD/.halfproc-build.log"
 expected="$(cat "$HALFPROC_CACHE/objects-$flavour" 2>/dev/null || echo 0)"
-make -C "$SRC" O="$BUILD" -j"$JOBS" bzImage headers >"$log" 2>&1 &
+make -C "$SRC" O="$BUILD" -j"$JOBS" bzImage modules headers >"$log" 2>&1 &
 pid=$!
 "$here/progress.sh" "$pid" "$log" "$expected" &
 ppid=$!

@@ -13,8 +13,12 @@ ip link set lo up 2>/dev/null
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/tests
 
 mode=test
+only=""
 for a in $(cat /proc/cmdline); do
-	case "$a" in halfproc.mode=*) mode="${a#halfproc.mode=}" ;; esac
+	case "$a" in
+	halfproc.mode=*) mode="${a#halfproc.mode=}" ;;
+	halfproc.only=*) only="$(echo "${a#halfproc.only=}" | tr , ' ')" ;;
+	esac
 done
 
 status() {
@@ -36,12 +40,22 @@ fail)	echo "not ok 1 harness.self_test_failure"; status 1 ;;
 esac
 
 rc=0
+for m in /lib/modules/extra/*.ko; do [ -f "$m" ] && insmod "$m"; done
 echo "TAP version 13"
 # The patched kernel without the module behaves normally and says so.
 /tests/hp_nomod; tap $? no_module_errnos
 insmod /lib/modules/halfproc.ko; tap $? module_loads
 grep -q halfproc /proc/modules; tap $? module_listed
 
+if [ "$mode" = test ] && [ -n "$only" ]; then
+	# halfproc.only=prog[:filter],...: a quick subset while developing.
+	for o in $only; do
+		t="${o%%:*}"
+		if [ "$t" != "$o" ]; then "/tests/$t" -r "global.${o#*:}" || rc=1
+		else "/tests/$t" || rc=1; fi
+	done
+	mode=done
+fi
 if [ "$mode" = test ]; then
 	for t in /tests/hp_sets /tests/hp_tlb /tests/hp_dm; do
 		echo "# running $t"
