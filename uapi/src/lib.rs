@@ -192,6 +192,31 @@ mod tests {
         assert_eq!(define("__NR_dmwritev"), nr::DMWRITEV as u64);
     }
 
+    /// The in-guest tests carry a fallback copy of the constants; it must
+    /// agree with this crate too.
+    #[test]
+    fn test_header_matches() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/lib/halfproc_test.h");
+        let text = std::fs::read_to_string(path).unwrap();
+        let define = |name: &str| -> u64 {
+            let line = text
+                .lines()
+                .find(|l| {
+                    let mut w = l.split_whitespace();
+                    w.next() == Some("#define") && w.next() == Some(name)
+                })
+                .unwrap_or_else(|| panic!("no #define {name} in {path}"));
+            let value: std::vec::Vec<&str> = line.split_whitespace().skip(2).collect();
+            parse_c_int(&value.join(" "))
+        };
+        assert_eq!(define("CLONE_HALFPROC"), CLONE_HALFPROC);
+        assert_eq!(define("MAP_HALFPROC"), MAP_HALFPROC as u64);
+        assert_eq!(define("HALFPROC_RANGE_START"), HALFPROC_RANGE_START);
+        assert_eq!(define("HALFPROC_RANGE_END"), HALFPROC_RANGE_END);
+        assert_eq!(define("__NR_dmread"), nr::DMREAD as u64);
+        assert_eq!(define("__NR_dmwritev"), nr::DMWRITEV as u64);
+    }
+
     /// Parse `0x200000`, `470`, `(1ULL << 40)` and `_BITULL(40)`.
     fn parse_c_int(s: &str) -> u64 {
         let s = s.trim();
