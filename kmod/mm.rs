@@ -142,8 +142,11 @@ impl MmGuard {
     pub(crate) fn of_task(task: &TaskRef) -> Option<MmGuard> {
         // SAFETY: `task` holds a task reference.
         let mm = unsafe { bindings::get_task_mm(task.0) };
-        // INVARIANT: `get_task_mm()` took a reference when non-null.
-        (!mm.is_null()).then_some(MmGuard(mm))
+        if mm.is_null() {
+            return None;
+        }
+        // INVARIANT: `get_task_mm()` took a reference.
+        Some(MmGuard(mm))
     }
 }
 
@@ -174,8 +177,11 @@ impl TaskRef {
     pub(crate) fn by_vpid(pid: i32) -> Option<TaskRef> {
         // SAFETY: FFI call without preconditions.
         let t = unsafe { bindings::halfproc_get_task(pid) };
-        // INVARIANT: `find_get_task_by_vpid()` took a reference when non-null.
-        (!t.is_null()).then_some(TaskRef(t))
+        if t.is_null() {
+            return None;
+        }
+        // INVARIANT: `find_get_task_by_vpid()` took a reference.
+        Some(TaskRef(t))
     }
 }
 

@@ -20,8 +20,17 @@ phase "build harness"
 cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
 HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
 done_phase
+phase "build the runtime for the guest (static)"
+# Static glibc binaries: the guest has no shared libraries.
+RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
+	--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu \
+	-p halfproc --example guest_tests --bin halfproc
+RT="$HALFPROC_ROOT/target/x86_64-unknown-linux-gnu/release"
+done_phase
 
-files=(--file "$KO:/lib/modules/halfproc.ko")
+files=(--file "$KO:/lib/modules/halfproc.ko"
+	--file "$RT/examples/guest_tests:/tests/rt/guest_tests"
+	--file "$RT/halfproc:/bin/halfproc")
 for f in "$OUT"/guest/tests/* "$OUT"/guest/tests/mm/*; do
 	[ -f "$f" ] && [ -x "$f" ] || continue
 	files+=(--file "$f:/tests/${f#"$OUT"/guest/tests/}")

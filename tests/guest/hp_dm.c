@@ -52,6 +52,9 @@ static int peer_child(struct peer *p, size_t len, unsigned seed)
 			for (size_t i = 0; i < n; i++)
 				if (b[off + i] != (unsigned char)~pat(i, seed + 1))
 					return 41;
+			/* Restore the pattern for the next reads. */
+			for (size_t i = 0; i < n; i++)
+				b[off + i] = pat(off + i, seed);
 			tell_parent(&p->c, 'k');
 		}
 	}
@@ -167,6 +170,7 @@ TEST(vectored)
 TEST(error_list)
 {
 	char buf[2 * PAGE];
+	unsigned char *remote;
 	char *none;
 	struct peer p;
 	pid_t stranger;
@@ -232,17 +236,21 @@ TEST(error_list)
 		}
 		ASSERT_EQ(0, wait_status(q));
 	}
-	/* Strangers: a process of another set, and root outside any set. */
+	/*
+	 * Strangers: root outside any set, then a process of another set.  A
+	 * plain child cannot see the shared range, so take the address first.
+	 */
+	remote = *p.buf;
 	stranger = hp_clone(0);
 	ASSERT_GE(stranger, 0);
 	if (stranger == 0) {
 		char tmp[8];
 
-		if (dmread(p.pid, *p.buf, 8, tmp) != -1 || errno != EPERM)
+		if (dmread(p.pid, remote, 8, tmp) != -1 || errno != EPERM)
 			_exit(1);
 		if (hp_anon(PAGE) == MAP_FAILED)	/* now in a set of its own */
 			_exit(2);
-		if (dmwrite(p.pid, *p.buf, 8, tmp) != -1 || errno != EPERM)
+		if (dmwrite(p.pid, remote, 8, tmp) != -1 || errno != EPERM)
 			_exit(3);
 		_exit(0);
 	}

@@ -11,6 +11,8 @@ mount -t tmpfs tmp /tmp
 mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
 ip link set lo up 2>/dev/null
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/tests
+# The runtime's tests and CLI must use the kernel backend here.
+export HALFPROC_BACKEND=kernel
 
 mode=test
 only=""
@@ -57,10 +59,11 @@ if [ "$mode" = test ] && [ -n "$only" ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in /tests/hp_sets /tests/hp_tlb /tests/hp_dm; do
+	for t in /tests/hp_sets /tests/hp_tlb /tests/hp_dm /tests/rt/guest_tests; do
 		echo "# running $t"
 		"$t" || rc=1
 	done
+	halfproc info --probe; tap $? runtime_info_probe
 	# The kernel's own mm selftests: normal processes must not notice us.
 	for t in /tests/mm/*; do
 		[ -x "$t" ] || continue
