@@ -49,7 +49,7 @@ phase "boot ($flavour, mode $mode, timeout ${timeout}s)"
 rc=0
 "$HARNESS" run --kernel "$BUILD/arch/x86/boot/bzImage" \
 	--initrd "$OUT/initramfs-$mode.cpio" --log "$OUT/$mode.log" \
-	--timeout "$timeout" --cpus 2 --memory 2048 ${HALFPROC_SHARE:+--share "$HALFPROC_SHARE"} \
+	--timeout "$timeout" --cpus 2 --memory 4096 ${HALFPROC_SHARE:+--share "$HALFPROC_SHARE"} \
 	--append "halfproc.mode=$mode pti=on ${HALFPROC_APPEND:-}" ${HALFPROC_QUIET:+--quiet} || rc=$?
 done_phase
 exit "$rc"

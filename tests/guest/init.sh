@@ -71,12 +71,21 @@ if [ "$mode" = test ]; then
 		(cd /tmp && "$t") || rc=1
 	done
 	# Module unload: refused while a set lives, fine once it is gone.
-	/tests/hp_hold 30 &
-	holder=$!
+	# Every live set holds one reference on the module.
+	sets_gone() {
+		i=0
+		while [ "$(cat /sys/module/halfproc/refcnt)" != 0 ] && [ $i -lt 100 ]; do
+			sleep 0.2; i=$((i + 1))
+		done
+		[ "$(cat /sys/module/halfproc/refcnt)" = 0 ]
+	}
+	sets_gone; tap $? no_set_left_behind_by_the_tests
+	/tests/hp_hold 60 &
 	sleep 1
+	[ "$(cat /sys/module/halfproc/refcnt)" = 1 ]; tap $? live_set_pins_module
 	rmmod halfproc 2>/dev/null; [ $? != 0 ]; tap $? unload_refused_with_live_set
-	kill $holder; wait $holder 2>/dev/null
-	sleep 1
+	killall -9 hp_hold 2>/dev/null; wait
+	sets_gone; tap $? last_member_exit_releases_set
 	rmmod halfproc; tap $? unload_after_last_member
 	grep -q halfproc /proc/modules; [ $? != 0 ]; tap $? module_gone
 	/tests/hp_nomod; tap $? no_module_errnos_after_unload

@@ -1,0 +1,476 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! The half-process set of this process: the shared range and its header.
+//!
+//! One process creates the set with [`Set::init`]; that maps the arena at the
+//! start of the shared range `[2^45, 2^46)`, writes the [`SetHeader`] at its
+//! first byte and starts the spawner (see [`crate::member`]). Every member is a
+//! copy of the spawner and so finds the same `&'static Set` through
+//! [`Set::get`].
+//!
+//! # Layout of the arena
+//!
+//! ```text
+//! 2^45: SetHeader | page bitmap | page metadata | (pad to 64 KiB) | data pages ...
+//! ```
+//!
+//! All of it starts zeroed, and zero is the initial state of every field.
+//!
+//! # Membership
+//!
+//! The creator and every member are *members*. A plain `fork()` child of a
+//! member is an *outsider* (a `pthread_atfork` child handler marks it): it may
+//! still see the mapping on the portable backend, but every shared-range
+//! operation of the runtime refuses it with [`Error::NotMember`].
+//!
+//! C header: `include/halfproc.h` (`halfproc_init`).
+
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use halfproc_uapi::{in_shared_range, HALFPROC_RANGE_END, HALFPROC_RANGE_START, MAP_HALFPROC};
+
+use crate::alloc::arena::{ArenaHeader, PAGE_SIZE};
+use crate::alloc::heap::HeapTable;
+use crate::backend::{Backend, BackendKind, Request};
+use crate::error::{Error, Result};
+use crate::member::MemberTable;
+
+/// Magic number at the start of the arena (`"HALFPROC"`).
+pub const SET_MAGIC: u64 = u64::from_le_bytes(*b"HALFPROC");
+/// Layout version of [`SetHeader`].
+pub const SET_VERSION: u32 = 1;
+/// Default arena size: 16 GiB of address space (only touched pages cost memory).
+pub const DEFAULT_ARENA_SIZE: u64 = 16 << 30;
+/// Smallest accepted arena size.
+pub const MIN_ARENA_SIZE: u64 = 64 << 20;
+/// Environment variable overriding the arena size (bytes; `K`/`M`/`G` suffixes).
+pub const ARENA_SIZE_ENV: &str = "HALFPROC_ARENA_SIZE";
+
+/// The fixed header at the start of the arena.
+///
+/// # Invariants
+///
+/// Lives at [`HALFPROC_RANGE_START`], in memory shared by every member, and is
+/// never moved or unmapped while any member runs.
+#[repr(C)]
+pub(crate) struct SetHeader {
+    pub(crate) magic: u64,
+    pub(crate) version: u32,
+    pub(crate) backend: u32,
+    pub(crate) size: u64,
+    pub(crate) creator_pid: AtomicI32,
+    pub(crate) spawner_pid: AtomicI32,
+    /// 0 until the spawner runs its loop, then 1; futex word.
+    pub(crate) spawner_ready: AtomicU32,
+    _pad: u32,
+    pub(crate) members: MemberTable,
+    pub(crate) heaps: HeapTable,
+    pub(crate) arena: ArenaHeader,
+}
+
+/// How to create the set.
+///
+/// # Examples
+///
+/// ```
+/// use halfproc::{SetConfig, backend::Request};
+/// let c = SetConfig::default().arena_size(1 << 30);
+/// assert_eq!(c.backend, Request::Auto);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetConfig {
+    /// Which backend to use.
+    pub backend: Request,
+    /// Bytes of address space for the arena, a multiple of 64 KiB.
+    pub arena_size: u64,
+}
+
+impl Default for SetConfig {
+    fn default() -> Self {
+        SetConfig {
+            backend: Request::Auto,
+            arena_size: DEFAULT_ARENA_SIZE,
+        }
+    }
+}
+
+impl SetConfig {
+    /// The configuration from `HALFPROC_BACKEND` and `HALFPROC_ARENA_SIZE`.
+    pub fn from_env() -> Result<Self> {
+        let mut c = SetConfig::default();
+        if let Ok(v) = std::env::var(crate::backend::BACKEND_ENV) {
+            c.backend = v.parse()?;
+        }
+        if let Ok(v) = std::env::var(ARENA_SIZE_ENV) {
+            c.arena_size = parse_size(&v).ok_or(Error::InvalidArgument(
+                "HALFPROC_ARENA_SIZE must be a byte count with an optional K/M/G suffix",
+            ))?;
+        }
+        Ok(c)
+    }
+
+    /// Sets the arena size.
+    pub fn arena_size(mut self, bytes: u64) -> Self {
+        self.arena_size = bytes;
+        self
+    }
+
+    /// Sets the backend request.
+    pub fn backend(mut self, req: Request) -> Self {
+        self.backend = req;
+        self
+    }
+}
+
+/// Parses `123`, `64K`, `512M`, `16G`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(halfproc::set::parse_size("64M"), Some(64 << 20));
+/// assert_eq!(halfproc::set::parse_size("x"), None);
+/// ```
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, shift) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 20),
+        b'G' | b'g' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    num.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// The process's handle on its half-process set.
+///
+/// # Examples
+///
+/// ```
+/// let set = halfproc::Set::init_default().unwrap();
+/// assert!(set.contains(set.base() as usize + 4096));
+/// assert!(!set.contains(&set as *const _ as usize));
+/// ```
+pub struct Set {
+    header: &'static SetHeader,
+    backend: Backend,
+}
+
+// SAFETY: `Set` only holds a shared reference to the header, whose mutable
+// fields are atomics; the backend description is immutable.
+unsafe impl Sync for Set {}
+// SAFETY: as above.
+unsafe impl Send for Set {}
+
+impl std::panic::RefUnwindSafe for Set {}
+impl std::panic::UnwindSafe for Set {}
+
+static SET: OnceLock<Set> = OnceLock::new();
+
+const NO_SET: u8 = 0;
+const MEMBER: u8 = 1;
+const OUTSIDER: u8 = 2;
+static MEMBERSHIP: AtomicU8 = AtomicU8::new(NO_SET);
+
+/// Whether the calling process is an outsider: a fork of a member that did
+/// not go through the runtime. Cheap enough for lock fast paths.
+#[inline(always)]
+pub(crate) fn is_outsider() -> bool {
+    MEMBERSHIP.load(Ordering::Relaxed) == OUTSIDER
+}
+
+/// Marks the calling process as a member (in a freshly created member).
+pub(crate) fn mark_member() {
+    MEMBERSHIP.store(MEMBER, Ordering::Relaxed);
+}
+
+/// Fails with [`Error::NotMember`] in an outsider when `addr` is in the range.
+#[inline(always)]
+pub(crate) fn check_member_for(addr: usize) -> Result<()> {
+    if is_outsider() && in_range(addr) {
+        Err(Error::NotMember)
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether `addr` is in `[2^45, 2^46)`.
+#[inline(always)]
+pub(crate) fn in_range(addr: usize) -> bool {
+    (addr as u64).wrapping_sub(HALFPROC_RANGE_START) < HALFPROC_RANGE_END - HALFPROC_RANGE_START
+}
+
+extern "C" fn atfork_child() {
+    if MEMBERSHIP.load(Ordering::Relaxed) == MEMBER {
+        MEMBERSHIP.store(OUTSIDER, Ordering::Relaxed);
+    }
+    crate::member::reset_thread_state_after_fork();
+}
+
+impl Set {
+    /// Creates the set from the environment (`HALFPROC_BACKEND`,
+    /// `HALFPROC_ARENA_SIZE`), or returns the existing one.
+    ///
+    /// Call it early in `main`, before starting threads: on the kernel
+    /// backend a multi-threaded creator is refused ([`Error::MultiThreaded`]).
+    pub fn init_default() -> Result<&'static Set> {
+        if let Some(s) = SET.get() {
+            return Ok(s);
+        }
+        match Self::init(SetConfig::from_env()?) {
+            Err(Error::AlreadyInitialized) => Self::get(),
+            other => other,
+        }
+    }
+
+    /// Creates the set with an explicit configuration.
+    ///
+    /// Fails with [`Error::AlreadyInitialized`] when a set exists already,
+    /// [`Error::KernelBackendUnavailable`] when the kernel backend is asked
+    /// for but missing, [`Error::NotMember`] in an outsider.
+    pub fn init(config: SetConfig) -> Result<&'static Set> {
+        if MEMBERSHIP.load(Ordering::Relaxed) != NO_SET {
+            return Err(if is_outsider() {
+                Error::NotMember
+            } else {
+                Error::AlreadyInitialized
+            });
+        }
+        if SET.get().is_some() {
+            return Err(Error::AlreadyInitialized);
+        }
+        let backend = Backend::select(config.backend)?;
+        let size = config.arena_size;
+        if size < MIN_ARENA_SIZE
+            || size % PAGE_SIZE as u64 != 0
+            || size > HALFPROC_RANGE_END - HALFPROC_RANGE_START
+        {
+            return Err(Error::InvalidArgument(
+                "arena size must be a multiple of 64 KiB between 64 MiB and 32 TiB",
+            ));
+        }
+        static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _g = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        if SET.get().is_some() {
+            return Err(Error::AlreadyInitialized);
+        }
+        if backend.kind() == BackendKind::Kernel {
+            let threads = crate::sys::thread_count().map_err(|e| Error::os("count threads", e))?;
+            if threads > 1 {
+                return Err(Error::MultiThreaded { threads });
+            }
+        }
+        let base = map_arena(backend.kind(), size)?;
+        // SAFETY: `base` is the start of a fresh, zeroed, writable mapping of
+        // `size` bytes, large enough for the header (checked by layout()).
+        let header = unsafe { &*(base as *const SetHeader) };
+        // SAFETY: nothing else references the header yet; these plain fields
+        // are written once before the header is published.
+        unsafe {
+            let h = base as *mut SetHeader;
+            (*h).magic = SET_MAGIC;
+            (*h).version = SET_VERSION;
+            (*h).backend = backend.kind() as u32;
+            (*h).size = size;
+        }
+        header
+            .creator_pid
+            .store(crate::sys::getpid(), Ordering::Relaxed);
+        header.arena.init(base, size)?;
+        // SAFETY: registering a plain extern "C" handler is always allowed.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+        if rc != 0 {
+            return Err(Error::os(
+                "pthread_atfork",
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        MEMBERSHIP.store(MEMBER, Ordering::Relaxed);
+        let set = SET.get_or_init(|| Set {
+            header,
+            backend: backend.clone(),
+        });
+        crate::member::start_spawner(set)?;
+        Ok(set)
+    }
+
+    /// The set of this process, or [`Error::NoSet`] / [`Error::NotMember`].
+    pub fn get() -> Result<&'static Set> {
+        if is_outsider() {
+            return Err(Error::NotMember);
+        }
+        SET.get().ok_or(Error::NoSet)
+    }
+
+    /// The set if one exists (members and creator), without membership check.
+    pub(crate) fn try_current() -> Option<&'static Set> {
+        SET.get()
+    }
+
+    pub(crate) fn header(&self) -> &'static SetHeader {
+        self.header
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// First byte of the arena (the shared-range start).
+    pub fn base(&self) -> *mut u8 {
+        self.header as *const SetHeader as *mut u8
+    }
+
+    /// Bytes of address space the arena spans.
+    pub fn size(&self) -> u64 {
+        self.header.size
+    }
+
+    /// Whether `addr` lies inside this set's arena.
+    pub fn contains(&self, addr: usize) -> bool {
+        (addr as u64).wrapping_sub(self.base() as u64) < self.size()
+    }
+
+    /// Members currently running (not counting creator and spawner).
+    pub fn running_members(&self) -> u32 {
+        self.header.members.running_count()
+    }
+
+    /// Process id of the set's creator.
+    pub fn creator_pid(&self) -> i32 {
+        self.header.creator_pid.load(Ordering::Relaxed)
+    }
+
+    /// Process id of the set's spawner (parent of every member).
+    pub fn spawner_pid(&self) -> i32 {
+        self.header.spawner_pid.load(Ordering::Acquire)
+    }
+
+    /// Returns `[addr, addr + len)` of the arena to the operating system, for
+    /// every member: the pages read back as zeros afterwards.
+    ///
+    /// # Safety
+    ///
+    /// The range must be page-aligned, inside the arena's data area, and hold
+    /// no live object.
+    pub(crate) unsafe fn release(&self, addr: usize, len: usize) {
+        debug_assert!(addr % 4096 == 0 && len % 4096 == 0 && self.contains(addr));
+        let advice = match self.backend.kind() {
+            // Punches a hole in the memfd: freed for every process mapping it.
+            BackendKind::Portable => libc::MADV_REMOVE,
+            // Private anonymous memory of the set's mm: the kernel applies the
+            // advice to the set, not to the calling member alone.
+            BackendKind::Kernel => libc::MADV_DONTNEED,
+        };
+        // SAFETY: per the contract the range is ours and unused; madvise does
+        // not unmap anything.
+        let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) };
+        debug_assert_eq!(r, 0, "madvise: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Maps the arena at the start of the shared range.
+fn map_arena(kind: BackendKind, size: u64) -> Result<usize> {
+    let len = size as usize;
+    match kind {
+        BackendKind::Portable => {
+            // SAFETY: the name is NUL-terminated; flags are valid.
+            let fd = unsafe { libc::memfd_create(c"halfproc-set".as_ptr(), libc::MFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(Error::last_os("memfd_create"));
+            }
+            // SAFETY: `fd` is a fresh memfd we own.
+            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+                let e = Error::last_os("ftruncate(memfd)");
+                // SAFETY: closing our own fd.
+                unsafe { libc::close(fd) };
+                return Err(e);
+            }
+            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
+            // the fd is valid and sized.
+            let p = unsafe {
+                libc::mmap(
+                    HALFPROC_RANGE_START as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE,
+                    fd,
+                    0,
+                )
+            };
+            let err = std::io::Error::last_os_error();
+            // SAFETY: the mapping keeps the memfd alive; we no longer need the fd
+            // (hole punching goes through madvise(MADV_REMOVE)).
+            unsafe { libc::close(fd) };
+            if p == libc::MAP_FAILED {
+                return Err(Error::os("mmap of the arena at 2^45", err));
+            }
+            if p as u64 != HALFPROC_RANGE_START {
+                // Pre-4.17 kernels treat MAP_FIXED_NOREPLACE as a hint.
+                // SAFETY: unmapping the mapping we just made.
+                unsafe { libc::munmap(p, len) };
+                return Err(Error::InvalidArgument(
+                    "could not map the arena at 2^45 (address in use)",
+                ));
+            }
+            Ok(p as usize)
+        }
+        BackendKind::Kernel => {
+            // SAFETY: an anonymous mapping with a hint; the result is checked.
+            let p = unsafe {
+                libc::mmap(
+                    HALFPROC_RANGE_START as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | MAP_HALFPROC,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(Error::last_os("mmap(MAP_HALFPROC)"));
+            }
+            if !in_shared_range(p as u64, size) {
+                // SAFETY: unmapping the mapping we just made.
+                unsafe { libc::munmap(p, len) };
+                return Err(Error::NotInSharedRange { addr: p as u64 });
+            }
+            Ok(p as usize)
+        }
+    }
+}
+
+impl SetHeader {
+    pub(crate) fn backend_kind(&self) -> BackendKind {
+        BackendKind::from_u32(self.backend).unwrap_or(BackendKind::Portable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("1k"), Some(1024));
+        assert_eq!(parse_size("16G"), Some(16 << 30));
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999G"), None);
+    }
+
+    #[test]
+    fn range_predicate() {
+        assert!(in_range(HALFPROC_RANGE_START as usize));
+        assert!(in_range(HALFPROC_RANGE_END as usize - 1));
+        assert!(!in_range(HALFPROC_RANGE_END as usize));
+        assert!(!in_range(HALFPROC_RANGE_START as usize - 1));
+        assert!(!in_range(0));
+    }
+
+    #[test]
+    fn header_fits_before_first_data_page() {
+        // The header is followed by the bitmap and metadata; it alone must be
+        // far below one page of the arena.
+        assert!(core::mem::size_of::<SetHeader>() < 4 << 20);
+    }
+}
