@@ -12,6 +12,7 @@ mkdir -p "$OUT"
 
 BUILD="$("$here/kernel.sh" "$flavour")"
 SRC="$HALFPROC_CACHE/src/linux"
+python3 "$here/check-config.py" "$BUILD/.config" "$HALFPROC_ROOT/tests/guest/config"
 KO="$("$here/kmod.sh" "$flavour")"
 phase "build guest tests"
 "$HALFPROC_ROOT/tests/build.sh" "$SRC" "$BUILD" "$OUT/guest"
@@ -42,6 +43,10 @@ done
 for f in ${HALFPROC_GUEST_EXTRA:-}; do
 	files+=(--file "$f")
 done
+# The arguments of the in-guest copy benchmark (bench mode).
+printf '%s\n' "${HALFPROC_BENCH_ARGS:---sizes 6..26:2 --reps 3 --placement both}" \
+	>"$OUT/bench.args"
+files+=(--file "$OUT/bench.args:/etc/bench.args")
 "$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
 	--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
 

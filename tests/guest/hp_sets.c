@@ -654,6 +654,37 @@ TEST(exec_keeps_membership)
 	ASSERT_EQ(0, strcmp(p, "written after exec"));
 }
 
+TEST(vfork_exec_does_not_join)
+{
+	char *p, arg[32];
+	pid_t pid;
+
+	REQUIRE_HALFPROC();
+	p = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, p);
+	strcpy(p, "survives exec");
+	snprintf(arg, sizeof(arg), "%p", p);
+	pid = hp_spawn();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		/*
+		 * posix_spawn()/system() in a member: the vfork child borrows
+		 * the member's mm but is not the member; what it runs must not
+		 * join the set.
+		 */
+		pid_t v = vfork();
+
+		if (v == 0) {
+			execl(self_exe, self_exe, "--exec-probe", arg, (char *)NULL);
+			_exit(99);
+		}
+		_exit(wait_status(v));
+	}
+	/* The probe exits 3 when it cannot see the set's memory. */
+	ASSERT_EQ(3, wait_status(pid));
+	ASSERT_EQ(0, strcmp(p, "survives exec"));
+}
+
 TEST(setuid_exec_leaves_the_set)
 {
 	char *p, arg[32], path[] = "/tmp/hp_sets_suid";

@@ -93,7 +93,19 @@ if [ "$mode" = test ]; then
 	/tests/hp_hold 0; tap $? set_works_after_reload
 fi
 if [ "$mode" = bench ]; then
-	for b in /bench/*; do [ -x "$b" ] && "$b"; done
+	# Results go back to the host over 9p when it shares a folder.
+	out=/tmp/bench
+	mkdir -p /mnt
+	if mount -t 9p -o trans=virtio,version=9p2000.L hostshare /mnt 2>/dev/null; then
+		out=/mnt
+	fi
+	echo "# section 4.4.3 (C, interleaved, ratios):"
+	/bench/hp_mm_bench 20000 8192; tap $? bench_mm_c
+	halfproc bench mm --quick --out "$out" --label guest; tap $? bench_mm
+	# shellcheck disable=SC2046
+	halfproc bench copy $(cat /etc/bench.args 2>/dev/null) --out "$out" --label guest
+	tap $? bench_copy
+	sync
 fi
 echo "# init: exit status $rc"
 status $rc

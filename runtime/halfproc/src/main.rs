@@ -39,6 +39,14 @@ mod cli {
     enum Command {
         /// Print the detected backend and which half-process semantics hold.
         Info(InfoArgs),
+        /// Benchmarks: `bench copy` (intra-node copy strategies, the paper's
+        /// Figs. 7/8) and `bench mm` (mmap/fault overhead of the shared
+        /// range, section 4.4.3). `halfproc bench copy --help` lists options.
+        Bench {
+            /// `copy|mm` and its options.
+            #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+            args: Vec<String>,
+        },
     }
 
     #[derive(Args)]
@@ -55,6 +63,9 @@ mod cli {
         let cli = Cli::parse();
         match cli.command {
             Command::Info(a) => run_info(a),
+            Command::Bench { args } => {
+                ExitCode::from(halfproc_bench::main_with_args(&args).clamp(0, 255) as u8)
+            }
         }
     }
 
