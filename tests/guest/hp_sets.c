@@ -634,63 +634,76 @@ TEST(proc_maps_show_shared_range)
 
 static const char *self_exe;
 
-TEST(exec_keeps_membership)
+enum probe_how { PROBE_EXEC, PROBE_VFORK_EXEC, PROBE_SETUID_EXEC };
+
+/*
+ * Put a string in the shared range, then have a new member exec
+ * @path --exec-probe <address> (directly, from a vfork child, or after
+ * dropping root for a set-uid binary).  Returns the probe's exit status:
+ * 0 when it saw the string (and overwrote it), 3 when it was no member.
+ */
+static int exec_probe_in_member(const char *path, enum probe_how how, char **shared)
 {
-	char *p, arg[32];
+	char *p = hp_anon(PAGE), arg[32];
 	pid_t pid;
 
-	REQUIRE_HALFPROC();
-	p = hp_anon(PAGE);
-	ASSERT_NE(MAP_FAILED, p);
+	if (p == MAP_FAILED)
+		return -3;
+	*shared = p;
 	strcpy(p, "survives exec");
 	snprintf(arg, sizeof(arg), "%p", p);
 	pid = hp_spawn();
-	ASSERT_GE(pid, 0);
+	if (pid < 0)
+		return -4;
 	if (pid == 0) {
-		execl(self_exe, self_exe, "--exec-probe", arg, (char *)NULL);
+		pid_t v;
+
+		switch (how) {
+		case PROBE_EXEC:
+			break;
+		case PROBE_VFORK_EXEC:
+			/*
+			 * posix_spawn()/system() in a member: the vfork child
+			 * borrows the member's mm but is not the member; what
+			 * it runs must not join the set.
+			 */
+			v = vfork();
+			if (v != 0)
+				_exit(wait_status(v));
+			break;
+		case PROBE_SETUID_EXEC:
+			if (setresuid(1000, 1000, 1000))
+				_exit(98);
+			break;
+		}
+		execl(path, path, "--exec-probe", arg, (char *)NULL);
 		_exit(99);
 	}
-	ASSERT_EQ(0, wait_status(pid));
+	return wait_status(pid);
+}
+
+TEST(exec_keeps_membership)
+{
+	char *p;
+
+	REQUIRE_HALFPROC();
+	ASSERT_EQ(0, exec_probe_in_member(self_exe, PROBE_EXEC, &p));
 	ASSERT_EQ(0, strcmp(p, "written after exec"));
 }
 
 TEST(vfork_exec_does_not_join)
 {
-	char *p, arg[32];
-	pid_t pid;
+	char *p;
 
 	REQUIRE_HALFPROC();
-	p = hp_anon(PAGE);
-	ASSERT_NE(MAP_FAILED, p);
-	strcpy(p, "survives exec");
-	snprintf(arg, sizeof(arg), "%p", p);
-	pid = hp_spawn();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		/*
-		 * posix_spawn()/system() in a member: the vfork child borrows
-		 * the member's mm but is not the member; what it runs must not
-		 * join the set.
-		 */
-		pid_t v = vfork();
-
-		if (v == 0) {
-			execl(self_exe, self_exe, "--exec-probe", arg, (char *)NULL);
-			_exit(99);
-		}
-		_exit(wait_status(v));
-	}
-	/* The probe exits 3 when it cannot see the set's memory. */
-	ASSERT_EQ(3, wait_status(pid));
+	ASSERT_EQ(3, exec_probe_in_member(self_exe, PROBE_VFORK_EXEC, &p));
 	ASSERT_EQ(0, strcmp(p, "survives exec"));
 }
 
 TEST(setuid_exec_leaves_the_set)
 {
-	char *p, arg[32], path[] = "/tmp/hp_sets_suid";
+	char path[] = "/tmp/hp_sets_suid", buf[65536], *p;
 	int in, out;
-	pid_t pid;
-	char buf[65536];
 	ssize_t n;
 
 	REQUIRE_HALFPROC();
@@ -705,20 +718,7 @@ TEST(setuid_exec_leaves_the_set)
 	close(in);
 	close(out);
 	ASSERT_EQ(0, chmod(path, 04755));
-	p = hp_anon(PAGE);
-	ASSERT_NE(MAP_FAILED, p);
-	strcpy(p, "survives exec");
-	snprintf(arg, sizeof(arg), "%p", p);
-	pid = hp_spawn();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		if (setresuid(1000, 1000, 1000))
-			_exit(98);
-		execl(path, path, "--exec-probe", arg, (char *)NULL);
-		_exit(99);
-	}
-	/* The probe exits 3 when it can no longer see the set's memory. */
-	ASSERT_EQ(3, wait_status(pid));
+	ASSERT_EQ(3, exec_probe_in_member(path, PROBE_SETUID_EXEC, &p));
 	ASSERT_EQ(0, strcmp(p, "survives exec"));
 	unlink(path);
 }

@@ -170,18 +170,12 @@ mod tests {
                 text.push_str(&std::fs::read_to_string(&path).unwrap());
             }
         }
-        let define = |name: &str| -> u64 {
-            let line = text
-                .lines()
-                .filter_map(|l| l.strip_prefix('+'))
-                .find(|l| {
-                    let mut w = l.split_whitespace();
-                    w.next() == Some("#define") && w.next() == Some(name)
-                })
-                .unwrap_or_else(|| panic!("no #define {name} in patches/"));
-            let value: std::vec::Vec<&str> = line.split_whitespace().skip(2).collect();
-            parse_c_int(&value.join(" "))
-        };
+        let mut added = String::new();
+        for l in text.lines().filter_map(|l| l.strip_prefix('+')) {
+            added.push_str(l);
+            added.push('\n');
+        }
+        let define = |name: &str| c_define(&added, name, "patches/");
         assert_eq!(define("CLONE_HALFPROC"), CLONE_HALFPROC);
         assert_eq!(define("MAP_HALFPROC"), MAP_HALFPROC as u64);
         assert_eq!(define("HALFPROC_RANGE_START"), HALFPROC_RANGE_START);
@@ -198,23 +192,26 @@ mod tests {
     fn test_header_matches() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/lib/halfproc_test.h");
         let text = std::fs::read_to_string(path).unwrap();
-        let define = |name: &str| -> u64 {
-            let line = text
-                .lines()
-                .find(|l| {
-                    let mut w = l.split_whitespace();
-                    w.next() == Some("#define") && w.next() == Some(name)
-                })
-                .unwrap_or_else(|| panic!("no #define {name} in {path}"));
-            let value: std::vec::Vec<&str> = line.split_whitespace().skip(2).collect();
-            parse_c_int(&value.join(" "))
-        };
+        let define = |name: &str| c_define(&text, name, path);
         assert_eq!(define("CLONE_HALFPROC"), CLONE_HALFPROC);
         assert_eq!(define("MAP_HALFPROC"), MAP_HALFPROC as u64);
         assert_eq!(define("HALFPROC_RANGE_START"), HALFPROC_RANGE_START);
         assert_eq!(define("HALFPROC_RANGE_END"), HALFPROC_RANGE_END);
         assert_eq!(define("__NR_dmread"), nr::DMREAD as u64);
         assert_eq!(define("__NR_dmwritev"), nr::DMWRITEV as u64);
+    }
+
+    /// The value of `#define name VALUE` in C source `text` (from `what`).
+    fn c_define(text: &str, name: &str, what: &str) -> u64 {
+        let line = text
+            .lines()
+            .find(|l| {
+                let mut w = l.split_whitespace();
+                w.next() == Some("#define") && w.next() == Some(name)
+            })
+            .unwrap_or_else(|| panic!("no #define {name} in {what}"));
+        let value: std::vec::Vec<&str> = line.split_whitespace().skip(2).collect();
+        parse_c_int(&value.join(" "))
     }
 
     /// Parse `0x200000`, `470`, `(1ULL << 40)` and `_BITULL(40)`.
