@@ -132,7 +132,11 @@ unsafe fn copy_range(
         let start = addr + done;
         let offset = start % PAGE_SIZE;
         let nr = (offset + (len - done)).div_ceil(PAGE_SIZE).min(BATCH);
-        let mut pinned = Pinned { pages: [core::ptr::null_mut(); BATCH], n: 0, dirty: write };
+        let mut pinned = Pinned {
+            pages: [core::ptr::null_mut(); BATCH],
+            n: 0,
+            dirty: write,
+        };
         let got = {
             let mut lock = match mm.mmap_read_lock_killable() {
                 Ok(lock) => lock,

@@ -220,7 +220,7 @@ unsafe extern "C" fn hook_dm_copy(
     write: bool,
 ) -> isize {
     // SAFETY: the core passes `riovcnt` kernel copies of the remote iovecs.
-    let rvec = unsafe { core::slice::from_raw_parts(rvec, riovcnt as usize) };
+    let rvec = unsafe { core::slice::from_raw_parts(rvec, riovcnt) };
     // SAFETY: `iter` is the core's iterator over the caller's local buffers.
     match unsafe { dm::copy(pid, iter, rvec, write) } {
         Ok(n) => n as isize,
@@ -230,6 +230,9 @@ unsafe extern "C" fn hook_dm_copy(
 
 /// Whether `[start, start + len)` lies inside the shared range.
 fn range_contains(start: u64, len: u64) -> bool {
-    let (lo, hi) = (bindings::HALFPROC_RANGE_START as u64, bindings::HALFPROC_RANGE_END as u64);
+    let (lo, hi) = (
+        bindings::HALFPROC_RANGE_START,
+        bindings::HALFPROC_RANGE_END,
+    );
     start >= lo && len <= hi && start <= hi - len
 }

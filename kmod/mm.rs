@@ -76,7 +76,10 @@ impl Mm {
         if unsafe { bindings::halfproc_mmap_read_lock_killable(self.as_raw()) } != 0 {
             return Err(EINTR);
         }
-        Ok(MmapReadGuard { mm: self, locked: true })
+        Ok(MmapReadGuard {
+            mm: self,
+            locked: true,
+        })
     }
 }
 

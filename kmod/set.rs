@@ -116,7 +116,9 @@ impl Set {
     unsafe fn borrow_core<'a>(core: *mut bindings::halfproc_set) -> ArcBorrow<'a, Set> {
         // SAFETY: `core` is a field of a `Set` (caller), and `Opaque<T>` is
         // `repr(transparent)` over `T`.
-        let set = unsafe { kernel::container_of!(core.cast::<Opaque<bindings::halfproc_set>>(), Set, core) };
+        let set = unsafe {
+            kernel::container_of!(core.cast::<Opaque<bindings::halfproc_set>>(), Set, core)
+        };
         // SAFETY: the set is alive and managed by an `Arc` (caller).
         unsafe { ArcBorrow::from_raw(set) }
     }
@@ -199,10 +201,13 @@ impl Set {
     pub(crate) fn add(self: &Arc<Self>, mm: &Mm, group: usize) -> Result {
         // SAFETY: both mms are live; `mm` has no VMA in the range.
         to_result(unsafe { bindings::halfproc_install(mm.as_raw(), self.mm().as_raw()) })?;
-        let pushed = self
-            .members
-            .lock()
-            .push(Member { mm: mm.as_raw(), group }, GFP_ATOMIC);
+        let pushed = self.members.lock().push(
+            Member {
+                mm: mm.as_raw(),
+                group,
+            },
+            GFP_ATOMIC,
+        );
         if let Err(e) = pushed {
             // SAFETY: installed above, not yet published.
             unsafe { bindings::halfproc_uninstall(mm.as_raw()) };
@@ -309,7 +314,11 @@ unsafe extern "C" fn invalidate_secondary_tlbs(
     // SAFETY: every registered notifier is the `notifier` field of a live
     // `Set` (unregistered in `destroy`, before the set can be freed).
     let set = unsafe {
-        &*kernel::container_of!(subscription.cast::<Opaque<bindings::mmu_notifier>>(), Set, notifier)
+        &*kernel::container_of!(
+            subscription.cast::<Opaque<bindings::mmu_notifier>>(),
+            Set,
+            notifier
+        )
     };
     set.flush_members(start, end);
 }

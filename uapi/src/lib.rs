@@ -217,9 +217,19 @@ mod tests {
     /// Parse `0x200000`, `470`, `(1ULL << 40)` and `_BITULL(40)`.
     fn parse_c_int(s: &str) -> u64 {
         let s = s.trim();
-        let s = s.strip_prefix('(').and_then(|s| s.strip_suffix(')')).unwrap_or(s);
-        if let Some(bit) = s.strip_prefix("_BITULL").or_else(|| s.strip_prefix("_BITUL")) {
-            return 1 << bit.trim_matches(|c| c == '(' || c == ')').parse::<u32>().unwrap();
+        let s = s
+            .strip_prefix('(')
+            .and_then(|s| s.strip_suffix(')'))
+            .unwrap_or(s);
+        if let Some(bit) = s
+            .strip_prefix("_BITULL")
+            .or_else(|| s.strip_prefix("_BITUL"))
+        {
+            return 1
+                << bit
+                    .trim_matches(|c| c == '(' || c == ')')
+                    .parse::<u32>()
+                    .unwrap();
         }
         if let Some((base, shift)) = s.split_once("<<") {
             let base = base.trim().trim_end_matches(|c| c == 'U' || c == 'L');

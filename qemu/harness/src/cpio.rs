@@ -32,7 +32,11 @@ const S_IFCHR: u32 = 0o020000;
 impl<W: Write> Archive<W> {
     /// Start an archive on `out`.
     pub fn new(out: W) -> Self {
-        Archive { out, ino: 1, written: 0 }
+        Archive {
+            out,
+            ino: 1,
+            written: 0,
+        }
     }
 
     /// Add a directory.
@@ -134,7 +138,9 @@ mod tests {
                     .unwrap() as usize
             };
             let (mode, size, namesize) = (field(1), field(6), field(11));
-            let name = std::str::from_utf8(&b[110..110 + namesize - 1]).unwrap().to_string();
+            let name = std::str::from_utf8(&b[110..110 + namesize - 1])
+                .unwrap()
+                .to_string();
             let data_at = (110 + namesize).div_ceil(4) * 4;
             let data = b[data_at..data_at + size].to_vec();
             let next = (data_at + size).div_ceil(4) * 4;

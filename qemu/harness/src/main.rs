@@ -44,13 +44,20 @@ impl Args {
         Ok(Args(out))
     }
     fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .rev()
+            .find(|(a, _)| a == k)
+            .map(|(_, v)| v.as_str())
     }
     fn need(&self, k: &str) -> Result<&str, String> {
         self.get(k).ok_or_else(|| format!("missing --{k}"))
     }
     fn all<'a>(&'a self, k: &'a str) -> impl Iterator<Item = &'a str> {
-        self.0.iter().filter(move |(a, _)| a == k).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .filter(move |(a, _)| a == k)
+            .map(|(_, v)| v.as_str())
     }
     fn num<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T, String> {
         match self.get(k) {
@@ -66,14 +73,19 @@ fn initramfs(a: &Args) -> Result<(), String> {
     let f = std::fs::File::create(out).map_err(|e| format!("cannot create {out}: {e}"))?;
     let mut ar = Archive::new(std::io::BufWriter::new(f));
     let io = |e: std::io::Error| e.to_string();
-    for d in ["bin", "sbin", "dev", "proc", "sys", "tmp", "mnt", "root", "etc", "usr", "usr/bin", "usr/sbin", "lib"] {
+    for d in [
+        "bin", "sbin", "dev", "proc", "sys", "tmp", "mnt", "root", "etc", "usr", "usr/bin",
+        "usr/sbin", "lib",
+    ] {
         ar.dir(d, 0o755).map_err(io)?;
     }
     ar.chardev("dev/console", 0o600, 5, 1).map_err(io)?;
     ar.chardev("dev/null", 0o666, 1, 3).map_err(io)?;
-    ar.file("bin/busybox", 0o755, &read(a.need("busybox")?)?).map_err(io)?;
+    ar.file("bin/busybox", 0o755, &read(a.need("busybox")?)?)
+        .map_err(io)?;
     ar.symlink("bin/sh", "busybox").map_err(io)?;
-    ar.file("init", 0o755, &read(a.need("init")?)?).map_err(io)?;
+    ar.file("init", 0o755, &read(a.need("init")?)?)
+        .map_err(io)?;
     let mut dirs = std::collections::BTreeSet::new();
     for spec in a.all("file") {
         let (src, dst) = spec
@@ -81,19 +93,28 @@ fn initramfs(a: &Args) -> Result<(), String> {
             .ok_or_else(|| format!("--file wants SRC:DST, got {spec:?}"))?;
         let dst = dst.trim_start_matches('/');
         let mut acc = String::new();
-        for comp in dst.split('/').collect::<Vec<_>>().split_last().map(|x| x.1).unwrap_or(&[]) {
+        for comp in dst
+            .split('/')
+            .collect::<Vec<_>>()
+            .split_last()
+            .map(|x| x.1)
+            .unwrap_or(&[])
+        {
             if !acc.is_empty() {
                 acc.push('/');
             }
             acc.push_str(comp);
-            if dirs.insert(acc.clone()) && !["bin", "sbin", "usr", "usr/bin", "lib", "etc", "root"].contains(&acc.as_str()) {
+            if dirs.insert(acc.clone())
+                && !["bin", "sbin", "usr", "usr/bin", "lib", "etc", "root"].contains(&acc.as_str())
+            {
                 ar.dir(&acc, 0o755).map_err(io)?;
             }
         }
         let data = read(src)?;
         let meta = std::fs::metadata(src).map_err(|e| e.to_string())?;
         use std::os::unix::fs::PermissionsExt;
-        ar.file(dst, meta.permissions().mode() & 0o7777, &data).map_err(io)?;
+        ar.file(dst, meta.permissions().mode() & 0o7777, &data)
+            .map_err(io)?;
     }
     ar.finish().map_err(io)?;
     Ok(())
@@ -122,8 +143,16 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         eprintln!("halfproc: FAIL: {c}");
     }
     println!("halfproc: {}", v.summary_line());
-    eprintln!("halfproc: console log {}, results {}", o.log.display(), o.log.with_extension("results.json").display());
-    Ok(if v.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    eprintln!(
+        "halfproc: console log {}, results {}",
+        o.log.display(),
+        o.log.with_extension("results.json").display()
+    );
+    Ok(if v.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn main() -> ExitCode {
@@ -132,7 +161,9 @@ fn main() -> ExitCode {
         return usage();
     };
     let result = match cmd.as_str() {
-        "initramfs" => Args::parse(rest, &[]).and_then(|a| initramfs(&a)).map(|()| ExitCode::SUCCESS),
+        "initramfs" => Args::parse(rest, &[])
+            .and_then(|a| initramfs(&a))
+            .map(|()| ExitCode::SUCCESS),
         "run" => Args::parse(rest, &["quiet"]).and_then(|a| run(&a)),
         "scan" => match rest {
             [log] => std::fs::read_to_string(log)
@@ -142,7 +173,11 @@ fn main() -> ExitCode {
                     for x in &f {
                         println!("{}:{}: {}: {}", log, x.line, x.kind, x.text);
                     }
-                    if f.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+                    if f.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
                 }),
             _ => return usage(),
         },

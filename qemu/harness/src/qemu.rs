@@ -86,10 +86,16 @@ pub fn judge(console: &str, status: &str, timed_out: bool, timeout: Duration) ->
         .and_then(|v| v.trim().parse::<i32>().ok());
     let mut causes = Vec::new();
     if timed_out {
-        causes.push(format!("guest hung: killed after the {}s timeout", timeout.as_secs()));
+        causes.push(format!(
+            "guest hung: killed after the {}s timeout",
+            timeout.as_secs()
+        ));
     }
     for f in &findings {
-        causes.push(format!("kernel reported {} at console line {}: {}", f.kind, f.line, f.text));
+        causes.push(format!(
+            "kernel reported {} at console line {}: {}",
+            f.kind, f.line, f.text
+        ));
     }
     match exit_status {
         None if !timed_out => {
@@ -108,9 +114,20 @@ pub fn judge(console: &str, status: &str, timed_out: bool, timeout: Duration) ->
         .map(|r| r.name.as_str())
         .collect();
     if !failed.is_empty() {
-        causes.push(format!("{} tests failed: {}", failed.len(), failed.join(", ")));
+        causes.push(format!(
+            "{} tests failed: {}",
+            failed.len(),
+            failed.join(", ")
+        ));
     }
-    Verdict { exit_status, timed_out, findings, results, causes, elapsed: Duration::ZERO }
+    Verdict {
+        exit_status,
+        timed_out,
+        findings,
+        results,
+        causes,
+        elapsed: Duration::ZERO,
+    }
 }
 
 /// The qemu command line for `o`.
@@ -138,7 +155,9 @@ pub fn command(o: &RunOpts, status_file: &std::path::Path) -> Vec<String> {
         "-initrd".into(),
         o.initrd.display().to_string(),
         "-append".into(),
-        format!("console=ttyS0 panic=-1 {}", o.append).trim().to_string(),
+        format!("console=ttyS0 panic=-1 {}", o.append)
+            .trim()
+            .to_string(),
     ];
     if let Some(dir) = &o.share {
         c.push("-virtfs".into());
@@ -151,7 +170,9 @@ pub fn command(o: &RunOpts, status_file: &std::path::Path) -> Vec<String> {
 }
 
 fn shell_quote(s: &str) -> String {
-    if s.chars().all(|c| c.is_ascii_alphanumeric() || "-_=.,/:+".contains(c)) {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_=.,/:+".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -248,7 +269,11 @@ fn write_results(o: &RunOpts, v: &Verdict) -> io::Result<()> {
         v.timed_out,
         v.elapsed.as_secs_f64()
     );
-    let causes: Vec<_> = v.causes.iter().map(|c| format!("\n    {}", json_str(c))).collect();
+    let causes: Vec<_> = v
+        .causes
+        .iter()
+        .map(|c| format!("\n    {}", json_str(c)))
+        .collect();
     j.push_str(&causes.join(","));
     j.push_str("\n  ],\n  \"tests\": [");
     let tests: Vec<_> = v
@@ -303,13 +328,21 @@ mod tests {
     fn panic_without_status() {
         let console = "[    1.0] Kernel panic - not syncing: Attempted to kill init!\n";
         let v = judge(console, "", false, T);
-        assert!(v.causes.iter().any(|c| c.contains("panicked")), "{:?}", v.causes);
+        assert!(
+            v.causes.iter().any(|c| c.contains("panicked")),
+            "{:?}",
+            v.causes
+        );
     }
 
     #[test]
     fn hang_is_reported() {
         let v = judge("ok 1 a\n", "", true, T);
-        assert!(v.causes.iter().any(|c| c.contains("hung")), "{:?}", v.causes);
+        assert!(
+            v.causes.iter().any(|c| c.contains("hung")),
+            "{:?}",
+            v.causes
+        );
     }
 
     #[test]
@@ -334,7 +367,14 @@ mod tests {
             echo: false,
         };
         let c = command(&o, std::path::Path::new("/tmp/x.status")).join(" ");
-        for want in ["-no-reboot", "-accel tcg", "panic=-1", "pti=on", "file:/tmp/x.status", "mount_tag=hostshare"] {
+        for want in [
+            "-no-reboot",
+            "-accel tcg",
+            "panic=-1",
+            "pti=on",
+            "file:/tmp/x.status",
+            "mount_tag=hostshare",
+        ] {
             assert!(c.contains(want), "{want} missing from {c}");
         }
     }

@@ -27,7 +27,10 @@ const PATTERNS: &[(&str, &str)] = &[
     ("WARNING: bad unlock balance", "lockdep"),
     ("WARNING: held lock freed", "lockdep"),
     ("INFO: possible irq lock inversion", "lockdep"),
-    ("BUG: sleeping function called from invalid context", "atomic-sleep"),
+    (
+        "BUG: sleeping function called from invalid context",
+        "atomic-sleep",
+    ),
     ("BUG: scheduling while atomic", "atomic-sleep"),
     ("BUG: soft lockup", "lockup"),
     ("INFO: task ", "hung-task"),
@@ -42,7 +45,10 @@ const PATTERNS: &[(&str, &str)] = &[
     ("WARNING:", "warning"),
     ("list_add corruption", "list-corruption"),
     ("list_del corruption", "list-corruption"),
-    ("=============================================================================", "slub"),
+    (
+        "=============================================================================",
+        "slub",
+    ),
 ];
 
 /// Strip a printk timestamp (`[    1.234567] `) if present.
@@ -97,7 +103,11 @@ pub fn scan(log: &str) -> Vec<Finding> {
                 if i < in_report_until && *kind != "panic" {
                     break;
                 }
-                out.push(Finding { kind, line: i + 1, text: msg.trim_end().to_string() });
+                out.push(Finding {
+                    kind,
+                    line: i + 1,
+                    text: msg.trim_end().to_string(),
+                });
                 in_report_until = i + REPORT_SPAN;
                 break;
             }
@@ -115,8 +125,11 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> String {
-        std::fs::read_to_string(format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR")))
-            .unwrap()
+        std::fs::read_to_string(format!(
+            "{}/tests/fixtures/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
     }
 
     #[test]

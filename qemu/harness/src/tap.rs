@@ -58,7 +58,9 @@ pub fn parse_line(line: &str) -> Option<TestResult> {
         return None;
     }
     let rest = rest.trim_start();
-    let rest = rest.trim_start_matches(|c: char| c.is_ascii_digit()).trim_start();
+    let rest = rest
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .trim_start();
     let rest = rest.strip_prefix("- ").unwrap_or(rest);
     let (name, directive) = match rest.split_once(" # ") {
         Some((n, d)) => (n, Some(d.trim())),
@@ -71,7 +73,10 @@ pub fn parse_line(line: &str) -> Option<TestResult> {
         (true, _) => Status::Fail,
         (false, _) => Status::Pass,
     };
-    Some(TestResult { name: name.trim().to_string(), status })
+    Some(TestResult {
+        name: name.trim().to_string(),
+        status,
+    })
 }
 
 /// All results in a log, in order.
@@ -105,13 +110,21 @@ mod tests {
                    ok 3 global.c # SKIP module not loaded\n# FAILED: 1 / 3 tests passed.\n";
         let r = parse(log);
         assert_eq!(r.len(), 3);
-        assert_eq!(summarize(&r), Summary { passed: 1, failed: 1, skipped: 1 });
+        assert_eq!(
+            summarize(&r),
+            Summary {
+                passed: 1,
+                failed: 1,
+                skipped: 1
+            }
+        );
         assert_eq!(r[1].name, "global.b");
     }
 
     #[test]
     fn plain_tap_and_noise() {
-        let log = "[    1.0] random printk ok 5\nok\nokay 7\nnot ok 9 - broken\nok 10 - fine # skip x\n";
+        let log =
+            "[    1.0] random printk ok 5\nok\nokay 7\nnot ok 9 - broken\nok 10 - fine # skip x\n";
         let r = parse(log);
         assert_eq!(r.len(), 3, "{r:?}");
         assert_eq!(r[0].status, Status::Pass);
