@@ -13,6 +13,8 @@ ip link set lo up 2>/dev/null
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/tests
 # The runtime's tests and CLI must use the kernel backend here.
 export HALFPROC_BACKEND=kernel
+# Emulated and possibly sharing the host: give each runtime case more time.
+export HALFPROC_TEST_TIMEOUT=240
 
 mode=test
 only=""

@@ -116,15 +116,18 @@ pub fn run_tap(set: &'static Set, cases: &[Case], filter: Option<&str>) -> usize
         let d2 = done.clone();
         let name2 = name.to_string();
         // Watchdog: a hung case fails the whole run instead of hanging it.
+        // HALFPROC_TEST_TIMEOUT (seconds) stretches it where the machine is
+        // slow, e.g. a guest under software emulation on a loaded host.
+        let limit = case_timeout().as_secs();
         std::thread::spawn(move || {
             let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(30) {
+            while t0.elapsed() < Duration::from_secs(limit) {
                 if d2.load(Ordering::Acquire) != 0 {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            println!("not ok {n} - {name2} # timed out after 30 s");
+            println!("not ok {n} - {name2} # timed out after {limit} s");
             use std::io::Write;
             let _ = std::io::stdout().flush();
             // SAFETY: terminating the process.
@@ -173,7 +176,7 @@ fn spawn<T: SharedSafe + Sync + 'static>(
 }
 
 fn join_ok(m: Member) -> Result<(), String> {
-    match m.join_timeout(Some(Duration::from_secs(20))) {
+    match m.join_timeout(Some(case_timeout())) {
         Ok(Some(s)) if s.success() => Ok(()),
         Ok(Some(s)) => Err(format!("member {} {s}", m.pid())),
         Ok(None) => Err(format!("member {} did not finish in 20 s", m.pid())),
@@ -368,7 +371,7 @@ fn many_members(set: &'static Set) -> Result<(), String> {
     // Members start asynchronously; on a loaded (or emulated) machine the
     // last ones may take a while to be scheduled.
     let t0 = std::time::Instant::now();
-    while set.running_members() < 64 && t0.elapsed() < Duration::from_secs(20) {
+    while set.running_members() < 64 && t0.elapsed() < case_timeout() {
         std::thread::sleep(Duration::from_millis(10));
     }
     ensure!(
@@ -1493,4 +1496,14 @@ fn alloc_stress(set: &'static Set) -> Result<(), String> {
         "stress made too little progress"
     );
     Ok(())
+}
+
+/// How long one case may take: 30 s, or `HALFPROC_TEST_TIMEOUT` seconds
+/// where the machine is slow (a guest under software emulation).
+fn case_timeout() -> Duration {
+    let secs = std::env::var("HALFPROC_TEST_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    Duration::from_secs(secs)
 }
