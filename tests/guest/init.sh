@@ -102,7 +102,7 @@ if [ "$mode" = bench ]; then
 		out=/mnt
 	fi
 	echo "# section 4.4.3 (C, interleaved, ratios):"
-	/bench/hp_mm_bench 20000 8192; tap $? bench_mm_c
+	/bench/hp_mm_bench 5000 4096; tap $? bench_mm_c
 	halfproc bench mm --quick --out "$out" --label guest; tap $? bench_mm
 	# shellcheck disable=SC2046
 	halfproc bench copy $(cat /etc/bench.args 2>/dev/null) --out "$out" --label guest
