@@ -40,6 +40,7 @@ cat >"$OUT/init.sh" <<'INIT'
 /bin/busybox --install -s
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp
 rc=0
+echo 0 >/proc/sys/kernel/randomize_va_space
 for t in /tests/mm/*; do echo "# running $t"; (cd /tmp && "$t") || rc=1; done
 echo "HALFPROC_EXIT=$rc" >/dev/ttyS1
 poweroff -f

@@ -67,11 +67,15 @@ if [ "$mode" = test ]; then
 	done
 	halfproc info --probe; tap $? runtime_info_probe
 	# The kernel's own mm selftests: normal processes must not notice us.
+	# Without ASLR: mremap_test picks MAP_FIXED_NOREPLACE addresses next to
+	# its own mappings and fails at random (EEXIST) when they collide.
+	echo 0 >/proc/sys/kernel/randomize_va_space
 	for t in /tests/mm/*; do
 		[ -x "$t" ] || continue
 		echo "# running $t"
 		(cd /tmp && "$t") || rc=1
 	done
+	echo 2 >/proc/sys/kernel/randomize_va_space
 	# Module unload: refused while a set lives, fine once it is gone.
 	# Every live set holds one reference on the module.
 	sets_gone() {
