@@ -303,20 +303,7 @@ impl MmReport {
     /// The result as text, with the paper's numbers beside ours.
     pub fn table(&self) -> String {
         let mut t = String::new();
-        let m = &self.machine;
-        let _ = writeln!(
-            t,
-            "halfproc bench mm{} — backend {}, {} ({} CPUs), kernel {}",
-            if m.label.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", m.label)
-            },
-            self.backend.name(),
-            m.cpu_model,
-            m.cpus,
-            m.kernel
-        );
+        let _ = writeln!(t, "{}", self.machine.headline("mm", self.backend));
         let _ = writeln!(t, "shared side: {}", shared_meaning(self.backend));
         let head: Vec<String> = [
             "operation",
@@ -370,12 +357,7 @@ impl MmReport {
             "schema": 1,
             "backend": self.backend.name(),
             "shared_side": shared_meaning(self.backend),
-            "machine": {
-                "label": self.machine.label,
-                "cpu_model": self.machine.cpu_model,
-                "kernel": self.machine.kernel,
-                "cpus": self.machine.cpus,
-            },
+            "machine": self.machine.json(),
             "mmap": pair(&self.mmap, self.mmaps, 2.654 / 2.531),
             "fault": pair(&self.fault, self.faults, 1.327 / 1.316),
         })

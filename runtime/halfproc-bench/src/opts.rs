@@ -14,6 +14,14 @@ pub const MIN_EXP: u32 = 6;
 /// Largest size exponent (2^28 = 256 MiB), as in the paper.
 pub const MAX_EXP: u32 = 28;
 
+/// Default `--out` directory of both subcommands.
+const DEFAULT_OUT: &str = "halfproc-bench-out";
+
+/// Default `--backend`: `$HALFPROC_BACKEND`, else `auto`.
+fn default_backend() -> String {
+    std::env::var("HALFPROC_BACKEND").unwrap_or_else(|_| "auto".into())
+}
+
 /// Where the two processes run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Placement {
@@ -92,8 +100,8 @@ impl Default for CopyOpts {
             rounds: 5,
             placements: vec![Placement::Same, Placement::Different],
             chunk: 64 << 10,
-            backend: std::env::var("HALFPROC_BACKEND").unwrap_or_else(|_| "auto".into()),
-            out: Some(PathBuf::from("halfproc-bench-out")),
+            backend: default_backend(),
+            out: Some(PathBuf::from(DEFAULT_OUT)),
             label: String::new(),
             progress: true,
         }
@@ -125,8 +133,8 @@ impl Default for MmOpts {
             mmaps: 1_000_000,
             faults: 1_000_000,
             reps: 5,
-            backend: std::env::var("HALFPROC_BACKEND").unwrap_or_else(|_| "auto".into()),
-            out: Some(PathBuf::from("halfproc-bench-out")),
+            backend: default_backend(),
+            out: Some(PathBuf::from(DEFAULT_OUT)),
             label: String::new(),
             progress: true,
         }
@@ -229,6 +237,36 @@ impl<'a> Args<'a> {
             None => Err(Error::usage(format!("--{flag} needs a value"))),
         }
     }
+
+    /// Handle a flag that `copy` and `mm` share (`--backend`, `--out`,
+    /// `--label`, `--quiet`, `--help`); any other flag is unknown.
+    fn shared_flag(&mut self, flag: &str, inline: Option<String>, o: Shared<'_>) -> Result<()> {
+        match flag {
+            "backend" => *o.backend = self.value(flag, inline)?,
+            "out" => {
+                let v = self.value(flag, inline)?;
+                *o.out = (v != "-").then(|| PathBuf::from(v));
+            }
+            "label" => *o.label = self.value(flag, inline)?,
+            "quiet" => *o.progress = false,
+            "help" => return Err(Error::Usage(o.help.into())),
+            other => {
+                return Err(Error::usage(format!(
+                    "unknown option --{other} (see --help)"
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The fields of [`CopyOpts`] and [`MmOpts`] that [`Args::shared_flag`] sets.
+struct Shared<'o> {
+    backend: &'o mut String,
+    out: &'o mut Option<PathBuf>,
+    label: &'o mut String,
+    progress: &'o mut bool,
+    help: &'static str,
 }
 
 fn count(flag: &str, v: &str, min: usize) -> Result<usize> {
@@ -314,34 +352,29 @@ impl CopyOpts {
                             Error::usage(format!("--chunk `{v}`: a power of two from 4K to 16M"))
                         })?;
                 }
-                "backend" => o.backend = a.value(&flag, inline)?,
-                "out" => {
-                    let v = a.value(&flag, inline)?;
-                    o.out = if v == "-" {
-                        None
-                    } else {
-                        Some(PathBuf::from(v))
-                    };
-                }
-                "label" => o.label = a.value(&flag, inline)?,
                 "quick" => {
                     o.sizes = (MIN_EXP..=24).step_by(2).collect();
                     if !reps_given {
                         o.reps = 3;
                     }
                 }
-                "quiet" => o.progress = false,
-                "help" => return Err(Error::Usage(COPY_HELP.into())),
-                other => {
-                    return Err(Error::usage(format!(
-                        "unknown option --{other} (see --help)"
-                    )))
-                }
+                _ => a.shared_flag(&flag, inline, o.shared(COPY_HELP))?,
             }
         }
         o.rounds = rounds.unwrap_or(o.reps);
         o.validate()?;
         Ok(o)
+    }
+
+    /// The fields [`Args::shared_flag`] sets.
+    fn shared(&mut self, help: &'static str) -> Shared<'_> {
+        Shared {
+            backend: &mut self.backend,
+            out: &mut self.out,
+            label: &mut self.label,
+            progress: &mut self.progress,
+            help,
+        }
     }
 
     /// Check the combination of options.
@@ -387,31 +420,26 @@ impl MmOpts {
                 "mmaps" => o.mmaps = count(&flag, &a.value(&flag, inline)?, 1)?,
                 "faults" => o.faults = count(&flag, &a.value(&flag, inline)?, 1)?,
                 "reps" => o.reps = count(&flag, &a.value(&flag, inline)?, 1)?,
-                "backend" => o.backend = a.value(&flag, inline)?,
-                "out" => {
-                    let v = a.value(&flag, inline)?;
-                    o.out = if v == "-" {
-                        None
-                    } else {
-                        Some(PathBuf::from(v))
-                    };
-                }
-                "label" => o.label = a.value(&flag, inline)?,
                 "quick" => {
                     o.mmaps = 20_000;
                     o.faults = 20_000;
                     o.reps = 3;
                 }
-                "quiet" => o.progress = false,
-                "help" => return Err(Error::Usage(MM_HELP.into())),
-                other => {
-                    return Err(Error::usage(format!(
-                        "unknown option --{other} (see --help)"
-                    )))
-                }
+                _ => a.shared_flag(&flag, inline, o.shared(MM_HELP))?,
             }
         }
         Ok(o)
+    }
+
+    /// The fields [`Args::shared_flag`] sets.
+    fn shared(&mut self, help: &'static str) -> Shared<'_> {
+        Shared {
+            backend: &mut self.backend,
+            out: &mut self.out,
+            label: &mut self.label,
+            progress: &mut self.progress,
+            help,
+        }
     }
 }
 

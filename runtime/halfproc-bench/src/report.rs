@@ -92,6 +92,34 @@ impl Machine {
             cpus,
         }
     }
+
+    /// The first line of a text report: `halfproc bench <bench> [label] —
+    /// backend <b>, <cpu> (<n> CPUs), kernel <k>`.
+    pub fn headline(&self, bench: &str, backend: Backend) -> String {
+        format!(
+            "halfproc bench {}{} — backend {}, {} ({} CPUs), kernel {}",
+            bench,
+            if self.label.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", self.label)
+            },
+            backend.name(),
+            self.cpu_model,
+            self.cpus,
+            self.kernel
+        )
+    }
+
+    /// The `"machine"` object of the JSON reports.
+    pub fn json(&self) -> Value {
+        json!({
+            "label": self.label,
+            "cpu_model": self.cpu_model,
+            "kernel": self.kernel,
+            "cpus": self.cpus,
+        })
+    }
 }
 
 /// The result of `bench copy`.
@@ -282,20 +310,7 @@ impl CopyReport {
     /// every size), unavailable strategies with reasons, headline ratios.
     pub fn table(&self) -> String {
         let mut t = String::new();
-        let m = &self.machine;
-        let _ = writeln!(
-            t,
-            "halfproc bench copy{} — backend {}, {} ({} CPUs), kernel {}",
-            if m.label.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", m.label)
-            },
-            self.backend.name(),
-            m.cpu_model,
-            m.cpus,
-            m.kernel
-        );
+        let _ = writeln!(t, "{}", self.machine.headline("copy", self.backend));
         let _ = writeln!(
             t,
             "protocol: p writes d; timer; p' obtains d and checksums it; timer. {} timed reps (+{} warm-up per round, {} rounds), chunk {}; checksums verified",
@@ -483,12 +498,7 @@ impl CopyReport {
             "benchmark": "copy",
             "schema": 1,
             "backend": self.backend.name(),
-            "machine": {
-                "label": self.machine.label,
-                "cpu_model": self.machine.cpu_model,
-                "kernel": self.machine.kernel,
-                "cpus": self.machine.cpus,
-            },
+            "machine": self.machine.json(),
             "protocol": "p writes d (untimed); timer starts in p; p' obtains d and checksums it; timer stops in p'; checksum compared with the seed's",
             "sizes": self.sizes,
             "reps": self.reps,

@@ -327,8 +327,11 @@ pub enum Dir {
 /// `local` must be valid for `len` bytes: readable for [`Dir::Write`],
 /// writable for [`Dir::Read`].
 pub unsafe fn cma(dir: Dir, pid: i32, remote: usize, local: *mut u8, len: usize) -> Result<()> {
-    let mut done = 0usize;
-    while done < len {
+    let name = match dir {
+        Dir::Read => "process_vm_readv",
+        Dir::Write => "process_vm_writev",
+    };
+    copy_all(name, len, |done| {
         let l = libc::iovec {
             // SAFETY: `done < len`, inside the caller's buffer.
             iov_base: unsafe { local.add(done) }.cast(),
@@ -340,33 +343,13 @@ pub unsafe fn cma(dir: Dir, pid: i32, remote: usize, local: *mut u8, len: usize)
         };
         // SAFETY: the iovecs describe the caller's buffer (valid by the
         // function's contract) and a remote range the kernel checks.
-        let n = unsafe {
+        unsafe {
             match dir {
                 Dir::Read => libc::process_vm_readv(pid, &l, 1, &r, 1, 0),
                 Dir::Write => libc::process_vm_writev(pid, &l, 1, &r, 1, 0),
             }
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            let name = if dir == Dir::Read {
-                "process_vm_readv"
-            } else {
-                "process_vm_writev"
-            };
-            return Err(Error::Sys {
-                what: name.into(),
-                err: e,
-            });
         }
-        if n == 0 {
-            return Err(Error::Verify("process_vm_*: copied 0 bytes".into()));
-        }
-        done += n as usize;
-    }
-    Ok(())
+    })
 }
 
 /// `dmread`/`dmwrite` (syscalls 470/471) of one range, looping over
@@ -376,32 +359,37 @@ pub unsafe fn cma(dir: Dir, pid: i32, remote: usize, local: *mut u8, len: usize)
 ///
 /// As for [`cma`].
 pub unsafe fn dm(dir: Dir, pid: i32, remote: usize, local: *mut u8, len: usize) -> Result<()> {
-    let nr = match dir {
-        Dir::Read => halfproc_uapi::nr::DMREAD,
-        Dir::Write => halfproc_uapi::nr::DMWRITE,
+    let (nr, name) = match dir {
+        Dir::Read => (halfproc_uapi::nr::DMREAD, "dmread"),
+        Dir::Write => (halfproc_uapi::nr::DMWRITE, "dmwrite"),
     };
+    copy_all(name, len, |done| {
+        // SAFETY: arguments as documented in halfproc.h: (pid, remote ptr,
+        // size, local buf); `done < len`, and the local buffer is valid by
+        // our contract.
+        unsafe { libc::syscall(nr, pid, remote + done, len - done, local.add(done)) as isize }
+    })
+}
+
+/// Call `step(done)` (one copy of the rest from offset `done`, returning the
+/// bytes copied or -1 with `errno` set, like the system call `name`) until
+/// `len` bytes are copied, retrying after `EINTR`.
+fn copy_all(name: &str, len: usize, mut step: impl FnMut(usize) -> isize) -> Result<()> {
     let mut done = 0usize;
     while done < len {
-        // SAFETY: arguments as documented in halfproc.h: (pid, remote ptr,
-        // size, local buf); the local buffer is valid by our contract.
-        let n = unsafe { libc::syscall(nr, pid, remote + done, len - done, local.add(done)) };
+        let n = step(done);
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
-            let name = if dir == Dir::Read {
-                "dmread"
-            } else {
-                "dmwrite"
-            };
             return Err(Error::Sys {
                 what: name.into(),
                 err: e,
             });
         }
         if n == 0 {
-            return Err(Error::Verify("dmread/dmwrite: copied 0 bytes".into()));
+            return Err(Error::Verify(format!("{name}: copied 0 bytes")));
         }
         done += n as usize;
     }

@@ -80,6 +80,17 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// A byte count for C, or -1 with `errno` set.
+fn bytes_or_errno(r: std::io::Result<usize>) -> isize {
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
+            -1
+        }
+    }
+}
+
 /// Creates the half-process set of this process. `backend` is `"auto"`,
 /// `"kernel"`, `"portable"` or NULL (from `HALFPROC_BACKEND`, default auto).
 /// Call it early in `main`, before creating threads. Returns 0, `EEXIST` if
@@ -562,13 +573,7 @@ pub unsafe extern "C" fn halfproc_dmread(
         // SAFETY: per the contract.
         unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), size) }
     };
-    match halfproc::dmread(pid, ptr as usize, size, local) {
-        Ok(n) => n as isize,
-        Err(e) => {
-            set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
-            -1
-        }
-    }
+    bytes_or_errno(halfproc::dmread(pid, ptr as usize, size, local))
 }
 
 /// Copies `size` bytes of `buf` to `ptr` in member `pid`. Returns the bytes
@@ -594,11 +599,5 @@ pub unsafe extern "C" fn halfproc_dmwrite(
         // SAFETY: per the contract.
         unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), size) }
     };
-    match halfproc::dmwrite(pid, ptr as usize, size, local) {
-        Ok(n) => n as isize,
-        Err(e) => {
-            set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
-            -1
-        }
-    }
+    bytes_or_errno(halfproc::dmwrite(pid, ptr as usize, size, local))
 }

@@ -42,6 +42,14 @@ fn check_len(len: usize, buf_len: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// A one-element iovec array: `len` bytes at `base`.
+fn iov1(base: *mut libc::c_void, len: usize) -> [libc::iovec; 1] {
+    [libc::iovec {
+        iov_base: base,
+        iov_len: len,
+    }]
+}
+
 /// Copies `len` bytes at `remote_ptr` in member `pid` into `local_buf`.
 ///
 /// # Examples
@@ -57,14 +65,8 @@ fn check_len(len: usize, buf_len: usize) -> io::Result<()> {
 pub fn dmread(pid: i32, remote_ptr: usize, len: usize, local_buf: &mut [u8]) -> io::Result<usize> {
     check_len(len, local_buf.len())?;
     let set = set_for_dm(pid)?;
-    let local = [libc::iovec {
-        iov_base: local_buf.as_mut_ptr().cast(),
-        iov_len: len,
-    }];
-    let remote = [libc::iovec {
-        iov_base: remote_ptr as *mut libc::c_void,
-        iov_len: len,
-    }];
+    let local = iov1(local_buf.as_mut_ptr().cast(), len);
+    let remote = iov1(remote_ptr as *mut libc::c_void, len);
     // SAFETY: `local` describes memory we own for `len` bytes (checked);
     // the kernel validates the remote side.
     unsafe { copy(set, pid, &local, &remote, false) }
@@ -84,14 +86,8 @@ pub fn dmread(pid: i32, remote_ptr: usize, len: usize, local_buf: &mut [u8]) -> 
 pub fn dmwrite(pid: i32, remote_ptr: usize, len: usize, local_buf: &[u8]) -> io::Result<usize> {
     check_len(len, local_buf.len())?;
     let set = set_for_dm(pid)?;
-    let local = [libc::iovec {
-        iov_base: local_buf.as_ptr() as *mut libc::c_void,
-        iov_len: len,
-    }];
-    let remote = [libc::iovec {
-        iov_base: remote_ptr as *mut libc::c_void,
-        iov_len: len,
-    }];
+    let local = iov1(local_buf.as_ptr().cast_mut().cast(), len);
+    let remote = iov1(remote_ptr as *mut libc::c_void, len);
     // SAFETY: the kernel only reads `local` (our buffer, `len` bytes).
     unsafe { copy(set, pid, &local, &remote, true) }
 }
@@ -139,66 +135,52 @@ unsafe fn copy(
     if local.len() > halfproc_uapi::DM_IOV_MAX || remote.len() > halfproc_uapi::DM_IOV_MAX {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
+    use halfproc_uapi::nr;
+    let (nr_one, nr_vec) = if write {
+        (nr::DMWRITE, nr::DMWRITEV)
+    } else {
+        (nr::DMREAD, nr::DMREADV)
+    };
     let r = match set.backend().kind() {
-        BackendKind::Kernel if local.len() == 1 && remote.len() == 1 => {
-            let nr = if write {
-                halfproc_uapi::nr::DMWRITE
-            } else {
-                halfproc_uapi::nr::DMREAD
-            };
-            // SAFETY: dmread(pid, ptr, size, buf) / dmwrite(pid, ptr, size, buf);
-            // the local buffer is valid per the contract.
-            unsafe {
-                libc::syscall(
-                    nr as libc::c_long,
-                    pid as libc::c_long,
-                    remote[0].iov_base,
-                    remote[0].iov_len,
-                    local[0].iov_base,
-                )
-            }
-        }
-        BackendKind::Kernel => {
-            let nr = if write {
-                halfproc_uapi::nr::DMWRITEV
-            } else {
-                halfproc_uapi::nr::DMREADV
-            };
-            // SAFETY: same arguments as process_vm_readv; iovecs are valid.
-            unsafe {
-                libc::syscall(
-                    nr as libc::c_long,
-                    pid as libc::c_long,
-                    local.as_ptr(),
-                    local.len(),
-                    remote.as_ptr(),
-                    remote.len(),
-                    0usize,
-                )
-            }
-        }
+        // SAFETY: dmread(pid, ptr, size, buf) / dmwrite(pid, ptr, size, buf);
+        // the local buffer is valid per the contract.
+        BackendKind::Kernel if local.len() == 1 && remote.len() == 1 => unsafe {
+            libc::syscall(
+                nr_one as libc::c_long,
+                pid as libc::c_long,
+                remote[0].iov_base,
+                remote[0].iov_len,
+                local[0].iov_base,
+            )
+        },
+        // SAFETY: same arguments as process_vm_readv; iovecs are valid.
+        BackendKind::Kernel => unsafe {
+            libc::syscall(
+                nr_vec as libc::c_long,
+                pid as libc::c_long,
+                local.as_ptr(),
+                local.len(),
+                remote.as_ptr(),
+                remote.len(),
+                0usize,
+            )
+        },
         BackendKind::Portable => {
+            let vm_copy = if write {
+                libc::process_vm_writev
+            } else {
+                libc::process_vm_readv
+            };
             // SAFETY: iovecs are valid per the contract; flags must be 0.
             unsafe {
-                if write {
-                    libc::process_vm_writev(
-                        pid,
-                        local.as_ptr(),
-                        local.len() as _,
-                        remote.as_ptr(),
-                        remote.len() as _,
-                        0,
-                    ) as libc::c_long
-                } else {
-                    libc::process_vm_readv(
-                        pid,
-                        local.as_ptr(),
-                        local.len() as _,
-                        remote.as_ptr(),
-                        remote.len() as _,
-                        0,
-                    ) as libc::c_long
-                }
+                vm_copy(
+                    pid,
+                    local.as_ptr(),
+                    local.len() as _,
+                    remote.as_ptr(),
+                    remote.len() as _,
+                    0,
+                ) as libc::c_long
             }
         }
     };

@@ -230,6 +230,12 @@ pub struct Member {
     pid: i32,
 }
 
+/// Runs a member's entry `f` on its argument `a` (both as `usize`).
+///
+/// # Safety
+///
+/// `(f, a)` must satisfy the contract of the trampoline they were paired
+/// with ([`rust_trampoline`] or [`c_trampoline`]).
 type Trampoline = unsafe fn(usize, usize) -> i32;
 
 /// Calls a Rust `fn(&T) -> i32`.

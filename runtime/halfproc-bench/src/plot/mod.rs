@@ -183,6 +183,16 @@ const GRID: Rgb = Rgb(0xdd, 0xdd, 0xdd);
 
 /// A text with a superscript, as two primitives: `base` then `sup`, anchored
 /// as a whole at `at`.
+/// A solid 1-unit line from `a` to `b` (grid lines, ticks).
+fn hairline(a: (f32, f32), b: (f32, f32), color: Rgb) -> Prim {
+    Prim::Path {
+        pts: vec![a, b],
+        color,
+        width: 1.0,
+        dash: None,
+    }
+}
+
 fn power_label(prims: &mut Vec<Prim>, at: (f32, f32), base: &str, sup: &str, anchor: Anchor) {
     let (bs, ss) = (14.0, 10.0);
     let total = font::width(base, bs) + font::width(sup, ss);
@@ -240,18 +250,8 @@ impl Chart {
         let xstep = if ex1 - ex0 > 12 { 2 } else { 1 };
         for e in (ex0..=ex1).filter(|e| (e - ex0) % xstep == 0) {
             let x = sx(2f64.powi(e));
-            prims.push(Prim::Path {
-                pts: vec![(x, TOP), (x, BOTTOM)],
-                color: GRID,
-                width: 1.0,
-                dash: None,
-            });
-            prims.push(Prim::Path {
-                pts: vec![(x, BOTTOM), (x, BOTTOM + 5.0)],
-                color: INK,
-                width: 1.0,
-                dash: None,
-            });
+            prims.push(hairline((x, TOP), (x, BOTTOM), GRID));
+            prims.push(hairline((x, BOTTOM), (x, BOTTOM + 5.0), INK));
             power_label(
                 &mut prims,
                 (x, BOTTOM + 22.0),
@@ -262,18 +262,8 @@ impl Chart {
         }
         for e in ey0..=ey1 {
             let y = sy(10f64.powi(e));
-            prims.push(Prim::Path {
-                pts: vec![(LEFT, y), (RIGHT, y)],
-                color: GRID,
-                width: 1.0,
-                dash: None,
-            });
-            prims.push(Prim::Path {
-                pts: vec![(LEFT - 5.0, y), (LEFT, y)],
-                color: INK,
-                width: 1.0,
-                dash: None,
-            });
+            prims.push(hairline((LEFT, y), (RIGHT, y), GRID));
+            prims.push(hairline((LEFT - 5.0, y), (LEFT, y), INK));
             power_label(
                 &mut prims,
                 (LEFT - 8.0, y + 5.0),

@@ -53,6 +53,26 @@ fn text_path(text: &str, size: f32) -> Option<tiny_skia::Path> {
     pb.finish()
 }
 
+/// Fill `path` and then stroke it (colour, width), each when asked for.
+fn fill_and_stroke(
+    pm: &mut Pixmap,
+    path: &tiny_skia::Path,
+    fill: Option<Rgb>,
+    stroke: Option<(Rgb, f32)>,
+    base: Transform,
+) {
+    if let Some(c) = fill {
+        pm.fill_path(path, &paint(c), FillRule::Winding, base, None);
+    }
+    if let Some((c, width)) = stroke {
+        let s = Stroke {
+            width,
+            ..Stroke::default()
+        };
+        pm.stroke_path(path, &paint(c), &s, base, None);
+    }
+}
+
 /// The scene as an RGBA pixmap.
 pub fn rasterize(scene: &Scene) -> Result<Pixmap> {
     let (w, h) = ((scene.width * SCALE) as u32, (scene.height * SCALE) as u32);
@@ -82,33 +102,13 @@ pub fn rasterize(scene: &Scene) -> Result<Pixmap> {
                 pm.stroke_path(&path, &paint(*color), &stroke, base, None);
             }
             Prim::Polygon { pts, fill, stroke } => {
-                let Some(path) = poly(pts, true) else {
-                    continue;
-                };
-                if let Some(c) = fill {
-                    pm.fill_path(&path, &paint(*c), FillRule::Winding, base, None);
-                }
-                if let Some((c, w)) = stroke {
-                    let s = Stroke {
-                        width: *w,
-                        ..Stroke::default()
-                    };
-                    pm.stroke_path(&path, &paint(*c), &s, base, None);
+                if let Some(path) = poly(pts, true) {
+                    fill_and_stroke(&mut pm, &path, *fill, *stroke, base);
                 }
             }
             Prim::Circle { c, r, fill, stroke } => {
-                let Some(path) = PathBuilder::from_circle(c.0, c.1, *r) else {
-                    continue;
-                };
-                if let Some(col) = fill {
-                    pm.fill_path(&path, &paint(*col), FillRule::Winding, base, None);
-                }
-                if let Some((col, w)) = stroke {
-                    let s = Stroke {
-                        width: *w,
-                        ..Stroke::default()
-                    };
-                    pm.stroke_path(&path, &paint(*col), &s, base, None);
+                if let Some(path) = PathBuilder::from_circle(c.0, c.1, *r) {
+                    fill_and_stroke(&mut pm, &path, *fill, *stroke, base);
                 }
             }
             Prim::Text {

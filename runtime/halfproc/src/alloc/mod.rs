@@ -329,10 +329,16 @@ pub struct SharedAlloc;
 // SAFETY: blocks are valid until freed, at least `size` bytes and aligned
 // as asked (aligned_alloc); free accepts exactly what alloc returned.
 unsafe impl GlobalAlloc for SharedAlloc {
+    /// # Safety
+    ///
+    /// As for [`GlobalAlloc::alloc`]: `layout` has a non-zero size.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         aligned_alloc(layout.align(), layout.size())
     }
 
+    /// # Safety
+    ///
+    /// As for [`GlobalAlloc::alloc_zeroed`]: `layout` has a non-zero size.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let p = aligned_alloc(layout.align(), layout.size());
         if !p.is_null() {
@@ -342,11 +348,20 @@ unsafe impl GlobalAlloc for SharedAlloc {
         p
     }
 
+    /// # Safety
+    ///
+    /// As for [`GlobalAlloc::dealloc`]: `ptr` came from this allocator and
+    /// is not used afterwards.
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
         // SAFETY: per GlobalAlloc's contract `ptr` came from alloc.
         unsafe { free(ptr) }
     }
 
+    /// # Safety
+    ///
+    /// As for [`GlobalAlloc::realloc`]: `ptr` came from this allocator with
+    /// `layout`, and `new_size` is non-zero and does not overflow `isize`
+    /// when rounded up to the alignment.
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if layout.align() <= MIN_ALIGN {
             // SAFETY: per GlobalAlloc's contract.
@@ -379,6 +394,11 @@ unsafe impl allocator_api2::alloc::Allocator for SharedAlloc {
             .ok_or(allocator_api2::alloc::AllocError)
     }
 
+    /// # Safety
+    ///
+    /// As for [`Allocator::deallocate`](allocator_api2::alloc::Allocator::deallocate):
+    /// `ptr` was allocated by this allocator with `layout` and is not used
+    /// afterwards.
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         if layout.size() != 0 {
             // SAFETY: per Allocator's contract `ptr` came from allocate.

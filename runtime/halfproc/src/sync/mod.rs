@@ -57,6 +57,16 @@ pub enum LockError<G> {
     NotMember,
 }
 
+/// `Ok(guard)`, or `Err(OwnerDied(guard))` when the lock was just taken over
+/// from a dead owner.
+pub(crate) fn guard_result<G>(owner_died: bool, guard: G) -> Result<G, LockError<G>> {
+    if owner_died {
+        Err(LockError::OwnerDied(guard))
+    } else {
+        Ok(guard)
+    }
+}
+
 impl<G> LockError<G> {
     /// The guard, when the lock was taken despite the error.
     pub fn into_inner(self) -> Option<G> {

@@ -42,7 +42,7 @@ use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 
 use super::futex::{self, AtomicU32, Ordering};
-use super::LockError;
+use super::{guard_result, LockError};
 
 const UNLOCKED: u32 = 0;
 const CONTENDED: u32 = 1 << 31;
@@ -103,14 +103,19 @@ impl RawMutex {
         self as *const Self as usize
     }
 
+    /// The fast path: one CAS from unlocked to held by `tid`.
+    #[inline(always)]
+    fn try_acquire(&self, tid: u32) -> bool {
+        self.state
+            .compare_exchange(UNLOCKED, tid, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Takes the lock if it is free. `Err(NotMember)` in an outsider.
     #[inline]
     pub fn try_lock(&self) -> Result<bool, LockError<()>> {
         futex::check_member(self.addr()).map_err(|_| LockError::NotMember)?;
-        Ok(self
-            .state
-            .compare_exchange(UNLOCKED, futex::tid(), Ordering::Acquire, Ordering::Relaxed)
-            .is_ok())
+        Ok(self.try_acquire(futex::tid()))
     }
 
     /// Takes the lock, sleeping while another thread or member holds it.
@@ -118,11 +123,7 @@ impl RawMutex {
     pub fn lock(&self) -> Result<Acquired, LockError<()>> {
         futex::check_member(self.addr()).map_err(|_| LockError::NotMember)?;
         let tid = futex::tid();
-        if self
-            .state
-            .compare_exchange(UNLOCKED, tid, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
+        if self.try_acquire(tid) {
             return Ok(Acquired::Clean);
         }
         Ok(self.lock_contended(tid, None).unwrap_or(Acquired::Clean))
@@ -135,11 +136,7 @@ impl RawMutex {
     ) -> Result<Option<Acquired>, LockError<()>> {
         futex::check_member(self.addr()).map_err(|_| LockError::NotMember)?;
         let tid = futex::tid();
-        if self
-            .state
-            .compare_exchange(UNLOCKED, tid, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
+        if self.try_acquire(tid) {
             return Ok(Some(Acquired::Clean));
         }
         Ok(self.lock_contended(tid, Some(deadline)))
@@ -149,11 +146,7 @@ impl RawMutex {
     /// stays consistent at every step), and returns an unlocking guard.
     pub(crate) fn lock_recover(&self) -> RawGuard<'_> {
         let tid = futex::tid();
-        if self
-            .state
-            .compare_exchange(UNLOCKED, tid, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if !self.try_acquire(tid) {
             self.lock_contended(tid, None);
         }
         RawGuard(self)
@@ -172,6 +165,14 @@ impl RawMutex {
         }
     }
 
+    /// Takes the lock as `tid | CONTENDED` if the word still is `from`;
+    /// else returns the word found.
+    fn take_contended(&self, from: u32, tid: u32) -> Result<(), u32> {
+        self.state
+            .compare_exchange(from, tid | CONTENDED, Ordering::Acquire, Ordering::Relaxed)
+            .map(drop)
+    }
+
     /// The contended path. `None` only when `deadline` passed.
     #[cold]
     fn lock_contended(&self, tid: u32, deadline: Option<std::time::Instant>) -> Option<Acquired> {
@@ -179,13 +180,8 @@ impl RawMutex {
         loop {
             if state == UNLOCKED {
                 // Others may sleep: take it as contended so our unlock wakes one.
-                match self.state.compare_exchange(
-                    UNLOCKED,
-                    tid | CONTENDED,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return Some(Acquired::Clean),
+                match self.take_contended(UNLOCKED, tid) {
+                    Ok(()) => return Some(Acquired::Clean),
                     Err(s) => {
                         state = s;
                         continue;
@@ -218,13 +214,8 @@ impl RawMutex {
                 let owner = state & TID_MASK;
                 if owner != 0 && !futex::alive(owner) {
                     // Exactly one waiter wins this CAS.
-                    match self.state.compare_exchange(
-                        state,
-                        tid | CONTENDED,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => return Some(Acquired::OwnerDied),
+                    match self.take_contended(state, tid) {
+                        Ok(()) => return Some(Acquired::OwnerDied),
                         Err(s) => {
                             state = s;
                             continue;
@@ -344,8 +335,7 @@ impl<T: ?Sized> Mutex<T> {
     #[inline]
     pub fn lock(&self) -> Result<MutexGuard<'_, T>, LockError<MutexGuard<'_, T>>> {
         match self.raw.lock() {
-            Ok(Acquired::Clean) => Ok(MutexGuard::new(self)),
-            Ok(Acquired::OwnerDied) => Err(LockError::OwnerDied(MutexGuard::new(self))),
+            Ok(how) => self.guard(how),
             Err(_) => Err(LockError::NotMember),
         }
     }
@@ -362,11 +352,16 @@ impl<T: ?Sized> Mutex<T> {
         timeout: core::time::Duration,
     ) -> Result<Option<MutexGuard<'_, T>>, LockError<MutexGuard<'_, T>>> {
         match self.raw.lock_until(std::time::Instant::now() + timeout) {
-            Ok(Some(Acquired::Clean)) => Ok(Some(MutexGuard::new(self))),
-            Ok(Some(Acquired::OwnerDied)) => Err(LockError::OwnerDied(MutexGuard::new(self))),
+            Ok(Some(how)) => self.guard(how).map(Some),
             Ok(None) => Ok(None),
             Err(_) => Err(LockError::NotMember),
         }
+    }
+
+    /// The guard of a lock this thread has just taken, `Err(OwnerDied)` as
+    /// `how` says.
+    fn guard(&self, how: Acquired) -> Result<MutexGuard<'_, T>, LockError<MutexGuard<'_, T>>> {
+        guard_result(how == Acquired::OwnerDied, MutexGuard::new(self))
     }
 
     /// The underlying lock.

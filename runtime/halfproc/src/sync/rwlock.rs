@@ -23,7 +23,7 @@ use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 
 use super::futex::{self, AtomicU32, Ordering};
-use super::LockError;
+use super::{guard_result, LockError};
 
 const READ_LOCKED: u32 = 1;
 const MASK: u32 = (1 << 30) - 1;
@@ -90,13 +90,15 @@ impl RawRwLock {
             && self.owner_died.swap(0, Ordering::Acquire) != 0
     }
 
-    fn register_reader(&self, tid: u32) {
+    /// Replace the first reader slot holding `from` by `to`, probing from
+    /// slot `tid % SLOTS`. Does nothing when no slot holds `from`.
+    fn swap_reader_slot(&self, tid: u32, from: u32, to: u32) {
         let start = tid as usize % SLOTS;
         for i in 0..SLOTS {
             let slot = &self.readers[(start + i) % SLOTS];
-            if slot.load(Ordering::Relaxed) == 0
+            if slot.load(Ordering::Relaxed) == from
                 && slot
-                    .compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
+                    .compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
             {
                 return;
@@ -104,18 +106,12 @@ impl RawRwLock {
         }
     }
 
+    fn register_reader(&self, tid: u32) {
+        self.swap_reader_slot(tid, 0, tid);
+    }
+
     fn unregister_reader(&self, tid: u32) {
-        let start = tid as usize % SLOTS;
-        for i in 0..SLOTS {
-            let slot = &self.readers[(start + i) % SLOTS];
-            if slot.load(Ordering::Relaxed) == tid
-                && slot
-                    .compare_exchange(tid, 0, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return;
-            }
-        }
+        self.swap_reader_slot(tid, tid, 0);
     }
 
     /// Returns `true` when it took the lock after an owner died.
@@ -157,16 +153,9 @@ impl RawRwLock {
                 state & MASK != MAX_READERS,
                 "too many active read locks on RwLock"
             );
-            if !has_readers_waiting(state) {
-                if let Err(s) = self.state.compare_exchange(
-                    state,
-                    state | READERS_WAITING,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    state = s;
-                    continue;
-                }
+            if let Err(s) = self.set_waiting(state, READERS_WAITING) {
+                state = s;
+                continue;
             }
             if !futex::wait(
                 &self.state,
@@ -225,16 +214,9 @@ impl RawRwLock {
                     }
                 }
             }
-            if !has_writers_waiting(state) {
-                if let Err(s) = self.state.compare_exchange(
-                    state,
-                    state | WRITERS_WAITING,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    state = s;
-                    continue;
-                }
+            if let Err(s) = self.set_waiting(state, WRITERS_WAITING) {
+                state = s;
+                continue;
             }
             other_writers_waiting = WRITERS_WAITING;
             let seq = self.writer_notify.load(Ordering::Acquire);
@@ -332,6 +314,17 @@ impl RawRwLock {
         }
     }
 
+    /// Sets the waiting `bit` (unless `state` has it already), so that the
+    /// holder's release wakes us; `Err(current)` when the state changed.
+    fn set_waiting(&self, state: u32, bit: u32) -> Result<(), u32> {
+        if state & bit != 0 {
+            return Ok(());
+        }
+        self.state
+            .compare_exchange(state, state | bit, Ordering::Relaxed, Ordering::Relaxed)
+            .map(drop)
+    }
+
     fn wake_writer(&self) -> bool {
         self.writer_notify.fetch_add(1, Ordering::Release);
         futex::wake(&self.writer_notify, 1) > 0
@@ -415,30 +408,22 @@ impl<T: ?Sized> RwLock<T> {
     /// holder.
     pub fn read(&self) -> Result<RwLockReadGuard<'_, T>, LockError<RwLockReadGuard<'_, T>>> {
         self.check().map_err(|_| LockError::NotMember)?;
-        let g = RwLockReadGuard {
-            l: self,
-            _not_send: PhantomData,
-        };
-        if self.raw.read() {
-            Err(LockError::OwnerDied(g))
-        } else {
-            Ok(g)
-        }
+        let owner_died = self.raw.read();
+        guard_result(
+            owner_died,
+            RwLockReadGuard {
+                l: self,
+                _not_send: PhantomData,
+            },
+        )
     }
 
     /// Exclusive access. `Err(OwnerDied(guard))` after taking over from a
     /// dead holder.
     pub fn write(&self) -> Result<RwLockWriteGuard<'_, T>, LockError<RwLockWriteGuard<'_, T>>> {
         self.check().map_err(|_| LockError::NotMember)?;
-        let g = RwLockWriteGuard {
-            l: self,
-            _not_send: PhantomData,
-        };
-        if self.raw.write() {
-            Err(LockError::OwnerDied(g))
-        } else {
-            Ok(g)
-        }
+        let owner_died = self.raw.write();
+        guard_result(owner_died, self.write_guard())
     }
 
     /// Exclusive access if free right now.
@@ -451,12 +436,17 @@ impl<T: ?Sized> RwLock<T> {
             .is_ok()
         {
             self.raw.writer.store(futex::tid(), Ordering::Relaxed);
-            Ok(Some(RwLockWriteGuard {
-                l: self,
-                _not_send: PhantomData,
-            }))
+            Ok(Some(self.write_guard()))
         } else {
             Ok(None)
+        }
+    }
+
+    /// The guard of a write lock this thread has just taken.
+    fn write_guard(&self) -> RwLockWriteGuard<'_, T> {
+        RwLockWriteGuard {
+            l: self,
+            _not_send: PhantomData,
         }
     }
 }
