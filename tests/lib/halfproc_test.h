@@ -132,7 +132,8 @@ static inline void probe_init(void)
 	sigaction(SIGBUS, &sa, NULL);
 }
 
-static inline int probe_read(const volatile char *p, char *out)
+/* Read (*out = *p) or write (*p = v) under the probe's fault handler. */
+static inline int probe_access(volatile char *p, int write, char v, char *out)
 {
 	probe_init();
 	if (sigsetjmp(probe_env, 1)) {
@@ -140,22 +141,22 @@ static inline int probe_read(const volatile char *p, char *out)
 		return -1;
 	}
 	probing = 1;
-	*out = *p;
+	if (write)
+		*p = v;
+	else
+		*out = *p;
 	probing = 0;
 	return 0;
 }
 
+static inline int probe_read(const volatile char *p, char *out)
+{
+	return probe_access((volatile char *)p, 0, 0, out);
+}
+
 static inline int probe_write(volatile char *p, char v)
 {
-	probe_init();
-	if (sigsetjmp(probe_env, 1)) {
-		probing = 0;
-		return -1;
-	}
-	probing = 1;
-	*p = v;
-	probing = 0;
-	return 0;
+	return probe_access(p, 1, v, NULL);
 }
 
 /* A two-way byte channel between a parent and a child. */
