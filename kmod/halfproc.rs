@@ -69,6 +69,9 @@ impl kernel::Module for HalfProc {
         )?;
         // SAFETY: `ops` lives until `drop`, which unregisters it first.
         to_result(unsafe { bindings::halfproc_register(&*ops) })?;
+        if set::SKIP_MEMBER_FLUSH {
+            pr_warn!("TEST BUILD: member TLB flushes are disabled; stale translations will survive\n");
+        }
         pr_info!("half-process support loaded\n");
         Ok(HalfProc { ops: Ops(ops) })
     }

@@ -43,6 +43,13 @@ use kernel::{
     types::Opaque,
 };
 
+/// Test-only sabotage: skip the member TLB fan-out, so that members keep
+/// stale translations of the shared range. Never set in a normal build: only
+/// `scripts/kmod.sh` builds a second, separately named module with
+/// `--cfg halfproc_skip_member_flush`, to prove that `hp_tlb` detects the
+/// missing flushes.
+pub(crate) const SKIP_MEMBER_FLUSH: bool = cfg!(halfproc_skip_member_flush);
+
 /// Sets created since the module was loaded (for set ids).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Sets alive now.
@@ -278,7 +285,7 @@ impl Set {
     fn flush_members(&self, start: usize, end: usize) {
         let start = start.max(bindings::HALFPROC_RANGE_START as usize);
         let end = end.min(bindings::HALFPROC_RANGE_END as usize);
-        if start >= end {
+        if start >= end || SKIP_MEMBER_FLUSH {
             return;
         }
         for m in self.members.lock().iter() {

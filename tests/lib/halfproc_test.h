@@ -55,7 +55,8 @@ static inline int in_range(const void *p, size_t len)
 {
 	uint64_t a = (uint64_t)(uintptr_t)p;
 
-	return a >= HALFPROC_RANGE_START && a + len <= HALFPROC_RANGE_END;
+	return a >= HALFPROC_RANGE_START && a <= HALFPROC_RANGE_END &&
+	       len <= HALFPROC_RANGE_END - a;
 }
 
 /* clone3() with SIGCHLD; returns like fork(). */
@@ -121,10 +122,21 @@ static void probe_handler(int sig)
 	siglongjmp(probe_env, 1);
 }
 
+/*
+ * Installed once per process (handlers survive fork, as does this flag).
+ * Probes make no system call when the access works: with PTI every kernel
+ * entry reloads CR3, and under QEMU TCG a CR3 load flushes the whole TLB,
+ * which would hide the stale translations hp_tlb looks for.
+ */
+static int probe_installed;
+
 static inline void probe_init(void)
 {
 	struct sigaction sa;
 
+	if (probe_installed)
+		return;
+	probe_installed = 1;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = probe_handler;
 	sa.sa_flags = SA_NODEFER;
@@ -136,7 +148,8 @@ static inline void probe_init(void)
 static inline int probe_access(volatile char *p, int write, char v, char *out)
 {
 	probe_init();
-	if (sigsetjmp(probe_env, 1)) {
+	/* No mask to save: SA_NODEFER leaves the mask alone in the handler. */
+	if (sigsetjmp(probe_env, 0)) {
 		probing = 0;
 		return -1;
 	}
