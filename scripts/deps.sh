@@ -6,6 +6,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+# Entry points run this once and export HALFPROC_DEPS_DONE for their children.
+[ -n "${HALFPROC_DEPS_DONE:-}" ] && exit 0
 
 APT_PKGS=(bc bison flex libelf-dev libssl-dev cpio busybox-static libclang-dev
 	clang qemu-system-x86 linux-source-6.12 xz-utils python3 make gcc

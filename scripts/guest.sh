@@ -1,60 +1,91 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Build everything the guest needs and boot it:
-#   scripts/guest.sh debug|release test|bench|panic|hang|fail [TIMEOUT]
-# Results land in out/<flavour>/<mode>.{log,results.json,tap}.
+# Build what the guest needs once, boot it as many times as you like:
+#
+#   scripts/guest.sh build FLAVOUR                  kernel, module (and its
+#                                                   test-only twin), guest
+#                                                   programs, harness, runtime
+#   scripts/guest.sh boot FLAVOUR MODE [TIMEOUT]    one boot of what was built
+#   scripts/guest.sh FLAVOUR MODE [TIMEOUT]         both
+#
+# FLAVOUR: debug|release.  MODE (tests/guest/init.sh): test, demo, bench,
+# sabotage, panic, hang, fail.  Results land in out/<flavour>/<mode>.{log,
+# results.json,tap}.  Environment for boot: HALFPROC_APPEND (more kernel
+# arguments, e.g. halfproc.only=hp_tlb halfproc.repeat=50), HALFPROC_PTI
+# (on|off, default on), HALFPROC_CPU (QEMU -cpu model, default max; use
+# max,la57=off for 4-level paging), HALFPROC_SHARE (a host folder the guest
+# mounts), HALFPROC_QUIET, HALFPROC_GUEST_EXTRA ("SRC:DST ..." more files).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
-flavour="$1" mode="$2" timeout="${3:-900}"
-OUT="$HALFPROC_ROOT/out/$flavour"
-mkdir -p "$OUT"
 
-BUILD="$("$here/kernel.sh" "$flavour")"
-SRC="$HALFPROC_CACHE/src/linux"
-python3 "$here/check-config.py" "$BUILD/.config" "$HALFPROC_ROOT/tests/guest/config"
-KO="$("$here/kmod.sh" "$flavour")"
-phase "build guest tests"
-"$HALFPROC_ROOT/tests/build.sh" "$SRC" "$BUILD" "$OUT/guest"
-done_phase
-phase "build harness"
-cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
-HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
-done_phase
-phase "build the runtime for the guest (static)"
-# Static glibc binaries: the guest has no shared libraries.
-RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
-	--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu \
-	-p halfproc --example guest_tests --bin halfproc
-RT="$HALFPROC_ROOT/target/x86_64-unknown-linux-gnu/release"
-done_phase
+build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
+	local flavour="$1" OUT="$HALFPROC_ROOT/out/$1"
+	mkdir -p "$OUT"
+	local BUILD SRC KO KO_SAB
+	BUILD="$("$here/kernel.sh" "$flavour")"
+	SRC="$HALFPROC_CACHE/src/linux"
+	python3 "$here/check-config.py" "$BUILD/.config" "$HALFPROC_ROOT/tests/guest/config"
+	KO="$("$here/kmod.sh" "$flavour")"
+	KO_SAB="$("$here/kmod.sh" "$flavour" --sabotage)"
+	phase "build guest programs"
+	"$HALFPROC_ROOT/tests/build.sh" "$SRC" "$BUILD" "$OUT/guest"
+	done_phase
+	phase "build harness"
+	cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
+	done_phase
+	phase "build the runtime for the guest (static)"
+	# Static glibc binaries: the guest has no shared libraries.
+	RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
+		--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu \
+		-p halfproc --example guest_tests --bin halfproc
+	local RT="$HALFPROC_ROOT/target/x86_64-unknown-linux-gnu/release"
+	done_phase
+	{
+		echo "$KO:/lib/modules/halfproc.ko"
+		echo "$KO_SAB:/lib/modules/halfproc-sabotage.ko"
+		echo "$RT/examples/guest_tests:/tests/rt/guest_tests"
+		echo "$RT/halfproc:/bin/halfproc"
+		local f
+		for f in "$OUT"/guest/tests/* "$OUT"/guest/tests/mm/*; do
+			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/tests/${f#"$OUT"/guest/tests/}"
+		done
+		for f in "$OUT"/guest/bench/* "$OUT"/guest/demo/*; do
+			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/${f#"$OUT"/guest/}"
+		done
+	} >"$OUT/files"
+	echo "$BUILD/arch/x86/boot/bzImage" >"$OUT/kernel"
+}
 
-files=(--file "$KO:/lib/modules/halfproc.ko"
-	--file "$RT/examples/guest_tests:/tests/rt/guest_tests"
-	--file "$RT/halfproc:/bin/halfproc")
-for f in "$OUT"/guest/tests/* "$OUT"/guest/tests/mm/*; do
-	[ -f "$f" ] && [ -x "$f" ] || continue
-	files+=(--file "$f:/tests/${f#"$OUT"/guest/tests/}")
-done
-for f in "$OUT"/guest/bench/*; do
-	[ -f "$f" ] && [ -x "$f" ] && files+=(--file "$f:/bench/$(basename "$f")")
-done
-# HALFPROC_GUEST_EXTRA="SRC:DST ...": more files for the initramfs.
-for f in ${HALFPROC_GUEST_EXTRA:-}; do
-	files+=(--file "$f")
-done
-# The arguments of the in-guest copy benchmark (bench mode).
-printf '%s\n' "${HALFPROC_BENCH_ARGS:---sizes 6..26:2 --reps 3 --placement both}" \
-	>"$OUT/bench.args"
-files+=(--file "$OUT/bench.args:/etc/bench.args")
-"$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
-	--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
+boot() {	# boot FLAVOUR MODE [TIMEOUT]
+	local flavour="$1" mode="$2" timeout="${3:-900}" OUT="$HALFPROC_ROOT/out/$1"
+	[ -f "$OUT/files" ] && [ -f "$OUT/kernel" ] ||
+		die "nothing built for $flavour: run scripts/guest.sh build $flavour"
+	local HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
+	local files=() f
+	while read -r f; do files+=(--file "$f"); done <"$OUT/files"
+	for f in ${HALFPROC_GUEST_EXTRA:-}; do files+=(--file "$f"); done
+	# The arguments of the in-guest copy benchmark (bench and demo modes).
+	printf '%s\n' "${HALFPROC_BENCH_ARGS:---sizes 6..26:2 --reps 3 --placement both}" \
+		>"$OUT/bench.args"
+	files+=(--file "$OUT/bench.args:/etc/bench.args")
+	"$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
+		--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
+	phase "boot ($flavour, mode $mode, pti=${HALFPROC_PTI:-on}, cpu ${HALFPROC_CPU:-max}, timeout ${timeout}s)"
+	local rc=0
+	"$HARNESS" run --kernel "$(cat "$OUT/kernel")" \
+		--initrd "$OUT/initramfs-$mode.cpio" --log "$OUT/$mode.log" \
+		--timeout "$timeout" --cpus 2 --memory 4096 --cpu "${HALFPROC_CPU:-max}" \
+		${HALFPROC_SHARE:+--share "$HALFPROC_SHARE"} \
+		--append "halfproc.mode=$mode pti=${HALFPROC_PTI:-on} ${HALFPROC_APPEND:-}" \
+		${HALFPROC_QUIET:+--quiet} || rc=$?
+	done_phase
+	return "$rc"
+}
 
-phase "boot ($flavour, mode $mode, timeout ${timeout}s)"
-rc=0
-"$HARNESS" run --kernel "$BUILD/arch/x86/boot/bzImage" \
-	--initrd "$OUT/initramfs-$mode.cpio" --log "$OUT/$mode.log" \
-	--timeout "$timeout" --cpus 2 --memory 4096 ${HALFPROC_SHARE:+--share "$HALFPROC_SHARE"} \
-	--append "halfproc.mode=$mode pti=on ${HALFPROC_APPEND:-}" ${HALFPROC_QUIET:+--quiet} || rc=$?
-done_phase
-exit "$rc"
+case "${1:-}" in
+build) [ $# = 2 ] || die "usage: scripts/guest.sh build debug|release"; build "$2" ;;
+boot) [ $# -ge 3 ] || die "usage: scripts/guest.sh boot debug|release MODE [TIMEOUT]"; shift; boot "$@" ;;
+debug|release) build "$1" && boot "$@" ;;
+*) die "usage: scripts/guest.sh [build|boot] debug|release [MODE [TIMEOUT]]" ;;
+esac

@@ -44,16 +44,17 @@ Subject: [PATCH] broken: does not apply
  at all
 P
 	echo 9999-broken.patch >>"$tmp/patches/series"
-	SRC="$HALFPROC_CACHE/src/linux"
-	before="$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo none)"
+	# The tree must exist (imported, at the real series) before the check
+	# can mean anything: on a fresh machine it does not yet.
+	SRC="$("$here/kernel-src.sh" 2>/dev/null)" || die "cannot prepare the kernel source tree"
+	before="$(git -C "$SRC" rev-parse HEAD)"
 	check "a patch that does not apply is named" "patch does not apply: patches/9999-broken.patch" \
 		env HALFPROC_PATCHES="$tmp/patches" "$here/kernel-src.sh"
-	after="$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo none)"
+	after="$(git -C "$SRC" rev-parse HEAD)"
 	if [ "$before" = "$after" ]; then echo "ok - the source tree is untouched by a failed apply"; pass=$((pass + 1))
 	else echo "not ok - the source tree moved after a failed apply"; fail=$((fail + 1)); fi
 
 	# A dropped config option is listed by name: real Kconfig, no rustc.
-	SRC="$("$here/kernel-src.sh" 2>/dev/null)"
 	make -s -C "$SRC" O="$tmp/cfg" tinyconfig >/dev/null
 	"$SRC/scripts/kconfig/merge_config.sh" -m -O "$tmp/cfg" "$tmp/cfg/.config" \
 		"$HALFPROC_ROOT/qemu/config/base.config" >/dev/null
@@ -61,12 +62,13 @@ P
 	check "a config option dropped by olddefconfig is named" "CONFIG_RUST: wanted y, got n" \
 		python3 "$here/check-config.py" "$tmp/cfg/.config" "$HALFPROC_ROOT/qemu/config/base.config"
 else
+	# Boots what scripts/guest.sh build debug built; builds nothing.
 	export HALFPROC_QUIET=1
-	check "a panicking guest fails the run" "guest panicked" "$here/guest.sh" debug panic 120
+	check "a panicking guest fails the run" "guest panicked" "$here/guest.sh" boot debug panic 120
 	check "a hanging guest is killed at the timeout" "guest hung: killed after the 20s timeout" \
-		"$here/guest.sh" debug hang 20
+		"$here/guest.sh" boot debug hang 20
 	check "a failing guest test fails the run" "tests failed: harness.self_test_failure" \
-		"$here/guest.sh" debug fail 120
+		"$here/guest.sh" boot debug fail 120
 fi
 echo "# selftest $what: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -9,7 +9,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/../scripts/lib.sh"
 SRC="$1" BUILD="$2" OUT="$3"
-mkdir -p "$OUT/tests/mm" "$OUT/bench"
+mkdir -p "$OUT/tests/mm" "$OUT/bench" "$OUT/demo"
 CFLAGS=(-static -O2 -g0 -Wall -Wno-unused-function -Wno-misleading-indentation -D_GNU_SOURCE
 	-isystem "$BUILD/usr/include" -I "$SRC/tools/testing/selftests")
 
@@ -19,10 +19,12 @@ for c in "$here"/guest/*.c; do
 		die "building tests/guest/$name.c failed"
 done
 
-for c in "$here"/bench/*.c; do
-	name="$(basename "$c" .c)"
-	gcc "${CFLAGS[@]}" -I "$here/lib" -o "$OUT/bench/$name" "$c" ||
-		die "building tests/bench/$name.c failed"
+for d in bench demo; do
+	for c in "$here/$d"/*.c; do
+		name="$(basename "$c" .c)"
+		gcc "${CFLAGS[@]}" -I "$here/lib" -o "$OUT/$d/$name" "$c" ||
+			die "building tests/$d/$name.c failed"
+	done
 done
 
 # A subset of the kernel's own mm selftests, run on the patched kernel with

@@ -4,7 +4,7 @@
 //! ```text
 //! halfproc-harness initramfs --out FILE --busybox PATH --init FILE [--file SRC:DST]...
 //! halfproc-harness run --kernel BZIMAGE --initrd FILE --log FILE [--timeout S]
-//!                      [--append ARGS] [--share DIR] [--memory MB] [--cpus N] [--quiet]
+//!                      [--append ARGS] [--share DIR] [--memory MB] [--cpus N] [--cpu MODEL] [--quiet]
 //! halfproc-harness scan LOG
 //! ```
 
@@ -17,7 +17,7 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage:\n  halfproc-harness initramfs --out FILE --busybox PATH --init FILE [--file SRC:DST]...\n  \
          halfproc-harness run --kernel BZIMAGE --initrd FILE --log FILE [--timeout S] [--append ARGS]\n  \
-         \x20                    [--share DIR] [--memory MB] [--cpus N] [--quiet]\n  \
+         \x20                    [--share DIR] [--memory MB] [--cpus N] [--cpu MODEL] [--quiet]\n  \
          halfproc-harness scan LOG"
     );
     ExitCode::from(2)
@@ -131,6 +131,7 @@ fn run(a: &Args) -> Result<ExitCode, String> {
         share: a.get("share").map(PathBuf::from),
         memory_mb: a.num("memory", 1024u32)?,
         cpus: a.num("cpus", 2u32)?,
+        cpu: a.get("cpu").unwrap_or("max").to_string(),
         echo: a.get("quiet").is_none(),
     };
     for p in [&o.kernel, &o.initrd] {

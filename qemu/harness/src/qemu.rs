@@ -34,6 +34,8 @@ pub struct RunOpts {
     pub memory_mb: u32,
     /// Guest vCPUs.
     pub cpus: u32,
+    /// The QEMU CPU model (`max`; `max,la57=off` for 4-level paging).
+    pub cpu: String,
     /// Echo the console to stdout while it runs.
     pub echo: bool,
 }
@@ -137,7 +139,7 @@ pub fn command(o: &RunOpts, status_file: &std::path::Path) -> Vec<String> {
         "-accel".into(),
         "tcg".into(),
         "-cpu".into(),
-        "max".into(),
+        o.cpu.clone(),
         "-smp".into(),
         o.cpus.to_string(),
         "-m".into(),
@@ -364,6 +366,7 @@ mod tests {
             share: Some("/s".into()),
             memory_mb: 512,
             cpus: 2,
+            cpu: "max,la57=off".into(),
             echo: false,
         };
         let c = command(&o, std::path::Path::new("/tmp/x.status")).join(" ");
@@ -374,6 +377,7 @@ mod tests {
             "pti=on",
             "file:/tmp/x.status",
             "mount_tag=hostshare",
+            "-cpu max,la57=off",
         ] {
             assert!(c.contains(want), "{want} missing from {c}");
         }
