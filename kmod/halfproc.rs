@@ -25,8 +25,8 @@ mod dm;
 mod mm;
 mod set;
 
-use mm::{current_signal, task_mm, task_signal, Mm};
-use set::Set;
+use mm::{current_signal, current_tid, task_mm, task_signal, Mm};
+use set::{Join, Set};
 
 module! {
     type: HalfProc,
@@ -64,6 +64,7 @@ impl kernel::Module for HalfProc {
                 enter: Some(hook_enter),
                 mmap_enter: Some(hook_mmap_enter),
                 dm_copy: Some(hook_dm_copy),
+                prctl: Some(hook_prctl),
             },
             GFP_KERNEL,
         )?;
@@ -94,13 +95,14 @@ fn errno(e: Error) -> c_int {
 }
 
 /// `clone3(CLONE_HALFPROC)`: make `child`'s fresh mm a member of current's
-/// set, creating the set if current has none.
+/// set, creating the set if current has none. A member's fork without it
+/// makes a member only if the member asked (`PR_HALFPROC`).
 ///
 /// # Safety
 ///
 /// Called by `copy_process()` after `copy_mm()` and `copy_signal()`, with
-/// `child` under construction.
-unsafe extern "C" fn hook_fork(child: *mut bindings::task_struct, _flags: u64) -> c_int {
+/// `child` under construction and a fresh mm (never `CLONE_VM`).
+unsafe extern "C" fn hook_fork(child: *mut bindings::task_struct, flags: u64) -> c_int {
     // SAFETY: the core calls this from copy_process() after copy_mm() and
     // copy_signal(): `child` is valid, its mm is new and not yet reachable by
     // anyone else, and it stays alive for the call.
@@ -108,7 +110,19 @@ unsafe extern "C" fn hook_fork(child: *mut bindings::task_struct, _flags: u64) -
     let Some(child_mm) = child_mm else {
         return errno(EINVAL);
     };
-    match Set::of_current_or_create().and_then(|set| set.add(child_mm, group)) {
+    let joined = if flags & bindings::CLONE_HALFPROC != 0 {
+        Set::of_current_or_create().and_then(|set| set.add(child_mm, group))
+    } else {
+        // The core asks only for forks by members.
+        let Some((set, mm)) = Mm::current().and_then(|mm| Some((Set::of(mm)?, mm))) else {
+            return 0;
+        };
+        match set.fork_policy(mm, current_tid()) {
+            Join::No => Ok(()),
+            Join::Yes { inherit } => set.add_with(child_mm, group, inherit),
+        }
+    };
+    match joined {
         Ok(()) => 0,
         Err(e) => errno(e),
     }
@@ -116,7 +130,8 @@ unsafe extern "C" fn hook_fork(child: *mut bindings::task_struct, _flags: u64) -
 
 /// `execve()` in a member: the new mm joins the set unless the exec gains
 /// privileges, or current is not the process that owns the membership (a
-/// `vfork()` child borrowing a member's mm).
+/// `vfork()` child borrowing a member's mm) and the member does not pass its
+/// membership on to its children (`PR_HALFPROC_INHERIT`).
 ///
 /// # Safety
 ///
@@ -128,13 +143,16 @@ unsafe extern "C" fn hook_exec(new_mm: *mut bindings::mm_struct, secureexec: boo
     let Some(set) = Set::of(old) else {
         return 0;
     };
-    if secureexec || !set.owns(old, current_signal()) {
+    if secureexec {
         return 0;
     }
+    let Join::Yes { inherit } = set.exec_policy(old, current_signal()) else {
+        return 0;
+    };
     // SAFETY: `new_mm` is the exec's mm, not yet installed nor reachable by
     // anyone else; it lives at least until this returns.
     let new_mm = unsafe { Mm::from_raw(new_mm) };
-    match set.add(new_mm, current_signal()) {
+    match set.add_with(new_mm, current_signal(), inherit) {
         Ok(()) => 0,
         Err(e) => errno(e),
     }
@@ -228,6 +246,80 @@ unsafe extern "C" fn hook_dm_copy(
     match unsafe { dm::copy(pid, iter, rvec, write) } {
         Ok(n) => n as isize,
         Err(e) => errno(e) as isize,
+    }
+}
+
+/// `prctl(PR_HALFPROC, op, arg3, arg4, arg5)`.
+///
+/// - `PR_HALFPROC_FORK_MEMBER`, `arg3` 1: the calling thread's next fork
+///   without `CLONE_VM` makes a member; 0 cancels.
+/// - `PR_HALFPROC_INHERIT`, `arg3` 1: every child of this process joins the
+///   set, and passes it on; 0 stops it.
+///
+///   Both make the caller a member first if it is in no set (`EBUSY` if it
+///   has private mappings in the range); turning either off outside a set is
+///   a no-op.
+/// - `PR_HALFPROC_GET`: the `PR_HALFPROC_IS_*` bits of the caller.
+///
+/// Any other `op`, `arg3` other than 0 or 1, or non-zero unused arguments:
+/// `EINVAL`.
+///
+/// # Safety
+///
+/// Called by `prctl()` in the context of the calling task.
+unsafe extern "C" fn hook_prctl(op: c_ulong, arg3: c_ulong, arg4: c_ulong, arg5: c_ulong) -> c_long {
+    match prctl(op, arg3, arg4, arg5) {
+        Ok(v) => v,
+        Err(e) => errno(e) as c_long,
+    }
+}
+
+fn prctl(op: c_ulong, arg3: c_ulong, arg4: c_ulong, arg5: c_ulong) -> Result<c_long> {
+    if arg4 != 0 || arg5 != 0 {
+        return Err(EINVAL);
+    }
+    let tid = current_tid();
+    match op as u32 {
+        bindings::PR_HALFPROC_GET => {
+            if arg3 != 0 {
+                return Err(EINVAL);
+            }
+            let Some((set, mm)) = Mm::current().and_then(|mm| Some((Set::of(mm)?, mm))) else {
+                return Ok(0);
+            };
+            let (inherit, pending) = set.flags_of(mm, tid);
+            let mut bits = bindings::PR_HALFPROC_IS_MEMBER;
+            if inherit {
+                bits |= bindings::PR_HALFPROC_IS_INHERITING;
+            }
+            if pending {
+                bits |= bindings::PR_HALFPROC_IS_FORK_PENDING;
+            }
+            Ok(bits as c_long)
+        }
+        op @ (bindings::PR_HALFPROC_FORK_MEMBER | bindings::PR_HALFPROC_INHERIT) => {
+            let on = match arg3 {
+                0 => false,
+                1 => true,
+                _ => return Err(EINVAL),
+            };
+            let mm = Mm::current().ok_or(EINVAL)?;
+            let set = if on {
+                Set::of_current_or_create()?
+            } else {
+                match Set::of(mm) {
+                    Some(set) => set,
+                    None => return Ok(0),
+                }
+            };
+            if op == bindings::PR_HALFPROC_FORK_MEMBER {
+                set.set_fork_tid(mm, tid, on)?;
+            } else {
+                set.set_inherit(mm, on)?;
+            }
+            Ok(0)
+        }
+        _ => Err(EINVAL),
     }
 }
 

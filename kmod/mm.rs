@@ -203,6 +203,19 @@ pub(crate) fn current_signal() -> usize {
     unsafe { bindings::halfproc_task_group(bindings::get_current()) }
 }
 
+/// The id of the current thread (its pid in the caller's pid namespace).
+pub(crate) fn current_tid() -> i32 {
+    // SAFETY: `get_current()` is the running task; a null namespace means
+    // the caller's own.
+    unsafe {
+        bindings::__task_pid_nr_ns(
+            bindings::get_current(),
+            bindings::pid_type_PIDTYPE_PID,
+            core::ptr::null_mut(),
+        )
+    }
+}
+
 /// The `signal_struct` identity of `task`, see [`current_signal`].
 ///
 /// # Safety

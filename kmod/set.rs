@@ -66,6 +66,20 @@ struct Member {
     /// The thread group that owns the membership (its `signal_struct`), so a
     /// `vfork()` child sharing the mm does not carry it across `execve()`.
     group: usize,
+    /// `PR_HALFPROC_INHERIT`: every child of this member joins the set.
+    inherit: bool,
+    /// `PR_HALFPROC_FORK_MEMBER`: the next fork of this thread (0: none)
+    /// joins the set.
+    fork_tid: i32,
+}
+
+/// What a member's fork or exec should do about the new mm.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Join {
+    /// The new mm stays out of the set.
+    No,
+    /// The new mm joins, inheriting `PR_HALFPROC_INHERIT` if set.
+    Yes { inherit: bool },
 }
 
 // SAFETY: `Member` is plain data; the pointer is only dereferenced under
@@ -206,12 +220,19 @@ impl Set {
     /// Make `mm` (not yet live, or with its mmap lock held for writing, and
     /// with no VMA in the range) a member owned by thread group `group`.
     pub(crate) fn add(self: &Arc<Self>, mm: &Mm, group: usize) -> Result {
+        self.add_with(mm, group, false)
+    }
+
+    /// [`Set::add`], with the member's `PR_HALFPROC_INHERIT` flag.
+    pub(crate) fn add_with(self: &Arc<Self>, mm: &Mm, group: usize, inherit: bool) -> Result {
         // SAFETY: both mms are live; `mm` has no VMA in the range.
         to_result(unsafe { bindings::halfproc_install(mm.as_raw(), self.mm().as_raw()) })?;
         let pushed = self.members.lock().push(
             Member {
                 mm: mm.as_raw(),
                 group,
+                inherit,
+                fork_tid: 0,
             },
             GFP_ATOMIC,
         );
@@ -226,12 +247,65 @@ impl Set {
         Ok(())
     }
 
-    /// Whether `mm` is a member owned by thread group `group`.
-    pub(crate) fn owns(&self, mm: &Mm, group: usize) -> bool {
-        self.members
-            .lock()
+    /// Whether a fork without `CLONE_HALFPROC` by thread `tid` of member
+    /// `mm` makes a member: the thread asked for its next fork (consumed
+    /// here), or the member asked for all its children.
+    pub(crate) fn fork_policy(&self, mm: &Mm, tid: i32) -> Join {
+        let mut members = self.members.lock();
+        let Some(m) = members.iter_mut().find(|m| m.mm == mm.as_raw()) else {
+            return Join::No;
+        };
+        let once = m.fork_tid != 0 && m.fork_tid == tid;
+        if once {
+            m.fork_tid = 0;
+        }
+        if once || m.inherit {
+            Join::Yes { inherit: m.inherit }
+        } else {
+            Join::No
+        }
+    }
+
+    /// Whether the new mm of an `execve()` by thread group `group` on member
+    /// `mm` stays in the set: always for the owning process; for a `vfork()`
+    /// child borrowing the mm only if the member passes membership on.
+    pub(crate) fn exec_policy(&self, mm: &Mm, group: usize) -> Join {
+        let members = self.members.lock();
+        match members.iter().find(|m| m.mm == mm.as_raw()) {
+            Some(m) if m.group == group || m.inherit => Join::Yes { inherit: m.inherit },
+            _ => Join::No,
+        }
+    }
+
+    /// Arms (`tid` != 0) or cancels (`tid` == 0, or another thread's tid
+    /// when cancelling) the one-shot `PR_HALFPROC_FORK_MEMBER` of member
+    /// `mm`. `EINVAL` if `mm` is not a member.
+    pub(crate) fn set_fork_tid(&self, mm: &Mm, tid: i32, arm: bool) -> Result {
+        let mut members = self.members.lock();
+        let m = members.iter_mut().find(|m| m.mm == mm.as_raw()).ok_or(EINVAL)?;
+        if arm {
+            m.fork_tid = tid;
+        } else if m.fork_tid == tid {
+            m.fork_tid = 0;
+        }
+        Ok(())
+    }
+
+    /// Sets member `mm`'s `PR_HALFPROC_INHERIT` flag.
+    pub(crate) fn set_inherit(&self, mm: &Mm, on: bool) -> Result {
+        let mut members = self.members.lock();
+        let m = members.iter_mut().find(|m| m.mm == mm.as_raw()).ok_or(EINVAL)?;
+        m.inherit = on;
+        Ok(())
+    }
+
+    /// `(inherit, fork pending for tid)` of member `mm`.
+    pub(crate) fn flags_of(&self, mm: &Mm, tid: i32) -> (bool, bool) {
+        let members = self.members.lock();
+        members
             .iter()
-            .any(|m| m.mm == mm.as_raw() && m.group == group)
+            .find(|m| m.mm == mm.as_raw())
+            .map_or((false, false), |m| (m.inherit, m.fork_tid == tid && tid != 0))
     }
 
     /// Number of members.

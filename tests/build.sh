@@ -10,7 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/../scripts/lib.sh"
 SRC="$1" BUILD="$2" OUT="$3"
 mkdir -p "$OUT/tests/mm" "$OUT/bench" "$OUT/demo"
-CFLAGS=(-static -O2 -g0 -Wall -Wno-unused-function -Wno-misleading-indentation -D_GNU_SOURCE
+CFLAGS=(-static -pthread -O2 -g0 -Wall -Wno-unused-function -Wno-misleading-indentation -D_GNU_SOURCE
 	-isystem "$BUILD/usr/include" -I "$SRC/tools/testing/selftests")
 
 for c in "$here"/guest/*.c; do

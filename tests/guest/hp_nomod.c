@@ -5,6 +5,7 @@
  * module is loaded, which this program then has nothing to check).
  */
 #include "../lib/halfproc_test.h"
+#include <sys/prctl.h>
 
 int main(void)
 {
@@ -29,6 +30,11 @@ int main(void)
 	if (dmread(getpid(), buf, 4, buf + 4) != -1 || errno != EOPNOTSUPP) {
 		printf("# dmread: errno %d, want EOPNOTSUPP\n", errno);
 		return 3;
+	}
+	errno = 0;
+	if (prctl(0x48504353 /* PR_HALFPROC */, 3, 0, 0, 0) != -1 || errno != EOPNOTSUPP) {
+		printf("# prctl(PR_HALFPROC): errno %d, want EOPNOTSUPP\n", errno);
+		return 4;
 	}
 	return 0;
 }

@@ -48,7 +48,9 @@ esac
 # What this boot runs on (results are recorded per configuration).
 paging=4-level
 grep -qw la57 /proc/cpuinfo && paging=5-level
-echo "# halfproc: $paging paging; meltdown: $(cat /sys/devices/system/cpu/vulnerabilities/meltdown 2>/dev/null)"
+pti=off
+dmesg | grep -q "page tables isolation: enabled" && pti=on
+echo "# halfproc: $paging paging, pti $pti"
 
 rc=0
 for m in /lib/modules/extra/*.ko; do [ -f "$m" ] && insmod "$m"; done
@@ -108,7 +110,7 @@ if [ "$mode" = demo ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in /tests/hp_sets /tests/hp_tlb /tests/hp_dm /tests/rt/guest_tests; do
+	for t in /tests/hp_sets /tests/hp_fork /tests/hp_tlb /tests/hp_dm /tests/rt/guest_tests; do
 		echo "# running $t"
 		"$t" || rc=1
 	done
