@@ -8,8 +8,9 @@
 #   scripts/guest.sh boot FLAVOUR MODE [TIMEOUT]    one boot of what was built
 #   scripts/guest.sh FLAVOUR MODE [TIMEOUT]         both
 #
-# FLAVOUR: debug|release.  MODE (tests/guest/init.sh): test, demo, bench,
-# sabotage, panic, hang, fail.  Results land in out/<flavour>/<mode>.{log,
+# FLAVOUR: debug|release, or stock (the unpatched kernel: guest programs
+# only, for mode mm).  MODE (tests/guest/init.sh): test, demo, bench,
+# sabotage, mm, panic, hang, fail.  Results land in out/<flavour>/<mode>.{log,
 # results.json,tap}.  Environment for boot: HALFPROC_APPEND (more kernel
 # arguments, e.g. halfproc.only=hp_tlb halfproc.repeat=50), HALFPROC_PTI
 # (on|off, default on), HALFPROC_CPU (QEMU -cpu model, default max; use
@@ -24,15 +25,27 @@ build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
 	mkdir -p "$OUT"
 	local BUILD SRC KO KO_SAB
 	BUILD="$("$here/kernel.sh" "$flavour")"
+	phase "build harness"
+	cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
+	done_phase
+	if [ "$flavour" = stock ]; then
+		SRC="$HALFPROC_CACHE/src/stock"
+		phase "build guest programs"
+		"$HALFPROC_ROOT/tests/build.sh" "$SRC" "$BUILD" "$OUT/guest"
+		done_phase
+		local f
+		for f in "$OUT"/guest/tests/mm/*; do
+			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/tests/mm/${f##*/}"
+		done >"$OUT/files"
+		echo "$BUILD/arch/x86/boot/bzImage" >"$OUT/kernel"
+		return
+	fi
 	SRC="$HALFPROC_CACHE/src/linux"
 	python3 "$here/check-config.py" "$BUILD/.config" "$HALFPROC_ROOT/tests/guest/config"
 	KO="$("$here/kmod.sh" "$flavour")"
 	KO_SAB="$("$here/kmod.sh" "$flavour" --sabotage)"
 	phase "build guest programs"
 	"$HALFPROC_ROOT/tests/build.sh" "$SRC" "$BUILD" "$OUT/guest"
-	done_phase
-	phase "build harness"
-	cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
 	done_phase
 	phase "build the runtime for the guest (static)"
 	# Static glibc binaries: the guest has no shared libraries.
@@ -86,6 +99,6 @@ boot() {	# boot FLAVOUR MODE [TIMEOUT]
 case "${1:-}" in
 build) [ $# = 2 ] || die "usage: scripts/guest.sh build debug|release"; build "$2" ;;
 boot) [ $# -ge 3 ] || die "usage: scripts/guest.sh boot debug|release MODE [TIMEOUT]"; shift; boot "$@" ;;
-debug|release) build "$1" && boot "$@" ;;
-*) die "usage: scripts/guest.sh [build|boot] debug|release [MODE [TIMEOUT]]" ;;
+debug|release|stock) build "$1" && boot "$@" ;;
+*) die "usage: scripts/guest.sh [build|boot] debug|release|stock [MODE [TIMEOUT]]" ;;
 esac

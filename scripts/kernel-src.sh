@@ -6,11 +6,14 @@
 # their mtimes and an incremental build stays incremental.
 #
 # Prints the path of the source tree on stdout.
+#   scripts/kernel-src.sh            the patched tree
+#   scripts/kernel-src.sh --stock    a worktree of the unpatched base
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
 
 SRC="$HALFPROC_CACHE/src/linux"
+STOCK="$HALFPROC_CACHE/src/stock"
 PATCHES="${HALFPROC_PATCHES:-$HALFPROC_ROOT/patches}"
 
 git_() { git -C "$SRC" -c user.name=halfproc -c user.email=halfproc@localhost "$@"; }
@@ -26,6 +29,12 @@ if ! git_ rev-parse -q --verify refs/tags/base >/dev/null 2>&1; then
 	git_ commit -q -m "base: $(basename "$KERNEL_SRC_TARBALL")"
 	git_ tag base
 	done_phase
+fi
+
+if [ "${1:-}" = --stock ]; then
+	[ -d "$STOCK" ] || git_ worktree add -q --detach "$STOCK" base >&2
+	echo "$STOCK"
+	exit 0
 fi
 
 phase "apply patches/series"

@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 # Build the patched kernel for one flavour (debug|release), cached.
 #
-#   scripts/kernel.sh debug|release [--force]
+#   scripts/kernel.sh debug|release|stock [--force]
+#
+# stock: the release configuration without the patch series and without
+# CONFIG_HALFPROC/RUST (a base-tree worktree), for scripts/stock-compare.sh.
 #
 # The build tree is $HALFPROC_CACHE/build-<flavour> (a stable absolute path,
 # so a rebuild is incremental).  It is skipped entirely when its key (patches,
@@ -15,15 +18,26 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 flavour="${1:-}"
 force="${2:-}"
 case "$flavour" in
-debug|release) ;;
-*) die "usage: scripts/kernel.sh debug|release [--force]" ;;
+debug|release|stock) ;;
+*) die "usage: scripts/kernel.sh debug|release|stock [--force]" ;;
 esac
 CFG="$HALFPROC_ROOT/qemu/config"
 BUILD="$HALFPROC_CACHE/build-$flavour"
 JOBS="${HALFPROC_JOBS:-$(($(nproc) + 1))}"
 
 "$here/deps.sh"
-SRC="$("$here/kernel-src.sh")"
+mkdir -p "$BUILD"
+if [ "$flavour" = stock ]; then
+	SRC="$("$here/kernel-src.sh" --stock)"
+	# The release configuration without what only the patched tree has.
+	grep -v -e HALFPROC -e RUST -e MMU_NOTIFIER "$CFG/base.config" >"$BUILD/.halfproc-base.config"
+	FRAGMENTS=("$BUILD/.halfproc-base.config" "$CFG/release.config")
+	PATCH_FILES=()
+else
+	SRC="$("$here/kernel-src.sh")"
+	FRAGMENTS=("$CFG/base.config" "$CFG/$flavour.config")
+	PATCH_FILES=("$HALFPROC_ROOT/patches/series" "$HALFPROC_ROOT"/patches/*.patch)
+fi
 
 toolchain_id() {
 	rustc +"$RUST_TOOLCHAIN" --version
@@ -32,11 +46,8 @@ toolchain_id() {
 	basename "$KERNEL_SRC_TARBALL"
 	stat -c %s "$KERNEL_SRC_TARBALL"
 }
-config_key="$( (cat "$CFG/base.config" "$CFG/$flavour.config"; toolchain_id) | sha256sum | cut -c1-16)"
-key="$( (echo "$config_key"; cat "$HALFPROC_ROOT/patches/series";
-	cat "$HALFPROC_ROOT"/patches/*.patch) | sha256sum | cut -c1-16)"
-
-mkdir -p "$BUILD"
+config_key="$( (cat "${FRAGMENTS[@]}"; toolchain_id) | sha256sum | cut -c1-16)"
+key="$( (echo "$config_key"; cat "${PATCH_FILES[@]}" /dev/null) | sha256sum | cut -c1-16)"
 if [ -z "$force" ] && [ -f "$BUILD/arch/x86/boot/bzImage" ] &&
 	[ "$(cat "$BUILD/.halfproc-key" 2>/dev/null)" = "$key" ]; then
 	info "kernel ($flavour) is up to date: cache key $key"
@@ -56,10 +67,9 @@ if [ "$(cat "$BUILD/.halfproc-config-key" 2>/dev/null)" != "$config_key" ]; then
 		die "the Rust toolchain is not usable by the kernel (make rustavailable)"
 	"${MAKE[@]}" tinyconfig >/dev/null
 	"$SRC/scripts/kconfig/merge_config.sh" -m -O "$BUILD" "$BUILD/.config" \
-		"$CFG/base.config" "$CFG/$flavour.config" >/dev/null
+		"${FRAGMENTS[@]}" >/dev/null
 	"${MAKE[@]}" olddefconfig >/dev/null
-	python3 "$here/check-config.py" "$BUILD/.config" \
-		"$CFG/base.config" "$CFG/$flavour.config"
+	python3 "$here/check-config.py" "$BUILD/.config" "${FRAGMENTS[@]}"
 	echo "$config_key" >"$BUILD/.halfproc-config-key"
 	done_phase
 fi

@@ -29,7 +29,7 @@ for cpu in max max,la57=off; do
 			log="$OUT/$mode.log"
 			cp "$log" "$OUT/tlb-proof-$mode-${cpu//[,=]/_}-pti$pti.log"
 			pass="$(grep -c -E '^ok [0-9]+ init\.(run_|sabotaged_)' "$log" || true)"
-			levels="$(grep -o -m1 -E '[45]-level paging; meltdown: [A-Za-z: ]*' "$log" || echo 'paging mode unknown')"
+			levels="$(grep -o -m1 -E '[45]-level paging, pti (on|off)' "$log" || echo 'paging mode unknown')"
 			if [ "$mode" = test ]; then what="passed"; else what="detected stale translations"; fi
 			printf '%-9s cpu=%-14s pti=%-3s (%s): %s in %s of %s runs; guest rc=%s\n' \
 				"$mode" "$cpu" "$pti" "$levels" "$what" "$pass" "$runs" "$rc"

@@ -39,7 +39,22 @@ tap() {	# tap <rc> <name>: one TAP line of the shell's own tests
 	if [ "$1" = 0 ]; then echo "ok $n init.$2"; else echo "not ok $n init.$2"; rc=1; fi
 }
 
+# The kernel's own mm selftests: normal processes must not notice us.
+# Without ASLR: mremap_test picks MAP_FIXED_NOREPLACE addresses next to
+# its own mappings and fails at random (EEXIST) when they collide.
+mm_selftests() {
+	echo 0 >/proc/sys/kernel/randomize_va_space
+	for t in /tests/mm/*; do
+		[ -x "$t" ] || continue
+		echo "# running $t"
+		(cd /tmp && "$t") || rc=1
+	done
+	echo 2 >/proc/sys/kernel/randomize_va_space
+}
+
 case "$mode" in
+mm)	# The unpatched kernel (scripts/stock-compare.sh): the mm selftests only.
+	rc=0; mm_selftests; status $rc ;;
 panic)	echo "harness self-test: init exits, the kernel must panic"; exit 1 ;;
 hang)	echo "harness self-test: init hangs, the harness must time out"; while :; do sleep 60; done ;;
 fail)	echo "not ok 1 harness.self_test_failure"; status 1 ;;
@@ -115,16 +130,7 @@ if [ "$mode" = test ]; then
 		"$t" || rc=1
 	done
 	halfproc info --probe; tap $? runtime_info_probe
-	# The kernel's own mm selftests: normal processes must not notice us.
-	# Without ASLR: mremap_test picks MAP_FIXED_NOREPLACE addresses next to
-	# its own mappings and fails at random (EEXIST) when they collide.
-	echo 0 >/proc/sys/kernel/randomize_va_space
-	for t in /tests/mm/*; do
-		[ -x "$t" ] || continue
-		echo "# running $t"
-		(cd /tmp && "$t") || rc=1
-	done
-	echo 2 >/proc/sys/kernel/randomize_va_space
+	mm_selftests
 	# Module unload: refused while a set lives, fine once it is gone.
 	# Every live set holds one reference on the module.
 	sets_gone() {

@@ -26,7 +26,8 @@ fn write_pc(dir: &Path, libdir: &Path) -> PathBuf {
         .replace("@PREFIX@", src.to_str().unwrap())
         .replace("@LIBDIR@", libdir.to_str().unwrap())
         .replace("@INCLUDEDIR@", src.join("include").to_str().unwrap())
-        .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+        .replace("@VERSION@", env!("CARGO_PKG_VERSION"))
+        .replace("@LIBNAME@", "halfproc_c");
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("halfproc.pc"), pc).unwrap();
     dir.to_path_buf()
@@ -96,8 +97,12 @@ fn c_example_links_statically_and_dynamically() {
     );
     build_and_run(&work.join("example-static"), &link, None);
 
-    // Shared: -lhalfproc_c through pkg-config, found at run time via rpath.
+    // Shared: -lhalfproc_c through pkg-config; at run time the loader looks
+    // for the soname it is installed under (scripts/install), found via rpath.
+    let soname = work.join(format!("libhalfproc.so.{}", env!("CARGO_PKG_VERSION_MAJOR")));
+    let _ = std::fs::remove_file(&soname);
+    std::os::unix::fs::symlink(libdir.join("libhalfproc_c.so"), &soname).unwrap();
     let mut link = pkg_config(&pcdir, &["--cflags", "--libs"]);
-    link.push(format!("-Wl,-rpath,{}", libdir.display()));
+    link.push(format!("-Wl,-rpath,{}", work.display()));
     build_and_run(&work.join("example-shared"), &link, None);
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# The C library as a user gets it: install it into a fresh prefix with
+# scripts/install, copy each program here (and the installed example) to a
+# directory outside the repository, and build it there with
+#   cc prog.c $(pkg-config --cflags --libs halfproc)
+#
+#   tests/c-api/run.sh host          build (shared library) and run each one
+#                                    here: TAP on stdout, exit 1 on a failure
+#   tests/c-api/run.sh guest OUTDIR  build static binaries for the guest
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/../../scripts/lib.sh"
+what="${1:-host}"
+work="$(mktemp -d /tmp/halfproc-c-api.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+"$HALFPROC_ROOT/scripts/install" --prefix "$work/prefix" >"$work/install.log" 2>&1 ||
+	{ cat "$work/install.log" >&2; die "scripts/install failed"; }
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+mkdir -p "$work/src"
+cp "$here"/*.c "$work/prefix/share/doc/halfproc/example.c" "$work/src/"
+cd "$work/src"
+progs=(example list threads lifecycle)
+case "$what" in
+host)
+	n=0 bad=0
+	echo "TAP version 13"
+	echo "1..${#progs[@]}"
+	for p in "${progs[@]}"; do
+		n=$((n + 1))
+		# shellcheck disable=SC2046
+		if ! cc -std=gnu11 -Wall -Werror -O2 -o "$p" "$p.c" -pthread \
+			$(pkg-config --cflags --libs halfproc) -Wl,-rpath,"$work/prefix/lib" 2>"$p.err"; then
+			sed 's/^/# /' "$p.err"
+			echo "not ok $n c_api.$p # did not build"
+			bad=1
+			continue
+		fi
+		if timeout 180 "./$p" >"$p.out" 2>&1; then
+			echo "ok $n c_api.$p"
+		else
+			echo "not ok $n c_api.$p (exit $?)"
+			bad=1
+		fi
+		sed 's/^/# /' "$p.out"
+	done
+	exit "$bad"
+	;;
+guest)
+	out="${2:?usage: tests/c-api/run.sh guest OUTDIR}"
+	mkdir -p "$out"
+	for p in "${progs[@]}"; do
+		# shellcheck disable=SC2046
+		cc -std=gnu11 -Wall -Werror -O2 -static -o "$out/$p" "$p.c" -pthread \
+			$(pkg-config --static --cflags --libs halfproc) ||
+			die "building tests/c-api/$p.c statically against the installed library failed"
+	done
+	;;
+*) die "usage: tests/c-api/run.sh host | guest OUTDIR" ;;
+esac
