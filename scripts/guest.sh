@@ -53,15 +53,33 @@ build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
 		--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu \
 		-p halfproc --example guest_tests --bin halfproc
 	local RT="$HALFPROC_ROOT/target/x86_64-unknown-linux-gnu/release"
+	# The benchmark's strategy tests, run in the guest on the kernel backend.
+	local bench_tests
+	bench_tests="$(RUSTFLAGS="-C target-feature=+crt-static" cargo test -q --release \
+		--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu \
+		-p halfproc-bench --test strategies --no-run --message-format=json |
+		python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])')"
+	[ -x "$bench_tests" ] || die "no test binary for halfproc-bench --test strategies"
+	done_phase
+	phase "build the C library's programs against its installed copy (static)"
+	"$HALFPROC_ROOT/tests/c-api/run.sh" guest "$OUT/guest/c-api"
 	done_phase
 	{
 		echo "$KO:/lib/modules/halfproc.ko"
 		echo "$KO_SAB:/lib/modules/halfproc-sabotage.ko"
 		echo "$RT/examples/guest_tests:/tests/rt/guest_tests"
 		echo "$RT/halfproc:/bin/halfproc"
+		echo "$bench_tests:/tests/rt/bench_strategies"
 		local f
 		for f in "$OUT"/guest/tests/* "$OUT"/guest/tests/mm/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/tests/${f#"$OUT"/guest/tests/}"
+		done
+		for f in "$OUT"/guest/c-api/*; do
+			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/tests/c-api/${f##*/}"
 		done
 		for f in "$OUT"/guest/bench/* "$OUT"/guest/demo/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/${f#"$OUT"/guest/}"

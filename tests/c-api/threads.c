@@ -90,7 +90,7 @@ int main(void)
 	if (!results)
 		return 1;
 	for (int i = 0; i < 3; i++)
-		pthread_create(&churners[i], NULL, churn, &churners[i]);
+		pthread_create(&churners[i], NULL, churn, (void *)(long)i);
 	pthread_create(&c, NULL, creator, &failed);
 	pthread_join(c, NULL);
 	atomic_store(&stop, 1);

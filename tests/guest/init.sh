@@ -130,6 +130,14 @@ if [ "$mode" = test ]; then
 		"$t" || rc=1
 	done
 	halfproc info --probe; tap $? runtime_info_probe
+	# The copy benchmark's strategy tests (checksummed transfers).
+	/tests/rt/bench_strategies --test-threads=1; tap $? bench_strategies
+	# The C library as installed (tests/c-api), statically linked.
+	for t in /tests/c-api/*; do
+		[ -x "$t" ] || continue
+		echo "# running $t"
+		"$t"; tap $? "c_api_${t##*/}"
+	done
 	mm_selftests
 	# Module unload: refused while a set lives, fine once it is gone.
 	# Every live set holds one reference on the module.
