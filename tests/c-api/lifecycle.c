@@ -4,7 +4,8 @@
  * - a member that fork()s and exec()s a child, and waits for it;
  * - a member that exec()s itself: joined with the new program's status;
  * - exit code 139 and death by SIGSEGV are told apart (wait status);
- * - an argument pointer valid nowhere is EINVAL, not a crash.
+ * - NULL handle or function pointers are EINVAL, not a crash; joining a
+ *   handle twice is ESRCH.
  */
 #include <errno.h>
 #include <signal.h>
@@ -81,9 +82,19 @@ int main(void)
 	bad |= check("a member execs: joined with the program's status", exec_self, 5, 0);
 	bad |= check("exit code 139 is an exit code", exit_139, 139, 0);
 	bad |= check("death by SIGSEGV is a signal", segv, 0, SIGSEGV);
-	err = halfproc_create(&h, exit_139, (void *)16);
-	printf("%s: an argument valid nowhere is EINVAL (got %s)\n",
+	err = halfproc_create(NULL, exit_139, NULL);
+	printf("%s: a NULL handle pointer is EINVAL (got %s)\n",
 	       err == EINVAL ? "ok" : "not ok", strerror(err));
 	bad |= err != EINVAL;
+	err = halfproc_create(&h, NULL, NULL);
+	printf("%s: a NULL function is EINVAL (got %s)\n",
+	       err == EINVAL ? "ok" : "not ok", strerror(err));
+	bad |= err != EINVAL;
+	if (halfproc_create(&h, exit_139, NULL) || halfproc_join(h, NULL))
+		return 1;
+	err = halfproc_join(h, NULL);
+	printf("%s: joining twice is ESRCH (got %s)\n",
+	       err == ESRCH ? "ok" : "not ok", strerror(err));
+	bad |= err != ESRCH;
 	return bad;
 }

@@ -93,7 +93,7 @@ fn bytes_or_errno(r: std::io::Result<usize>) -> isize {
 
 /// Creates the half-process set of this process. `backend` is `"auto"`,
 /// `"kernel"`, `"portable"` or NULL (from `HALFPROC_BACKEND`, default auto).
-/// Call it early in `main`, before creating threads. Returns 0, `EEXIST` if
+/// Any thread may call it, at any time. Returns 0, `EEXIST` if
 /// already done, `ENOSYS` if the kernel backend was asked for but is missing.
 ///
 /// # Safety
@@ -129,13 +129,16 @@ pub extern "C" fn halfproc_backend_kind() -> c_int {
     }
 }
 
-/// Runs `fn(arg)` in a new member; `arg` should point into the shared range.
-/// Returns 0 and stores the handle in `*out`, or an errno value.
+/// Runs `func(arg)` in a new member, which starts as a copy of the calling
+/// process at this moment (like `fork()`; the shared range is shared).
+/// Returns 0 and stores the handle in `*out`, or an errno value: `EINVAL`
+/// (`out` or `func` NULL, `arg` neither NULL nor a mapped address), `ENXIO`
+/// (no `halfproc_init`), `EPERM` (caller outside the set), `EAGAIN` (1024
+/// unjoined members, or fork failed for lack of resources), `ENOMEM`.
 ///
 /// # Safety
 ///
-/// `out` is writable; `func` is part of the program loaded before
-/// `halfproc_init`; `arg` is valid in the member (shared range) or NULL.
+/// `out` is writable; `func(arg)` is sound to call in a copy of the caller.
 #[no_mangle]
 pub unsafe extern "C" fn halfproc_create(
     out: *mut halfproc_t,
@@ -160,9 +163,12 @@ pub unsafe extern "C" fn halfproc_create(
     }
 }
 
-/// Waits for member `h`. `*status` (if not NULL) gets the exit code, or
-/// 128 + signal number if it was killed. Returns 0 or an errno value
-/// (`ESRCH`: already joined, `EINVAL`: detached).
+/// Waits for member `h`. `*status` (if not NULL) gets its wait status as
+/// `waitpid(2)` reports it: test it with `WIFEXITED`/`WEXITSTATUS` and
+/// `WIFSIGNALED`/`WTERMSIG` (0 means it returned 0). Returns 0 or an errno
+/// value: `ESRCH` already joined or stale, `EINVAL` detached or the caller
+/// itself, `ECHILD` its status was lost (reaped by another `wait()`, or its
+/// creator is gone).
 ///
 /// # Safety
 ///
@@ -173,10 +179,7 @@ pub unsafe extern "C" fn halfproc_join(h: halfproc_t, status: *mut c_int) -> c_i
     match r {
         Ok(st) => {
             if !status.is_null() {
-                let v = match st {
-                    halfproc::ExitStatus::Exited(c) => c,
-                    halfproc::ExitStatus::Signaled(s) => 128 + s,
-                };
+                let v = st.wait_status();
                 // SAFETY: per the contract.
                 unsafe { *status = v };
             }

@@ -99,7 +99,10 @@ fn c_example_links_statically_and_dynamically() {
 
     // Shared: -lhalfproc_c through pkg-config; at run time the loader looks
     // for the soname it is installed under (scripts/install), found via rpath.
-    let soname = work.join(format!("libhalfproc.so.{}", env!("CARGO_PKG_VERSION_MAJOR")));
+    let soname = work.join(format!(
+        "libhalfproc.so.{}",
+        env!("CARGO_PKG_VERSION_MAJOR")
+    ));
     let _ = std::fs::remove_file(&soname);
     std::os::unix::fs::symlink(libdir.join("libhalfproc_c.so"), &soname).unwrap();
     let mut link = pkg_config(&pcdir, &["--cflags", "--libs"]);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, Criterion, Throughput};
 use halfproc::alloc::kr::KrAllocator;
 use halfproc::sync::Barrier;
-use halfproc::{Member, Set, SharedBox, SharedSafe};
+use halfproc::{Member, Set, SharedBox};
 
 const BATCH: usize = 256;
 
@@ -31,8 +31,6 @@ struct Shared {
     kr: AtomicUsize,
     start: Barrier,
 }
-// SAFETY: plain data; `kr` is the address of a shared-range allocator.
-unsafe impl SharedSafe for Shared {}
 
 /// Sizes 16..=1024 in a fixed pseudo-random order.
 fn size(i: usize) -> usize {
@@ -111,7 +109,7 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 s.kind.store(kind as u32, Ordering::Relaxed);
                 s.rounds.store(iters, Ordering::Relaxed);
-                let m = Member::spawn(set, member, s).unwrap();
+                let m = Member::spawn(set, move || member(s)).unwrap();
                 s.start.wait();
                 let t0 = Instant::now();
                 rounds(s, kind, iters);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use halfproc::sync::{Barrier, RawMutex};
-use halfproc::{Member, Set, SharedBox, SharedSafe};
+use halfproc::{Member, Set, SharedBox};
 
 #[repr(C)]
 struct Shared {
@@ -23,8 +23,6 @@ struct Shared {
     counter: AtomicU64,
     start: Barrier,
 }
-// SAFETY: plain data in the shared range (the pthread mutex is process-shared).
-unsafe impl SharedSafe for Shared {}
 // SAFETY: every field is used only through its own synchronization.
 unsafe impl Sync for Shared {}
 
@@ -124,7 +122,7 @@ fn contended(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 s.kind.store(kind, Ordering::Relaxed);
                 s.iters.store(iters, Ordering::Relaxed);
-                let m = Member::spawn(set, member, s).unwrap();
+                let m = Member::spawn(set, move || member(s)).unwrap();
                 s.start.wait();
                 let t0 = Instant::now();
                 run_loop(s);

@@ -53,14 +53,6 @@ impl BackendKind {
             BackendKind::Portable => "portable",
         }
     }
-
-    pub(crate) fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(BackendKind::Kernel),
-            2 => Some(BackendKind::Portable),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for BackendKind {
@@ -378,13 +370,5 @@ mod tests {
         assert_eq!(k, p);
         assert!(KERNEL_SEMANTICS.iter().all(|s| s.holds));
         assert!(PORTABLE_SEMANTICS.iter().any(|s| !s.holds));
-    }
-
-    #[test]
-    fn kind_roundtrips_through_u32() {
-        for k in [BackendKind::Kernel, BackendKind::Portable] {
-            assert_eq!(BackendKind::from_u32(k as u32), Some(k));
-        }
-        assert_eq!(BackendKind::from_u32(0), None);
     }
 }

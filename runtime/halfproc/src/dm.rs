@@ -21,7 +21,8 @@ use crate::set::Set;
 fn set_for_dm(pid: i32) -> io::Result<&'static Set> {
     let set = Set::get().map_err(io::Error::from)?;
     if set.backend().kind() == BackendKind::Portable
-        && !set.header().members.is_member_pid(set, pid)
+        && pid != set.creator_pid()
+        && !set.header().members.is_running_pid(pid)
     {
         return Err(io::Error::from_raw_os_error(if pid <= 0 {
             libc::ESRCH

@@ -35,13 +35,6 @@ pub enum Error {
     /// The calling process is not a member of the set (e.g. a plain `fork()`
     /// child of a member): shared-range operations are refused.
     NotMember,
-    /// The kernel backend cannot start its spawner from a multi-threaded
-    /// process (a raw `clone3` child could inherit locks held by other
-    /// threads); create the set before starting threads.
-    MultiThreaded {
-        /// Threads counted in the process.
-        threads: usize,
-    },
     /// A bad argument (size overflow, bad alignment, bad handle, ...).
     InvalidArgument(&'static str),
     /// The member table or the arena is full.
@@ -49,8 +42,12 @@ pub enum Error {
     /// A member handle no longer names a live member slot (joined, detached
     /// or reused).
     StaleHandle,
-    /// The spawner process of the set is gone.
-    SpawnerGone,
+    /// The member's creator and the member are both gone and nobody
+    /// recorded how the member ended (its reaper died with the creator).
+    CreatorGone,
+    /// The member was reaped by a `wait()` elsewhere in its creator: its
+    /// exit status is lost.
+    StatusLost,
     /// An operating-system call failed.
     Os {
         /// What the runtime was doing.
@@ -80,11 +77,10 @@ impl Error {
             Error::AlreadyInitialized => libc::EEXIST,
             Error::NoSet => libc::ENXIO,
             Error::NotMember => libc::EPERM,
-            Error::MultiThreaded { .. } => libc::EDEADLK,
             Error::InvalidArgument(_) => libc::EINVAL,
             Error::Exhausted(_) => libc::EAGAIN,
             Error::StaleHandle => libc::ESRCH,
-            Error::SpawnerGone => libc::ECHILD,
+            Error::CreatorGone | Error::StatusLost => libc::ECHILD,
             Error::Os { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -111,15 +107,17 @@ impl fmt::Display for Error {
                 "this process is not a member of the half-process set \
                  (a plain fork() of a member is outside the set)"
             ),
-            Error::MultiThreaded { threads } => write!(
-                f,
-                "cannot start the spawner from a process with {threads} threads on the \
-                 kernel backend: create the set before starting threads"
-            ),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Exhausted(what) => write!(f, "out of resources: {what}"),
             Error::StaleHandle => write!(f, "member handle is stale (already joined or detached)"),
-            Error::SpawnerGone => write!(f, "the set's spawner process is gone"),
+            Error::CreatorGone => write!(
+                f,
+                "the member and the process that created it are gone; how it ended is unknown"
+            ),
+            Error::StatusLost => write!(
+                f,
+                "the member was reaped by a wait() in its creator; its exit status is lost"
+            ),
             Error::Os { what, err } => write!(f, "{what}: {err}"),
         }
     }

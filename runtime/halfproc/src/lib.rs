@@ -10,8 +10,8 @@
 //!
 //! - [`backend`]: kernel or portable, detected at start-up.
 //! - [`set`]: the set of this process; maps the arena at `2^45`.
-//! - [`member`]: create / join / detach members through a single-threaded
-//!   spawner (the fork-in-a-threaded-process trap).
+//! - [`member`]: create / join / detach members; a member starts as a copy
+//!   of its creator at creation time (libc's `fork()`), from any thread.
 //! - [`sync`]: `Mutex`, `Condvar`, `RwLock`, `Barrier`, `Once` on shared
 //!   futexes, robust against a dying owner.
 //! - [`alloc`]: the shared-arena allocator (`malloc`/`free` from any member,
@@ -29,8 +29,8 @@
 //! }
 //!
 //! let set = Set::init_default().unwrap();
-//! let counter = halfproc::SharedBox::leak(halfproc::alloc::shared_box(Mutex::new(0u64)).unwrap());
-//! let members: Vec<_> = (0..3).map(|_| Member::spawn(set, bump, counter).unwrap()).collect();
+//! let counter: &Mutex<u64> = halfproc::SharedBox::leak(halfproc::alloc::shared_box(Mutex::new(0u64)).unwrap());
+//! let members: Vec<_> = (0..3).map(|_| Member::spawn(set, move || bump(counter)).unwrap()).collect();
 //! for m in members {
 //!     assert!(m.join().unwrap().success());
 //! }
@@ -54,6 +54,8 @@ pub mod set;
 pub mod sync;
 #[cfg(not(loom))]
 mod sys;
+#[cfg(not(loom))]
+mod thread;
 
 #[cfg(not(loom))]
 pub use alloc::{SharedAlloc, SharedBox, SharedVec};
@@ -64,7 +66,7 @@ pub use dm::{dmread, dmwrite};
 #[cfg(not(loom))]
 pub use error::{Error, Result};
 #[cfg(not(loom))]
-pub use member::{ExitStatus, Member, SharedSafe};
+pub use member::{ExitStatus, Member};
 #[cfg(not(loom))]
 pub use set::{Set, SetConfig};
 
@@ -74,12 +76,6 @@ pub use loom_shim::*;
 
 #[cfg(loom)]
 mod loom_shim {
-    /// Stand-in for the real marker trait.
-    ///
-    /// # Safety
-    ///
-    /// As for the real trait.
-    pub unsafe trait SharedSafe {}
     /// Stand-in error.
     #[derive(Debug)]
     pub enum Error {

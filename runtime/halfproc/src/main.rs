@@ -128,15 +128,15 @@ mod cli {
         let req = Request::Exactly(backend.kind());
         let set = Set::init(SetConfig::from_env()?.backend(req))?;
         println!(
-            "probe: arena {:#x} + {} MiB, spawner pid {}",
+            "probe: arena {:#x} + {} MiB, creator pid {}",
             set.base() as usize,
             set.size() >> 20,
-            set.spawner_pid()
+            set.creator_pid()
         );
-        let cell = halfproc::SharedBox::leak(halfproc::alloc::shared_box(
-            halfproc::sync::Mutex::new(1u64),
-        )?);
-        let m = Member::spawn(set, probe_member, cell)?;
+        let cell: &'static halfproc::sync::Mutex<u64> = halfproc::SharedBox::leak(
+            halfproc::alloc::shared_box(halfproc::sync::Mutex::new(1u64))?,
+        );
+        let m = Member::spawn(set, move || probe_member(cell))?;
         let st = m.join()?;
         let v = *cell.lock().map_err(|e| e.to_string())?;
         println!("probe: member {st}, shared counter {v}");

@@ -2,10 +2,9 @@
 //! The half-process set of this process: the shared range and its header.
 //!
 //! One process creates the set with [`Set::init`]; that maps the arena at the
-//! start of the shared range `[2^45, 2^46)`, writes the [`SetHeader`] at its
-//! first byte and starts the spawner (see [`crate::member`]). Every member is a
-//! copy of the spawner and so finds the same `&'static Set` through
-//! [`Set::get`].
+//! start of the shared range `[2^45, 2^46)` and writes the [`SetHeader`] at its
+//! first byte. Every member is a fork of a member (see [`crate::member`]) and
+//! so finds the same `&'static Set` through [`Set::get`].
 //!
 //! # Layout of the arena
 //!
@@ -18,13 +17,14 @@
 //! # Membership
 //!
 //! The creator and every member are *members*. A plain `fork()` child of a
-//! member is an *outsider* (a `pthread_atfork` child handler marks it): it may
-//! still see the mapping on the portable backend, but every shared-range
-//! operation of the runtime refuses it with [`Error::NotMember`].
+//! member is an *outsider* (a `pthread_atfork` child handler marks it, unless
+//! the kernel made it a member, `PR_HALFPROC_INHERIT`): it may still see the
+//! mapping on the portable backend, but every shared-range operation of the
+//! runtime refuses it with [`Error::NotMember`].
 //!
 //! C header: `include/halfproc.h` (`halfproc_init`).
 
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use halfproc_uapi::{in_shared_range, HALFPROC_RANGE_END, HALFPROC_RANGE_START, MAP_HALFPROC};
@@ -38,7 +38,7 @@ use crate::member::MemberTable;
 /// Magic number at the start of the arena (`"HALFPROC"`).
 pub const SET_MAGIC: u64 = u64::from_le_bytes(*b"HALFPROC");
 /// Layout version of [`SetHeader`].
-pub const SET_VERSION: u32 = 1;
+pub const SET_VERSION: u32 = 2;
 /// Default arena size: 16 GiB of address space (only touched pages cost memory).
 pub const DEFAULT_ARENA_SIZE: u64 = 16 << 30;
 /// Smallest accepted arena size.
@@ -59,9 +59,6 @@ pub(crate) struct SetHeader {
     pub(crate) backend: u32,
     pub(crate) size: u64,
     pub(crate) creator_pid: AtomicI32,
-    pub(crate) spawner_pid: AtomicI32,
-    /// 0 until the spawner runs its loop, then 1; futex word.
-    pub(crate) spawner_ready: AtomicU32,
     _pad: u32,
     pub(crate) members: MemberTable,
     pub(crate) heaps: HeapTable,
@@ -201,17 +198,22 @@ pub(crate) fn in_range(addr: usize) -> bool {
 
 extern "C" fn atfork_child() {
     if MEMBERSHIP.load(Ordering::Relaxed) == MEMBER {
-        MEMBERSHIP.store(OUTSIDER, Ordering::Relaxed);
+        let member = SET
+            .get()
+            .is_some_and(|s| s.backend.kind() == BackendKind::Kernel)
+            && crate::member::kernel_says_member();
+        if !member {
+            MEMBERSHIP.store(OUTSIDER, Ordering::Relaxed);
+        }
     }
-    crate::member::reset_thread_state_after_fork();
+    crate::thread::reset_after_fork();
 }
 
 impl Set {
     /// Creates the set from the environment (`HALFPROC_BACKEND`,
     /// `HALFPROC_ARENA_SIZE`), or returns the existing one.
     ///
-    /// Call it early in `main`, before starting threads: on the kernel
-    /// backend a multi-threaded creator is refused ([`Error::MultiThreaded`]).
+    /// It may be called from any thread, at any time.
     pub fn init_default() -> Result<&'static Set> {
         if let Some(s) = SET.get() {
             return Ok(s);
@@ -253,12 +255,6 @@ impl Set {
         if SET.get().is_some() {
             return Err(Error::AlreadyInitialized);
         }
-        if backend.kind() == BackendKind::Kernel {
-            let threads = crate::sys::thread_count().map_err(|e| Error::os("count threads", e))?;
-            if threads > 1 {
-                return Err(Error::MultiThreaded { threads });
-            }
-        }
         let base = map_arena(backend.kind(), size)?;
         // SAFETY: `base` is the start of a fresh, zeroed, writable mapping of
         // `size` bytes, large enough for the header (checked by layout()).
@@ -289,7 +285,7 @@ impl Set {
             header,
             backend: backend.clone(),
         });
-        crate::member::start_spawner(set)?;
+        crate::member::allow_ptrace_from_set(set);
         Ok(set)
     }
 
@@ -330,7 +326,7 @@ impl Set {
         (addr as u64).wrapping_sub(self.base() as u64) < self.size()
     }
 
-    /// Members currently running (not counting creator and spawner).
+    /// Members currently running (not counting the creator).
     pub fn running_members(&self) -> u32 {
         self.header.members.running_count()
     }
@@ -338,11 +334,6 @@ impl Set {
     /// Process id of the set's creator.
     pub fn creator_pid(&self) -> i32 {
         self.header.creator_pid.load(Ordering::Relaxed)
-    }
-
-    /// Process id of the set's spawner (parent of every member).
-    pub fn spawner_pid(&self) -> i32 {
-        self.header.spawner_pid.load(Ordering::Acquire)
     }
 
     /// Returns `[addr, addr + len)` of the arena to the operating system, for
@@ -436,12 +427,6 @@ fn map_arena(kind: BackendKind, size: u64) -> Result<usize> {
             }
             Ok(p as usize)
         }
-    }
-}
-
-impl SetHeader {
-    pub(crate) fn backend_kind(&self) -> BackendKind {
-        BackendKind::from_u32(self.backend).unwrap_or(BackendKind::Portable)
     }
 }
 

@@ -2,8 +2,8 @@
 //! Thin, raw system-call wrappers used by the rest of the runtime.
 //!
 //! Everything here is a direct system call (no libc locks, no allocation), so
-//! it is safe to call from the spawner process and from a freshly cloned child
-//! of a multi-threaded parent. Errors are returned as [`std::io::Error`] built
+//! it is safe to call from lock slow paths and from a freshly forked child of
+//! a multi-threaded parent. Errors are returned as [`std::io::Error`] built
 //! from the raw errno, never through `errno` globals of another process.
 //!
 //! C header: `<linux/futex.h>`, `<linux/sched.h>`, `<sys/mman.h>`.
@@ -142,32 +142,4 @@ pub(crate) fn futex_wake(word: &core::sync::atomic::AtomicU32, n: i32) -> i32 {
     // SAFETY: `word` is a valid, aligned u32.
     let r = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
     r.max(0) as i32
-}
-
-/// `pidfd`-free existence check of a child's exit, non-blocking.
-///
-/// Returns `Some((pid, raw_wait_status))` for one reaped child.
-pub(crate) fn reap_any() -> Option<(i32, i32)> {
-    let mut status = 0;
-    // SAFETY: `status` is a valid out-pointer.
-    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
-    if pid > 0 {
-        Some((pid, status))
-    } else {
-        None
-    }
-}
-
-/// Number of threads of the calling process, from `/proc/self/stat` field 20.
-pub(crate) fn thread_count() -> io::Result<usize> {
-    let text = std::fs::read_to_string("/proc/self/stat")?;
-    let rest = text
-        .rfind(')')
-        .map(|i| &text[i + 1..])
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad /proc/self/stat"))?;
-    // Fields after the name start at field 3 (state); num_threads is field 20.
-    rest.split_whitespace()
-        .nth(17)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad /proc/self/stat"))
 }

@@ -48,8 +48,6 @@ struct KrState {
 
 // SAFETY: `state` is only touched under `lock`, a cross-member mutex.
 unsafe impl Sync for KrAllocator {}
-// SAFETY: all memory it points to is in the shared range.
-unsafe impl crate::SharedSafe for KrAllocator {}
 
 impl KrAllocator {
     /// Creates an allocator in the shared range of `set`.

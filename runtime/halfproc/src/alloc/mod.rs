@@ -425,8 +425,3 @@ pub fn shared_box<T>(value: T) -> crate::Result<SharedBox<T>> {
     SharedBox::try_new_in(value, SharedAlloc)
         .map_err(|_| crate::Error::Exhausted("shared arena out of memory"))
 }
-
-// SAFETY: the box's pointer is into the shared range.
-unsafe impl<T: crate::SharedSafe> crate::SharedSafe for SharedBox<T> {}
-// SAFETY: the vector's buffer is in the shared range.
-unsafe impl<T: crate::SharedSafe> crate::SharedSafe for SharedVec<T> {}

@@ -43,9 +43,6 @@ pub struct Barrier {
     n: u32,
 }
 
-// SAFETY: plain words.
-unsafe impl crate::SharedSafe for Barrier {}
-
 impl Barrier {
     /// A barrier for `n >= 1` participants.
     pub fn new(n: u32) -> crate::Result<Self> {

@@ -43,9 +43,6 @@ pub struct Condvar {
     seq: AtomicU32,
 }
 
-// SAFETY: a bare sequence word.
-unsafe impl crate::SharedSafe for Condvar {}
-
 impl Default for Condvar {
     fn default() -> Self {
         Self::new()

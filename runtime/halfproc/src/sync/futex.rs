@@ -30,7 +30,7 @@ mod imp {
     /// The caller's thread id (never 0).
     #[inline(always)]
     pub(crate) fn tid() -> u32 {
-        crate::member::current_tid() as u32
+        crate::thread::current_tid() as u32
     }
 
     /// Whether task `tid` still runs.

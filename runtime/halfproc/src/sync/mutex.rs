@@ -301,8 +301,6 @@ pub struct Mutex<T: ?Sized> {
 unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
 // SAFETY: as above.
 unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
-// SAFETY: the lock word holds no pointer; the data follows T's own promise.
-unsafe impl<T: crate::SharedSafe> crate::SharedSafe for Mutex<T> {}
 
 impl<T> Mutex<T> {
     /// A new unlocked mutex.

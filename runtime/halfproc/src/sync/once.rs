@@ -36,9 +36,6 @@ pub struct Once {
     state: AtomicU32,
 }
 
-// SAFETY: a plain word.
-unsafe impl crate::SharedSafe for Once {}
-
 impl Default for Once {
     fn default() -> Self {
         Self::new()

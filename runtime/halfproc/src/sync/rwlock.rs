@@ -376,8 +376,6 @@ pub struct RwLock<T: ?Sized> {
 unsafe impl<T: ?Sized + Send> Send for RwLock<T> {}
 // SAFETY: readers share `&T` concurrently, so `T: Sync` as well.
 unsafe impl<T: ?Sized + Send + Sync> Sync for RwLock<T> {}
-// SAFETY: the lock words hold no pointer.
-unsafe impl<T: crate::SharedSafe> crate::SharedSafe for RwLock<T> {}
 
 impl<T> RwLock<T> {
     /// A new unlocked lock.

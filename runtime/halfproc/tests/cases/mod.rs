@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use halfproc::alloc::{self, SharedVec};
 use halfproc::backend::{Backend, BackendKind, Request};
 use halfproc::sync::{Barrier, Condvar, LockError, Mutex, Once, RwLock};
-use halfproc::{Error, ExitStatus, Member, Set, SetConfig, SharedAlloc, SharedBox, SharedSafe};
+use halfproc::{Error, ExitStatus, Member, Set, SetConfig, SharedAlloc, SharedBox};
 
 type Case = (&'static str, fn(&'static Set) -> Result<(), String>);
 
@@ -35,12 +35,16 @@ pub fn all() -> Vec<Case> {
         ("set cannot be created twice", init_twice),
         ("member exit codes, panics and signals", member_exit_status),
         (
-            "member argument must be in the shared range",
-            member_arg_checked,
+            "a C member's argument reaches it unchanged",
+            member_arg_passed,
         ),
         (
             "shared range is shared, globals are private",
             member_sharing,
+        ),
+        (
+            "a member starts as a copy of its creator at creation",
+            member_copies_creator_now,
         ),
         ("join twice is stale, detach frees the slot", join_detach),
         ("64 members alive at once", many_members),
@@ -167,12 +171,12 @@ fn leak<T>(v: T) -> &'static T {
     SharedBox::leak(alloc::shared_box(v).expect("shared arena"))
 }
 
-fn spawn<T: SharedSafe + Sync + 'static>(
-    set: &Set,
+fn spawn<T: Sync + 'static>(
+    set: &'static Set,
     f: fn(&'static T) -> i32,
     a: &'static T,
 ) -> Result<Member, String> {
-    Member::spawn(set, f, a).map_err(|e| format!("spawn: {e}"))
+    Member::spawn(set, move || f(a)).map_err(|e| format!("spawn: {e}"))
 }
 
 fn join_ok(m: Member) -> Result<(), String> {
@@ -272,12 +276,66 @@ fn member_exit_status(set: &'static Set) -> Result<(), String> {
     Ok(())
 }
 
-fn member_arg_checked(set: &'static Set) -> Result<(), String> {
-    static PRIVATE: AtomicI32 = AtomicI32::new(0);
-    match Member::spawn(set, ret_code, &PRIVATE) {
-        Err(Error::InvalidArgument(_)) => Ok(()),
-        other => Err(format!("private argument accepted: {other:?}")),
+extern "C" fn c_deref(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: the test passes a pointer to its (copied) private i32.
+    unsafe { *(arg as *const i32) }
+}
+
+extern "C" fn c_int_arg(arg: *mut libc::c_void) -> libc::c_int {
+    arg as usize as libc::c_int
+}
+
+fn member_arg_passed(set: &'static Set) -> Result<(), String> {
+    // A private (stack) argument: the member has a copy of it.
+    let mut private = 9i32;
+    // SAFETY: `c_deref` reads the i32, alive (copied) in the member.
+    let m = unsafe { Member::spawn_c(set, c_deref, (&mut private as *mut i32).cast()) }
+        .map_err(|e| format!("private argument refused: {e}"))?;
+    let s = m.join().map_err(|e| e.to_string())?;
+    ensure!(s == ExitStatus::Exited(9), "private argument gave {s}");
+    // An integer cast to a pointer, as C programs pass to pthread_create.
+    for v in [0usize, 1, 200] {
+        // SAFETY: `c_int_arg` never dereferences its argument.
+        let m = unsafe { Member::spawn_c(set, c_int_arg, v as *mut libc::c_void) }
+            .map_err(|e| format!("integer argument {v} refused: {e}"))?;
+        let s = m.join().map_err(|e| e.to_string())?;
+        ensure!(
+            s == ExitStatus::Exited(v as i32),
+            "integer argument {v} gave {s}"
+        );
     }
+    Ok(())
+}
+
+static LATE: AtomicU64 = AtomicU64::new(0);
+
+fn member_copies_creator_now(set: &'static Set) -> Result<(), String> {
+    // Set after Set::init, on the heap and the stack: all visible in the
+    // member as of spawn, none of the member's writes visible here.
+    LATE.store(1234, Ordering::SeqCst);
+    let heap = Box::new(77u64);
+    let stack = [3u8; 64];
+    let out = leak(AtomicU64::new(0));
+    let m = Member::spawn(set, move || {
+        out.store(
+            LATE.load(Ordering::SeqCst) + *heap + stack[63] as u64,
+            Ordering::SeqCst,
+        );
+        LATE.store(1, Ordering::SeqCst);
+        0
+    })
+    .map_err(|e| format!("spawn: {e}"))?;
+    join_ok(m)?;
+    ensure!(
+        out.load(Ordering::SeqCst) == 1234 + 77 + 3,
+        "member saw {} (want 1314)",
+        out.load(Ordering::SeqCst)
+    );
+    ensure!(
+        LATE.load(Ordering::SeqCst) == 1234,
+        "member's write to a global leaked into the creator"
+    );
+    Ok(())
 }
 
 static GLOBAL: AtomicU64 = AtomicU64::new(1);
@@ -287,8 +345,6 @@ struct Sharing {
     shared: AtomicU64,
     seen_global: AtomicU64,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for Sharing {}
 
 fn sharing_member(s: &Sharing) -> i32 {
     s.seen_global
@@ -313,7 +369,7 @@ fn member_sharing(set: &'static Set) -> Result<(), String> {
         "member's write to a global leaked into the creator"
     );
     ensure!(
-        s.seen_global.load(Ordering::SeqCst) == 1,
+        s.seen_global.load(Ordering::SeqCst) == GLOBAL.load(Ordering::SeqCst),
         "member saw global {}",
         s.seen_global.load(Ordering::SeqCst)
     );
@@ -392,7 +448,7 @@ fn nested_child(x: &AtomicI32) -> i32 {
 }
 fn nested_parent(x: &'static AtomicI32) -> i32 {
     let set = Set::get().unwrap();
-    let m = Member::spawn(set, nested_child, x).unwrap();
+    let m = Member::spawn(set, move || nested_child(x)).unwrap();
     if m.join().unwrap().success() {
         0
     } else {
@@ -437,7 +493,7 @@ fn multithreaded_parent(set: &'static Set) -> Result<(), String> {
             std::thread::spawn(move || -> Result<(), String> {
                 for _ in 0..10 {
                     join_ok(
-                        Member::spawn(Set::get().unwrap(), malloc_member, x)
+                        Member::spawn(Set::get().unwrap(), move || malloc_member(x))
                             .map_err(|e| e.to_string())?,
                     )?;
                 }
@@ -493,8 +549,6 @@ struct Counter {
     m: Mutex<u64>,
     n: u64,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for Counter {}
 
 fn count_member(c: &Counter) -> i32 {
     for _ in 0..c.n {
@@ -526,8 +580,6 @@ struct PingPong {
     c: Condvar,
     rounds: u32,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for PingPong {}
 
 fn pinger(p: &PingPong) -> i32 {
     play(p, 0)
@@ -575,8 +627,6 @@ struct Rounds {
     phase: AtomicU32,
     bad: AtomicU32,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for Rounds {}
 
 fn barrier_member(r: &Rounds) -> i32 {
     for round in 0..100 {
@@ -626,8 +676,6 @@ struct Pair {
     l: RwLock<(u64, u64)>,
     bad: AtomicU32,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for Pair {}
 
 fn rw_member(p: &Pair) -> i32 {
     for i in 0..3000u64 {
@@ -669,8 +717,6 @@ struct OnceCell {
     runs: AtomicU32,
     flag: AtomicI32,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for OnceCell {}
 
 fn once_member(o: &OnceCell) -> i32 {
     wait_flag(&o.flag);
@@ -715,8 +761,6 @@ struct Doomed {
     once: Once,
     locked: AtomicI32,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for Doomed {}
 
 fn die_holding_mutex(d: &Doomed) -> i32 {
     let mut g = lock(&d.m);
@@ -827,8 +871,6 @@ fn once_owner_death(set: &'static Set) -> Result<(), String> {
 struct Outsider {
     m: Mutex<u32>,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for Outsider {}
 
 fn forking_member(o: &Outsider) -> i32 {
     // SAFETY: the child only runs the code below and _exits.
@@ -975,8 +1017,6 @@ struct Handoff {
     sizes: [AtomicUsize; 256],
     mode: AtomicU32,
 }
-// SAFETY: the slots hold shared-range addresses.
-unsafe impl SharedSafe for Handoff {}
 
 fn handoff_member(h: &Handoff) -> i32 {
     if h.mode.load(Ordering::SeqCst) == 0 {
@@ -1064,8 +1104,6 @@ fn resident_pages(p: *const u8, len: usize) -> usize {
 struct Big {
     addr: AtomicUsize,
 }
-// SAFETY: plain data.
-unsafe impl SharedSafe for Big {}
 
 fn big_free_member(b: &Big) -> i32 {
     let p = b.addr.load(Ordering::SeqCst) as *mut u8;
@@ -1191,8 +1229,6 @@ fn foreign_free_detected(set: &'static Set) -> Result<(), String> {
 struct KrShared {
     kr: AtomicUsize,
 }
-// SAFETY: address of a shared-range allocator.
-unsafe impl SharedSafe for KrShared {}
 
 fn kr_member(k: &KrShared) -> i32 {
     // SAFETY: the creator stored a live &'static KrAllocator.
@@ -1235,8 +1271,6 @@ struct DmMailbox {
     addr: AtomicUsize,
     step: AtomicU32,
 }
-// SAFETY: plain data (the address is only used through dmread/dmwrite).
-unsafe impl SharedSafe for DmMailbox {}
 
 fn dm_member(mb: &DmMailbox) -> i32 {
     // Private memory of this member: its own stack.
@@ -1356,8 +1390,6 @@ struct Stress {
     ops: AtomicU64,
     seed: AtomicU64,
 }
-// SAFETY: the transfer array holds shared-range addresses.
-unsafe impl SharedSafe for Stress {}
 
 fn pick(r: &mut u64) -> u64 {
     // splitmix64: deterministic per member.

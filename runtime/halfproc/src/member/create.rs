@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! Creating a member: the C library's own `fork()` of the calling thread.
+//!
+//! `fork()` runs the program's `pthread_atfork` handlers and leaves malloc
+//! and stdio consistent in the child even when other threads held their
+//! locks, so a member can be created from any thread, at any time, and starts
+//! as a copy of its creator as of the call. On the kernel backend
+//! `prctl(PR_HALFPROC, PR_HALFPROC_FORK_MEMBER, 1)` makes exactly that fork
+//! (the calling thread's next one) a member of the set; on the portable
+//! backend the arena is a shared mapping the child inherits at the same
+//! address.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::slot::MemberTable;
+use super::{reaper, Member};
+use crate::backend::BackendKind;
+use crate::error::{Error, Result};
+use crate::set::Set;
+use crate::{sys, thread};
+
+/// `prctl` option and operation of the patched kernel (`<linux/prctl.h>`).
+pub(crate) const PR_HALFPROC: libc::c_int = 0x4850_4353;
+pub(crate) const PR_HALFPROC_FORK_MEMBER: libc::c_ulong = 1;
+pub(crate) const PR_HALFPROC_GET: libc::c_ulong = 3;
+pub(crate) const PR_HALFPROC_IS_MEMBER: libc::c_int = 1;
+
+fn halfproc_prctl(op: libc::c_ulong, arg: libc::c_ulong) -> std::io::Result<libc::c_int> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(PR_HALFPROC, op, arg, 0 as libc::c_ulong, 0 as libc::c_ulong) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Whether the kernel counts the caller as a member of a set.
+pub(crate) fn kernel_says_member() -> bool {
+    halfproc_prctl(PR_HALFPROC_GET, 0)
+        .map(|bits| bits & PR_HALFPROC_IS_MEMBER != 0)
+        .unwrap_or(false)
+}
+
+/// Forks a member of `set` that runs `body` and exits with its result.
+pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Result<Member> {
+    crate::set::check_member_for(set.base() as usize)?;
+    let table: &'static MemberTable = &set.header().members;
+    let me = sys::getpid();
+    let (index, slot) = table.claim(me)?;
+    let generation = slot.generation.load(core::sync::atomic::Ordering::Relaxed);
+    let kernel = set.backend().kind() == BackendKind::Kernel;
+    if kernel {
+        if let Err(e) = halfproc_prctl(PR_HALFPROC_FORK_MEMBER, 1) {
+            table.abandon(slot, generation);
+            return Err(Error::os("prctl(PR_HALFPROC_FORK_MEMBER)", e));
+        }
+    }
+    let main_thread = thread::is_main_thread();
+    // SAFETY: fork() of the calling thread; the child only runs `body` and
+    // exits, the parent continues normally.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let err = std::io::Error::last_os_error();
+        if kernel {
+            let _ = halfproc_prctl(PR_HALFPROC_FORK_MEMBER, 0);
+        }
+        table.abandon(slot, generation);
+        return Err(Error::os("fork of a member", err));
+    }
+    if pid == 0 {
+        start_in_child(set, me, main_thread);
+        let code = catch_unwind(AssertUnwindSafe(body)).unwrap_or(101);
+        exit_member(code);
+    }
+    table.publish(slot, pid);
+    if let Err(e) = reaper::watch(pid, table, slot, generation) {
+        // Nobody would collect it: end it now rather than leak a zombie.
+        // SAFETY: kill and waitpid of our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, core::ptr::null_mut(), 0);
+        }
+        table.record_exit(slot, generation, None);
+        table.release(slot, generation);
+        return Err(e);
+    }
+    register_exit_handler();
+    Ok(Member {
+        index: index as u32,
+        generation,
+        pid,
+    })
+}
+
+/// First steps of a new member, before its body runs.
+fn start_in_child(set: &Set, parent: i32, main_thread: bool) {
+    thread::reset_after_fork();
+    crate::set::mark_member();
+    allow_ptrace_from_set(set);
+    if main_thread {
+        // Like a thread, the member dies with a killed creator. Only for the
+        // main thread: PR_SET_PDEATHSIG fires when the creating *thread*
+        // exits, which for another thread is not the process ending.
+        // SAFETY: prctl with integer arguments.
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            )
+        };
+        // SAFETY: getppid has no arguments.
+        if unsafe { libc::getppid() } != parent {
+            // The creator died before PDEATHSIG was armed.
+            // SAFETY: _exit never returns.
+            unsafe { libc::_exit(128 + libc::SIGKILL) };
+        }
+    }
+}
+
+/// Lets every member (all descendants of the set's creator) read this
+/// process with `process_vm_readv` under Yama `ptrace_scope=1` (the portable
+/// backend's `dmread`).
+pub(crate) fn allow_ptrace_from_set(set: &Set) {
+    // SAFETY: prctl with integer arguments; EINVAL without Yama is harmless.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PTRACER,
+            set.creator_pid() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+}
+
+/// Registers, once per process, the exit handler that ends the members this
+/// process created when it exits normally, as threads end with `main`.
+fn register_exit_handler() {
+    // A forked member inherits the registration, and the handler acts for
+    // whichever process runs it: once per lineage is enough.
+    static DONE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !DONE.swap(true, core::sync::atomic::Ordering::AcqRel) {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(kill_own_members) };
+    }
+}
+
+extern "C" fn kill_own_members() {
+    let Some(set) = Set::try_current() else {
+        return;
+    };
+    for pid in set.header().members.running_of(sys::getpid()) {
+        // SAFETY: kill(2) of a child of this process.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Ends the calling member with `code` after flushing stdio; the creator's
+/// `atexit` handlers do not run.
+pub fn exit_member(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: fflush(NULL) flushes every C stdio stream; _exit never returns.
+    unsafe {
+        libc::fflush(core::ptr::null_mut());
+        libc::_exit(code & 0xff)
+    }
+}
