@@ -61,7 +61,7 @@ build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
 		python3 -c 'import json, sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
         print(m["executable"])')"
 	[ -x "$bench_tests" ] || die "no test binary for halfproc-bench --test strategies"
 	done_phase
