@@ -131,14 +131,14 @@ mod tests {
         assert_eq!(HALFPROC_RANGE_END % slot, 0);
         assert_eq!(HALFPROC_RANGE_START / slot, 64);
         assert_eq!(HALFPROC_RANGE_END / slot, 128);
-        assert!(HALFPROC_RANGE_END <= 1 << 47);
+        const { assert!(HALFPROC_RANGE_END <= 1 << 47) };
     }
 
     #[test]
     fn flags_avoid_existing_bits() {
         // clone3 bits in use in 6.12: the 32 legacy bits, CLONE_CLEAR_SIGHAND
         // (1 << 32), CLONE_INTO_CGROUP (1 << 33), proposed 1 << 34 / 1 << 35.
-        assert!(CLONE_HALFPROC > 1 << 35);
+        const { assert!(CLONE_HALFPROC > 1 << 35) };
         // mmap: bits 26.. carry MAP_HUGE_*; MAP_FIXED_NOREPLACE is 0x100000.
         assert_eq!(MAP_HALFPROC & !0x03e0_0000, 0);
         assert_eq!(MAP_HALFPROC.count_ones(), 1);
@@ -232,11 +232,11 @@ mod tests {
                     .unwrap();
         }
         if let Some((base, shift)) = s.split_once("<<") {
-            let base = base.trim().trim_end_matches(|c| c == 'U' || c == 'L');
+            let base = base.trim().trim_end_matches(['U', 'L']);
             let shift: u32 = shift.trim().trim_matches(')').parse().unwrap();
             return base.parse::<u64>().unwrap() << shift;
         }
-        let s = s.trim_end_matches(|c| c == 'U' || c == 'L');
+        let s = s.trim_end_matches(['U', 'L']);
         match s.strip_prefix("0x") {
             Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
             None => s.parse().unwrap(),
