@@ -49,9 +49,12 @@ build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
 	done_phase
 	phase "build the runtime for the guest (static)"
 	# Static glibc binaries: the guest has no shared libraries.
-	RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
-		--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu \
-		-p halfproc --example guest_tests --bin halfproc
+	local p
+	for p in "-p halfproc --example guest_tests" "-p halfproc-cli --bin halfproc"; do
+		# shellcheck disable=SC2086
+		RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
+			--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu $p
+	done
 	local RT="$HALFPROC_ROOT/target/x86_64-unknown-linux-gnu/release"
 	# The benchmark's strategy tests, run in the guest on the kernel backend.
 	local bench_tests

@@ -43,7 +43,3 @@ sudo_() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# The cargo package that builds the `halfproc` command.
-cli_package() {
-	if [ -f "$HALFPROC_ROOT/tools/halfproc/Cargo.toml" ]; then echo halfproc-cli; else echo halfproc; fi
-}

@@ -20,7 +20,7 @@ export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 mkdir -p "$work/src"
 cp "$here"/*.c "$work/prefix/share/doc/halfproc/example.c" "$work/src/"
 cd "$work/src"
-progs=(example list threads lifecycle)
+progs=(example list threads lifecycle inherit)
 case "$what" in
 host)
 	n=0 bad=0

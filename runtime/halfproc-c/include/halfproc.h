@@ -81,6 +81,15 @@ extern "C" {
 int halfproc_init(const char *backend);
 
 /**
+ * With `on` non-zero, every child this process creates from now on
+ * (`fork`, `posix_spawn`, `vfork`+`exec`) becomes a member of the set, and
+ * so do their children, across `exec`; with 0 it stops. Returns 0,
+ * `ENXIO` without a set, `ENOTSUP` on the portable backend (an `exec`ed
+ * program loses the shared mapping), `EPERM` outside the set.
+ */
+int halfproc_set_inherit(int on);
+
+/**
  * The backend in use: `HALFPROC_BACKEND_KERNEL`, `HALFPROC_BACKEND_PORTABLE`,
  * or 0 without a set.
  */

@@ -119,6 +119,19 @@ pub unsafe extern "C" fn halfproc_init(backend: *const c_char) -> c_int {
     }
 }
 
+/// With `on` non-zero, every child this process creates from now on
+/// (`fork`, `posix_spawn`, `vfork`+`exec`) becomes a member of the set, and
+/// so do their children, across `exec`; with 0 it stops. Returns 0,
+/// `ENXIO` without a set, `ENOTSUP` on the portable backend (an `exec`ed
+/// program loses the shared mapping), `EPERM` outside the set.
+#[no_mangle]
+pub extern "C" fn halfproc_set_inherit(on: c_int) -> c_int {
+    match Set::get().and_then(|s| s.inherit_children(on != 0)) {
+        Ok(()) => 0,
+        Err(e) => e.errno(),
+    }
+}
+
 /// The backend in use: `HALFPROC_BACKEND_KERNEL`, `HALFPROC_BACKEND_PORTABLE`,
 /// or 0 without a set.
 #[no_mangle]

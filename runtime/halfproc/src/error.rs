@@ -35,6 +35,8 @@ pub enum Error {
     /// The calling process is not a member of the set (e.g. a plain `fork()`
     /// child of a member): shared-range operations are refused.
     NotMember,
+    /// The backend in use cannot do this.
+    Unsupported(&'static str),
     /// A bad argument (size overflow, bad alignment, bad handle, ...).
     InvalidArgument(&'static str),
     /// The member table or the arena is full.
@@ -78,6 +80,7 @@ impl Error {
             Error::NoSet => libc::ENXIO,
             Error::NotMember => libc::EPERM,
             Error::InvalidArgument(_) => libc::EINVAL,
+            Error::Unsupported(_) => libc::ENOTSUP,
             Error::Exhausted(_) => libc::EAGAIN,
             Error::StaleHandle => libc::ESRCH,
             Error::CreatorGone | Error::StatusLost => libc::ECHILD,
@@ -108,6 +111,7 @@ impl fmt::Display for Error {
                  (a plain fork() of a member is outside the set)"
             ),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Unsupported(what) => write!(f, "not supported: {what}"),
             Error::Exhausted(what) => write!(f, "out of resources: {what}"),
             Error::StaleHandle => write!(f, "member handle is stale (already joined or detached)"),
             Error::CreatorGone => write!(

@@ -48,14 +48,16 @@ pub mod dm;
 #[cfg(not(loom))]
 pub mod error;
 #[cfg(not(loom))]
+mod identity;
+#[cfg(not(loom))]
 pub mod member;
 #[cfg(not(loom))]
 pub mod set;
+#[cfg(not(loom))]
+mod slots;
 pub mod sync;
 #[cfg(not(loom))]
 mod sys;
-#[cfg(not(loom))]
-mod thread;
 
 #[cfg(not(loom))]
 pub use alloc::{SharedAlloc, SharedBox, SharedVec};

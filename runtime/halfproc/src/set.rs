@@ -14,17 +14,12 @@
 //!
 //! All of it starts zeroed, and zero is the initial state of every field.
 //!
-//! # Membership
-//!
-//! The creator and every member are *members*. A plain `fork()` child of a
-//! member is an *outsider* (a `pthread_atfork` child handler marks it, unless
-//! the kernel made it a member, `PR_HALFPROC_INHERIT`): it may still see the
-//! mapping on the portable backend, but every shared-range operation of the
-//! runtime refuses it with [`Error::NotMember`].
+//! Who is a member and who an outsider is [`crate::identity`]'s business;
+//! this module registers the `pthread_atfork` handler that tells them apart.
 //!
 //! C header: `include/halfproc.h` (`halfproc_init`).
 
-use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use halfproc_uapi::{in_shared_range, HALFPROC_RANGE_END, HALFPROC_RANGE_START, MAP_HALFPROC};
@@ -33,7 +28,9 @@ use crate::alloc::arena::{ArenaHeader, PAGE_SIZE};
 use crate::alloc::heap::HeapTable;
 use crate::backend::{Backend, BackendKind, Request};
 use crate::error::{Error, Result};
-use crate::member::MemberTable;
+use crate::identity;
+use crate::slots::MemberTable;
+use crate::sys;
 
 /// Magic number at the start of the arena (`"HALFPROC"`).
 pub const SET_MAGIC: u64 = u64::from_le_bytes(*b"HALFPROC");
@@ -163,50 +160,24 @@ impl std::panic::UnwindSafe for Set {}
 
 static SET: OnceLock<Set> = OnceLock::new();
 
-const NO_SET: u8 = 0;
-const MEMBER: u8 = 1;
-const OUTSIDER: u8 = 2;
-static MEMBERSHIP: AtomicU8 = AtomicU8::new(NO_SET);
-
-/// Whether the calling process is an outsider: a fork of a member that did
-/// not go through the runtime. Cheap enough for lock fast paths.
-#[inline(always)]
-pub(crate) fn is_outsider() -> bool {
-    MEMBERSHIP.load(Ordering::Relaxed) == OUTSIDER
-}
-
-/// Marks the calling process as a member (in a freshly created member).
-pub(crate) fn mark_member() {
-    MEMBERSHIP.store(MEMBER, Ordering::Relaxed);
-}
-
-/// Fails with [`Error::NotMember`] in an outsider when `addr` is in the range.
-#[inline(always)]
-pub(crate) fn check_member_for(addr: usize) -> Result<()> {
-    if is_outsider() && in_range(addr) {
-        Err(Error::NotMember)
-    } else {
-        Ok(())
-    }
-}
-
-/// Whether `addr` is in `[2^45, 2^46)`.
-#[inline(always)]
-pub(crate) fn in_range(addr: usize) -> bool {
-    (addr as u64).wrapping_sub(HALFPROC_RANGE_START) < HALFPROC_RANGE_END - HALFPROC_RANGE_START
-}
-
 extern "C" fn atfork_child() {
-    if MEMBERSHIP.load(Ordering::Relaxed) == MEMBER {
+    if identity::is_member() {
         let member = SET
             .get()
             .is_some_and(|s| s.backend.kind() == BackendKind::Kernel)
-            && crate::member::kernel_says_member();
+            && sys::halfproc_prctl_get().is_ok_and(|bits| bits & sys::PR_HALFPROC_IS_MEMBER != 0);
         if !member {
-            MEMBERSHIP.store(OUTSIDER, Ordering::Relaxed);
+            identity::mark_outsider();
         }
     }
-    crate::thread::reset_after_fork();
+    reset_after_fork();
+}
+
+/// What a `fork()` child of a member must forget: its thread id and its
+/// thread's heap (both belong to the parent's thread).
+pub(crate) fn reset_after_fork() {
+    identity::reset_tid_after_fork();
+    crate::alloc::heap::forget_thread_heap();
 }
 
 impl Set {
@@ -230,8 +201,8 @@ impl Set {
     /// [`Error::KernelBackendUnavailable`] when the kernel backend is asked
     /// for but missing, [`Error::NotMember`] in an outsider.
     pub fn init(config: SetConfig) -> Result<&'static Set> {
-        if MEMBERSHIP.load(Ordering::Relaxed) != NO_SET {
-            return Err(if is_outsider() {
+        if identity::in_any_set() {
+            return Err(if identity::is_outsider() {
                 Error::NotMember
             } else {
                 Error::AlreadyInitialized
@@ -280,18 +251,18 @@ impl Set {
                 std::io::Error::from_raw_os_error(rc),
             ));
         }
-        MEMBERSHIP.store(MEMBER, Ordering::Relaxed);
+        identity::mark_member();
         let set = SET.get_or_init(|| Set {
             header,
             backend: backend.clone(),
         });
-        crate::member::allow_ptrace_from_set(set);
+        sys::allow_ptrace_from(set.creator_pid());
         Ok(set)
     }
 
     /// The set of this process, or [`Error::NoSet`] / [`Error::NotMember`].
     pub fn get() -> Result<&'static Set> {
-        if is_outsider() {
+        if identity::is_outsider() {
             return Err(Error::NotMember);
         }
         SET.get().ok_or(Error::NoSet)
@@ -334,6 +305,34 @@ impl Set {
     /// Process id of the set's creator.
     pub fn creator_pid(&self) -> i32 {
         self.header.creator_pid.load(Ordering::Relaxed)
+    }
+
+    /// Makes every child of this process (`fork`, and `vfork`/`posix_spawn`
+    /// followed by `exec`) a member of the set, and their children in turn,
+    /// across `exec` (`on`), or stops it: unmodified programs that fork
+    /// workers (`make -j`, `xargs -P`) keep them in the set.
+    ///
+    /// Kernel backend only (`PR_HALFPROC_INHERIT`): on the portable backend
+    /// an `exec`ed program loses the shared mapping, so it is
+    /// [`Error::Unsupported`].
+    pub fn inherit_children(&self, on: bool) -> Result<()> {
+        if self.backend.kind() != BackendKind::Kernel {
+            return Err(Error::Unsupported(
+                "inherited membership needs the kernel backend (exec drops a shared mapping)",
+            ));
+        }
+        identity::check_member_for(self.base() as usize)?;
+        sys::halfproc_prctl(sys::PR_HALFPROC_INHERIT, on as libc::c_ulong)
+            .map(drop)
+            .map_err(|e| Error::os("prctl(PR_HALFPROC_INHERIT)", e))
+    }
+
+    /// Whether children of this process become members
+    /// ([`Set::inherit_children`]).
+    pub fn inherits_children(&self) -> bool {
+        self.backend.kind() == BackendKind::Kernel
+            && sys::halfproc_prctl_get()
+                .is_ok_and(|bits| bits & sys::PR_HALFPROC_IS_INHERITING != 0)
     }
 
     /// Returns `[addr, addr + len)` of the arena to the operating system, for
@@ -441,15 +440,6 @@ mod tests {
         assert_eq!(parse_size("16G"), Some(16 << 30));
         assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("99999999999999999999G"), None);
-    }
-
-    #[test]
-    fn range_predicate() {
-        assert!(in_range(HALFPROC_RANGE_START as usize));
-        assert!(in_range(HALFPROC_RANGE_END as usize - 1));
-        assert!(!in_range(HALFPROC_RANGE_END as usize));
-        assert!(!in_range(HALFPROC_RANGE_START as usize - 1));
-        assert!(!in_range(0));
     }
 
     #[test]

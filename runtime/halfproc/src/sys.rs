@@ -143,3 +143,36 @@ pub(crate) fn futex_wake(word: &core::sync::atomic::AtomicU32, n: i32) -> i32 {
     let r = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n) };
     r.max(0) as i32
 }
+
+/// `prctl` option of the patched kernel for half-process sets
+/// (`<linux/prctl.h>`, patch 0009) and its operations and result bits.
+pub(crate) const PR_HALFPROC: libc::c_int = 0x4850_4353;
+pub(crate) const PR_HALFPROC_FORK_MEMBER: libc::c_ulong = 1;
+pub(crate) const PR_HALFPROC_INHERIT: libc::c_ulong = 2;
+pub(crate) const PR_HALFPROC_GET: libc::c_ulong = 3;
+pub(crate) const PR_HALFPROC_IS_MEMBER: libc::c_int = 1;
+pub(crate) const PR_HALFPROC_IS_INHERITING: libc::c_int = 2;
+
+/// `prctl(PR_HALFPROC, op, arg, 0, 0)`.
+pub(crate) fn halfproc_prctl(op: libc::c_ulong, arg: libc::c_ulong) -> io::Result<libc::c_int> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(PR_HALFPROC, op, arg, 0 as libc::c_ulong, 0 as libc::c_ulong) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// The caller's `PR_HALFPROC_IS_*` bits (`EOPNOTSUPP`/`EINVAL` without the
+/// patched kernel and module).
+pub(crate) fn halfproc_prctl_get() -> io::Result<libc::c_int> {
+    halfproc_prctl(PR_HALFPROC_GET, 0)
+}
+
+/// Lets `pid` and its descendants read this process with
+/// `process_vm_readv` under Yama `ptrace_scope=1`; harmless without Yama.
+pub(crate) fn allow_ptrace_from(pid: i32) {
+    // SAFETY: prctl with integer arguments; EINVAL without Yama is harmless.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, pid as libc::c_ulong, 0, 0, 0) };
+}

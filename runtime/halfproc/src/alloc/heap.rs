@@ -123,7 +123,7 @@ pub(crate) fn thread_heap(set: &Set) -> Option<&'static Heap> {
 fn acquire_heap(set: &Set) -> Option<&'static Heap> {
     let table: &'static HeapTable = &set.header().heaps;
     table.init_once();
-    let tid = crate::thread::current_tid();
+    let tid = crate::identity::current_tid();
     let claim = |from: u32| {
         table.heaps.iter().find(|h| {
             h.state.load(Ordering::Relaxed) == from

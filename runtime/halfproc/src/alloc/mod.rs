@@ -165,7 +165,7 @@ pub unsafe fn free(p: *mut u8) {
     let Some(set) = Set::try_current() else {
         fatal_free(p, "no half-process set in this process");
     };
-    if crate::set::is_outsider() {
+    if crate::identity::is_outsider() {
         fatal_free(p, "this process is not a member of the set");
     }
     let arena = &set.header().arena;

@@ -12,39 +12,17 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::slot::MemberTable;
 use super::{reaper, Member};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+use crate::identity;
 use crate::set::Set;
-use crate::{sys, thread};
-
-/// `prctl` option and operation of the patched kernel (`<linux/prctl.h>`).
-pub(crate) const PR_HALFPROC: libc::c_int = 0x4850_4353;
-pub(crate) const PR_HALFPROC_FORK_MEMBER: libc::c_ulong = 1;
-pub(crate) const PR_HALFPROC_GET: libc::c_ulong = 3;
-pub(crate) const PR_HALFPROC_IS_MEMBER: libc::c_int = 1;
-
-fn halfproc_prctl(op: libc::c_ulong, arg: libc::c_ulong) -> std::io::Result<libc::c_int> {
-    // SAFETY: prctl with integer arguments only.
-    let r = unsafe { libc::prctl(PR_HALFPROC, op, arg, 0 as libc::c_ulong, 0 as libc::c_ulong) };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// Whether the kernel counts the caller as a member of a set.
-pub(crate) fn kernel_says_member() -> bool {
-    halfproc_prctl(PR_HALFPROC_GET, 0)
-        .map(|bits| bits & PR_HALFPROC_IS_MEMBER != 0)
-        .unwrap_or(false)
-}
+use crate::slots::MemberTable;
+use crate::sys::{self, halfproc_prctl, PR_HALFPROC_FORK_MEMBER};
 
 /// Forks a member of `set` that runs `body` and exits with its result.
 pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Result<Member> {
-    crate::set::check_member_for(set.base() as usize)?;
+    identity::check_member_for(set.base() as usize)?;
     let table: &'static MemberTable = &set.header().members;
     let me = sys::getpid();
     let (index, slot) = table.claim(me)?;
@@ -56,7 +34,7 @@ pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Resu
             return Err(Error::os("prctl(PR_HALFPROC_FORK_MEMBER)", e));
         }
     }
-    let main_thread = thread::is_main_thread();
+    let main_thread = identity::is_main_thread();
     // SAFETY: fork() of the calling thread; the child only runs `body` and
     // exits, the parent continues normally.
     let pid = unsafe { libc::fork() };
@@ -95,9 +73,9 @@ pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Resu
 
 /// First steps of a new member, before its body runs.
 fn start_in_child(set: &Set, parent: i32, main_thread: bool) {
-    thread::reset_after_fork();
-    crate::set::mark_member();
-    allow_ptrace_from_set(set);
+    crate::set::reset_after_fork();
+    identity::mark_member();
+    sys::allow_ptrace_from(set.creator_pid());
     if main_thread {
         // Like a thread, the member dies with a killed creator. Only for the
         // main thread: PR_SET_PDEATHSIG fires when the creating *thread*
@@ -119,22 +97,6 @@ fn start_in_child(set: &Set, parent: i32, main_thread: bool) {
             unsafe { libc::_exit(128 + libc::SIGKILL) };
         }
     }
-}
-
-/// Lets every member (all descendants of the set's creator) read this
-/// process with `process_vm_readv` under Yama `ptrace_scope=1` (the portable
-/// backend's `dmread`).
-pub(crate) fn allow_ptrace_from_set(set: &Set) {
-    // SAFETY: prctl with integer arguments; EINVAL without Yama is harmless.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_PTRACER,
-            set.creator_pid() as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
 }
 
 /// Registers, once per process, the exit handler that ends the members this

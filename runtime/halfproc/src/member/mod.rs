@@ -11,7 +11,7 @@
 //!
 //! Members are children of the creating process, whose reaper thread (see
 //! [`reaper`]) collects their exit status into the member table in the shared
-//! range (see [`slot`]), so any member can join any member.
+//! range (see [`crate::slots`]), so any member can join any member.
 //!
 //! # Lifetime
 //!
@@ -34,13 +34,10 @@ use crate::sys;
 
 mod create;
 mod reaper;
-mod slot;
 
+pub use crate::slots::MAX_MEMBERS;
+use crate::slots::{MemberSlot, EXITED, LOST, RUNNING};
 pub use create::exit_member;
-pub(crate) use create::{allow_ptrace_from_set, kernel_says_member};
-pub(crate) use slot::MemberTable;
-pub use slot::MAX_MEMBERS;
-use slot::{MemberSlot, EXITED, LOST, RUNNING};
 
 /// How a member ended.
 ///

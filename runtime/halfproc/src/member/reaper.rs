@@ -17,8 +17,8 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 
-use super::slot::{MemberSlot, MemberTable};
 use crate::error::{Error, Result};
+use crate::slots::{MemberSlot, MemberTable};
 use crate::sys;
 
 /// `waitid` id type for a pidfd (Linux 5.4).

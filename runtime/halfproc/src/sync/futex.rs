@@ -30,7 +30,7 @@ mod imp {
     /// The caller's thread id (never 0).
     #[inline(always)]
     pub(crate) fn tid() -> u32 {
-        crate::thread::current_tid() as u32
+        crate::identity::current_tid() as u32
     }
 
     /// Whether task `tid` still runs.
@@ -42,7 +42,7 @@ mod imp {
     /// Refuses shared-range locks in an outsider process.
     #[inline(always)]
     pub(crate) fn check_member(addr: usize) -> Result<(), ()> {
-        crate::set::check_member_for(addr).map_err(|_| ())
+        crate::identity::check_member_for(addr).map_err(|_| ())
     }
 
     #[inline(always)]

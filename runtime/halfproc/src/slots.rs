@@ -5,7 +5,7 @@
 //!
 //! A creator claims a slot (`FREE -> CLAIMED`), forks the member, stores its
 //! pid and publishes `RUNNING`. The creating process's reaper (see
-//! [`super::reaper`]) waits for the member, stores its wait status and
+//! `member::reaper`) waits for the member, stores its wait status and
 //! `EXITED` (or `LOST` when somebody else's `wait()` reaped it) and wakes the
 //! slot's futex; a joiner, in any member, reads the status and frees the slot
 //! (`RELEASING -> FREE`, next generation). A detached member's slot is freed
@@ -20,31 +20,31 @@ use crate::sys;
 /// Maximum number of members alive (or unjoined) at once.
 pub const MAX_MEMBERS: usize = 1024;
 
-pub(super) const FREE: u32 = 0;
-pub(super) const CLAIMED: u32 = 1;
-pub(super) const RUNNING: u32 = 3;
-pub(super) const EXITED: u32 = 4;
-pub(super) const FAILED: u32 = 5;
-pub(super) const RELEASING: u32 = 6;
-pub(super) const LOST: u32 = 7;
+pub(crate) const FREE: u32 = 0;
+pub(crate) const CLAIMED: u32 = 1;
+pub(crate) const RUNNING: u32 = 3;
+pub(crate) const EXITED: u32 = 4;
+pub(crate) const FAILED: u32 = 5;
+pub(crate) const RELEASING: u32 = 6;
+pub(crate) const LOST: u32 = 7;
 
 /// One member slot in the shared range.
 #[repr(C)]
 pub(crate) struct MemberSlot {
-    pub(super) state: AtomicU32,
-    pub(super) generation: AtomicU32,
-    pub(super) pid: AtomicI32,
+    pub(crate) state: AtomicU32,
+    pub(crate) generation: AtomicU32,
+    pub(crate) pid: AtomicI32,
     /// Raw wait status once `EXITED`.
-    pub(super) status: AtomicI32,
-    pub(super) detached: AtomicU32,
+    pub(crate) status: AtomicI32,
+    pub(crate) detached: AtomicU32,
     /// The process that created the member (its parent, which reaps it).
-    pub(super) creator: AtomicI32,
+    pub(crate) creator: AtomicI32,
 }
 
 /// The member table in the set header.
 #[repr(C)]
 pub(crate) struct MemberTable {
-    pub(super) slots: [MemberSlot; MAX_MEMBERS],
+    pub(crate) slots: [MemberSlot; MAX_MEMBERS],
     /// Next slot to try when claiming.
     hint: AtomicU32,
     /// Members currently `RUNNING`.
@@ -53,7 +53,7 @@ pub(crate) struct MemberTable {
 
 impl MemberTable {
     /// Claims a free slot for a member `creator` is about to fork.
-    pub(super) fn claim(&self, creator: i32) -> Result<(usize, &MemberSlot)> {
+    pub(crate) fn claim(&self, creator: i32) -> Result<(usize, &MemberSlot)> {
         let start = self.hint.fetch_add(1, Ordering::Relaxed) as usize;
         for i in 0..MAX_MEMBERS {
             let idx = (start + i) % MAX_MEMBERS;
@@ -76,7 +76,7 @@ impl MemberTable {
     }
 
     /// A claimed slot's member runs as `pid`.
-    pub(super) fn publish(&self, slot: &MemberSlot, pid: i32) {
+    pub(crate) fn publish(&self, slot: &MemberSlot, pid: i32) {
         slot.pid.store(pid, Ordering::Release);
         self.running.fetch_add(1, Ordering::Relaxed);
         slot.state.store(RUNNING, Ordering::Release);
@@ -84,14 +84,14 @@ impl MemberTable {
     }
 
     /// The fork for a claimed slot failed: free it.
-    pub(super) fn abandon(&self, slot: &MemberSlot, gen: u32) {
+    pub(crate) fn abandon(&self, slot: &MemberSlot, gen: u32) {
         slot.state.store(FAILED, Ordering::Release);
         self.release(slot, gen);
     }
 
     /// The member of slot `slot`, generation `gen`, ended with wait status
     /// `raw`, or was reaped by somebody else (`None`).
-    pub(super) fn record_exit(&self, slot: &MemberSlot, gen: u32, raw: Option<i32>) {
+    pub(crate) fn record_exit(&self, slot: &MemberSlot, gen: u32, raw: Option<i32>) {
         if slot.generation.load(Ordering::Acquire) != gen
             || slot.state.load(Ordering::Acquire) != RUNNING
         {
@@ -108,7 +108,7 @@ impl MemberTable {
     }
 
     /// Frees an ended slot of generation `gen`; false if someone else did.
-    pub(super) fn release(&self, slot: &MemberSlot, gen: u32) -> bool {
+    pub(crate) fn release(&self, slot: &MemberSlot, gen: u32) -> bool {
         if slot.generation.load(Ordering::Acquire) != gen {
             return false;
         }
@@ -140,7 +140,7 @@ impl MemberTable {
     }
 
     /// Running members created by process `creator`.
-    pub(super) fn running_of(&self, creator: i32) -> impl Iterator<Item = i32> + '_ {
+    pub(crate) fn running_of(&self, creator: i32) -> impl Iterator<Item = i32> + '_ {
         self.slots
             .iter()
             .filter(move |s| {

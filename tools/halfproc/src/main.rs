@@ -5,21 +5,15 @@
 //! halfproc info [--backend auto|kernel|portable] [--probe]
 //! ```
 //!
-//! Adding a subcommand: add a variant to [`Command`] with its own `Args`
-//! struct and a `run_*` function returning an exit code (e.g. `Bench` wired
-//! to the `halfproc-bench` crate).
+//! The top of the crate graph: it depends on the runtime and the
+//! benchmarks (and will on migration and DMI); nothing depends on it.
+//! Adding a subcommand: add a variant to `Command` with its own `Args`
+//! struct and a `run_*` function returning an exit code.
 
-#![cfg_attr(loom, allow(unused))]
-
-#[cfg(loom)]
-fn main() {}
-
-#[cfg(not(loom))]
 fn main() -> std::process::ExitCode {
     cli::main()
 }
 
-#[cfg(not(loom))]
 mod cli {
     use std::process::ExitCode;
     use std::sync::atomic::{AtomicU64, Ordering};
