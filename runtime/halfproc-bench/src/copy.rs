@@ -27,7 +27,9 @@ use std::path::{Path, PathBuf};
 /// kernel backend (members are created with a raw `clone3`).
 ///
 /// A strategy that breaks does not abort the run: it is reported as
-/// [`Outcome::Failed`] (and the binary exits non-zero).
+/// [`Outcome::Failed`] (and the binary exits non-zero), whatever the error,
+/// `EPERM`/`EACCES`/`ENOSYS` included. [`Outcome::Unavailable`] is only for
+/// what the backend lacks, decided before the run starts.
 pub fn run_copy(opts: &CopyOpts) -> Result<CopyReport> {
     opts.validate()?;
     let backend = Backend::choose(&opts.backend)?;
@@ -150,14 +152,9 @@ pub fn run_copy(opts: &CopyOpts) -> Result<CopyReport> {
                             (sys::now_ns() - t) as f64 / 1e9
                         ));
                     }
-                    Err(e) if e.is_unsupported() => {
-                        say(format!(
-                            "UNAVAILABLE {} ({}): {e}",
-                            s.strategy,
-                            p.placement.name()
-                        ));
-                        s.outcome = Outcome::Unavailable(e.to_string());
-                    }
+                    // Whatever the errno: what the backend lacks was
+                    // settled before the run (`unavailable_on`); a refusal
+                    // now (EPERM from Yama or seccomp, ...) breaks the run.
                     Err(e) => {
                         say(format!(
                             "FAILED {} ({}): {e}",

@@ -58,8 +58,9 @@ pub fn seed(job: &Job<'_>, size: usize, rep: usize) -> u64 {
 
 /// Run `job`; returns, per size, the timed samples in nanoseconds.
 ///
-/// Errors with `is_unsupported()` mean the strategy cannot run here
-/// (e.g. `process_vm_readv` forbidden); others mean the run is broken.
+/// Any error means the run is broken; `run_copy` reports the strategy as
+/// failed. (Whether a strategy can run at all on the backend is decided
+/// before, by `Strategy::unavailable_on`.)
 pub fn run(job: &Job<'_>) -> Result<Vec<Vec<u64>>> {
     let max = *job
         .sizes

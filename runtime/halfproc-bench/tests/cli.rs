@@ -69,3 +69,70 @@ fn tiny_run_succeeds() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("median time"), "{out}");
 }
+
+/// Installs, in the child before exec, a seccomp filter that makes
+/// `process_vm_readv`/`writev` fail with EPERM, as a container runtime or a
+/// Yama policy would.
+fn deny_cma(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let filter = [
+        ins(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        ins(JEQ_K, 2, 0, libc::SYS_process_vm_readv as u32),
+        ins(JEQ_K, 1, 0, libc::SYS_process_vm_writev as u32),
+        ins(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        ins(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+    ];
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // two system calls on data it owns (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0,
+                    &prog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+}
+
+/// A refusal the benchmark meets mid-run is a failure (exit 1, named), not
+/// "unavailable": the backend offers CMA, the policy forbids it.
+#[test]
+fn permission_denied_mid_run_fails_the_run() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_halfproc-bench"));
+    cmd.args([
+        "copy",
+        "--backend",
+        "portable",
+        "--strategies",
+        "cma",
+        "--sizes",
+        "12",
+        "--reps",
+        "1",
+        "--placement",
+        "same",
+        "--out",
+        "-",
+    ]);
+    deny_cma(&mut cmd);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("FAILED cma"), "{err}");
+    assert!(!err.contains("UNAVAILABLE"), "{err}");
+}
