@@ -68,9 +68,46 @@ struct Member {
     group: usize,
     /// `PR_HALFPROC_INHERIT`: every child of this member joins the set.
     inherit: bool,
-    /// `PR_HALFPROC_FORK_MEMBER`: the next fork of this thread (0: none)
-    /// joins the set.
-    fork_tid: i32,
+    /// `PR_HALFPROC_FORK_MEMBER`: threads (ids; 0: free entry) whose next
+    /// fork joins the set. Several threads of one process may arm at once.
+    fork_tids: ForkTids,
+}
+
+/// The threads of one member with a fork armed: plain data (the member list
+/// is a `KVec` of `Member`s forgotten without drop), bounded.
+#[derive(Clone, Copy)]
+struct ForkTids([i32; MAX_ARMED]);
+
+/// Threads of one member that may have a fork armed at the same time.
+const MAX_ARMED: usize = 32;
+
+impl ForkTids {
+    const NONE: ForkTids = ForkTids([0; MAX_ARMED]);
+
+    fn contains(&self, tid: i32) -> bool {
+        tid != 0 && self.0.contains(&tid)
+    }
+
+    /// Arms `tid`; `EAGAIN` when `MAX_ARMED` threads already are.
+    fn arm(&mut self, tid: i32) -> Result {
+        if self.contains(tid) {
+            return Ok(());
+        }
+        let free = self.0.iter_mut().find(|t| **t == 0).ok_or(EAGAIN)?;
+        *free = tid;
+        Ok(())
+    }
+
+    /// Disarms `tid`; whether it was armed.
+    fn take(&mut self, tid: i32) -> bool {
+        match self.0.iter_mut().find(|t| tid != 0 && **t == tid) {
+            Some(t) => {
+                *t = 0;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// What a member's fork or exec should do about the new mm.
@@ -232,7 +269,7 @@ impl Set {
                 mm: mm.as_raw(),
                 group,
                 inherit,
-                fork_tid: 0,
+                fork_tids: ForkTids::NONE,
             },
             GFP_ATOMIC,
         );
@@ -255,10 +292,7 @@ impl Set {
         let Some(m) = members.iter_mut().find(|m| m.mm == mm.as_raw()) else {
             return Join::No;
         };
-        let once = m.fork_tid != 0 && m.fork_tid == tid;
-        if once {
-            m.fork_tid = 0;
-        }
+        let once = m.fork_tids.take(tid);
         if once || m.inherit {
             Join::Yes { inherit: m.inherit }
         } else {
@@ -277,18 +311,18 @@ impl Set {
         }
     }
 
-    /// Arms (`tid` != 0) or cancels (`tid` == 0, or another thread's tid
-    /// when cancelling) the one-shot `PR_HALFPROC_FORK_MEMBER` of member
-    /// `mm`. `EINVAL` if `mm` is not a member.
+    /// Arms or cancels the one-shot `PR_HALFPROC_FORK_MEMBER` of thread
+    /// `tid` of member `mm`. `EINVAL` if `mm` is not a member, `EAGAIN` if
+    /// too many of its threads have one armed already.
     pub(crate) fn set_fork_tid(&self, mm: &Mm, tid: i32, arm: bool) -> Result {
         let mut members = self.members.lock();
         let m = members.iter_mut().find(|m| m.mm == mm.as_raw()).ok_or(EINVAL)?;
         if arm {
-            m.fork_tid = tid;
-        } else if m.fork_tid == tid {
-            m.fork_tid = 0;
+            m.fork_tids.arm(tid)
+        } else {
+            m.fork_tids.take(tid);
+            Ok(())
         }
-        Ok(())
     }
 
     /// Sets member `mm`'s `PR_HALFPROC_INHERIT` flag.
@@ -305,7 +339,7 @@ impl Set {
         members
             .iter()
             .find(|m| m.mm == mm.as_raw())
-            .map_or((false, false), |m| (m.inherit, m.fork_tid == tid && tid != 0))
+            .map_or((false, false), |m| (m.inherit, m.fork_tids.contains(tid)))
     }
 
     /// Number of members.

@@ -23,6 +23,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
 	local flavour="$1" OUT="$HALFPROC_ROOT/out/$1"
 	mkdir -p "$OUT"
+	# A failed build must leave nothing to boot: no stale artifacts.
+	rm -f "$OUT/files" "$OUT/kernel"
 	local BUILD SRC KO KO_SAB
 	BUILD="$("$here/kernel.sh" "$flavour")"
 	phase "build harness"
@@ -88,6 +90,10 @@ for l in sys.stdin:
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/${f#"$OUT"/guest/}"
 		done
 	} >"$OUT/files"
+	# The programs init.sh runs in mode test: each must report, or fail.
+	sed -n 's|^[^:]*:/tests/\(hp_[a-z]*\)$|\1|p; s|^[^:]*:/tests/\(mm/.*\)$|\1|p;
+		s|^[^:]*:/tests/\(rt/guest_tests\)$|\1|p' "$OUT/files" |
+		grep -v -x -e hp_nomod -e hp_hold >"$OUT/expect"
 	echo "$BUILD/arch/x86/boot/bzImage" >"$OUT/kernel"
 }
 
@@ -106,8 +112,12 @@ boot() {	# boot FLAVOUR MODE [TIMEOUT]
 	"$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
 		--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
 	phase "boot ($flavour, mode $mode, pti=${HALFPROC_PTI:-on}, cpu ${HALFPROC_CPU:-max}, timeout ${timeout}s)"
-	local rc=0
-	"$HARNESS" run --kernel "$(cat "$OUT/kernel")" \
+	local rc=0 expect=()
+	# Every program of the full suite must report (not with halfproc.only).
+	if [ "$mode" = test ] && [[ "${HALFPROC_APPEND:-}" != *halfproc.only=* ]]; then
+		expect=(--expect-file "$OUT/expect")
+	fi
+	"$HARNESS" run --kernel "$(cat "$OUT/kernel")" "${expect[@]}" \
 		--initrd "$OUT/initramfs-$mode.cpio" --log "$OUT/$mode.log" \
 		--timeout "$timeout" --cpus 2 --memory 4096 --cpu "${HALFPROC_CPU:-max}" \
 		${HALFPROC_SHARE:+--share "$HALFPROC_SHARE"} \

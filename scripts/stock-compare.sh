@@ -17,8 +17,8 @@ patched="$HALFPROC_ROOT/out/debug/test.log"
 HALFPROC_QUIET=1 HALFPROC_APPEND="loglevel=5" "$here/guest.sh" boot stock mm 900 || true
 OUT="$HALFPROC_ROOT/out/stock"
 # The mm selftests' TAP lines (timings stripped) from the init.sh run of each.
-norm() { awk '/^# running \/tests\/mm\//{on=1} on' "$1" | grep -E '^(ok|not ok) ' |
-	grep -v -E ' init\.' | sed -e 's/[0-9]*ns$//' | sort; }
+norm() { awk '/^# halfproc-harness: begin mm\//{on=1} /^# halfproc-harness: end mm\//{on=0} on' "$1" |
+	grep -E '^(ok|not ok) ' | sed -e 's/[0-9]*ns$//' | sort; }
 norm "$OUT/mm.log" >"$OUT/stock.tap"
 norm "$patched" >"$OUT/patched.tap"
 [ -s "$OUT/stock.tap" ] || die "the stock run reported no mm selftest result: $OUT/mm.log"

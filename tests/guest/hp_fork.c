@@ -26,6 +26,7 @@
 
 extern char **environ;
 static const char *self_exe;
+static char *marked_page_for_threads;
 
 #define REQUIRE_HALFPROC() do {						\
 	if (!hp_supported())						\
@@ -173,6 +174,49 @@ TEST(fork_member_is_per_thread)
 	ASSERT_EQ(0, pthread_join(t, &ret));
 	ASSERT_EQ(3, (long)ret);
 	ASSERT_EQ(0, libc_fork_sees(p));
+}
+
+struct armer {
+	int armed, go;
+	long rc;
+};
+
+static void *arm_then_fork(void *arg)
+{
+	struct armer *a = arg;
+
+	a->rc = hp_prctl(PR_HALFPROC_FORK_MEMBER, 1, 0);
+	__atomic_store_n(&a->armed, 1, __ATOMIC_SEQ_CST);
+	while (!__atomic_load_n(&a->go, __ATOMIC_SEQ_CST))
+		usleep(1000);
+	if (a->rc == 0)
+		a->rc = libc_fork_sees(marked_page_for_threads);
+	return NULL;
+}
+
+/*
+ * Two threads armed at once: each one's fork is a member.  (The first
+ * version kept one armed thread per process, so the second arm stole the
+ * first: a member created from a multi-threaded parent died of SIGSEGV.)
+ */
+TEST(fork_member_armed_by_two_threads)
+{
+	struct armer a = { 0 };
+	pthread_t t;
+
+	REQUIRE_HALFPROC();
+	marked_page_for_threads = marked_page();
+	ASSERT_NE(MAP_FAILED, marked_page_for_threads);
+	ASSERT_EQ(0, hp_prctl(PR_HALFPROC_FORK_MEMBER, 1, 0));
+	ASSERT_EQ(0, pthread_create(&t, NULL, arm_then_fork, &a));
+	while (!__atomic_load_n(&a.armed, __ATOMIC_SEQ_CST))
+		usleep(1000);
+	ASSERT_EQ(0, a.rc);
+	/* The main thread forks after the other thread armed. */
+	ASSERT_EQ(0, libc_fork_sees(marked_page_for_threads));
+	__atomic_store_n(&a.go, 1, __ATOMIC_SEQ_CST);
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	ASSERT_EQ(0, a.rc);
 }
 
 TEST(inherit_reaches_grandchildren_and_exec)

@@ -755,8 +755,14 @@ TEST(no_leak_after_many_sets)
 	pt1 = meminfo("PageTables");
 	TH_LOG("MemFree %ld -> %ld kB, PageTables %ld -> %ld kB over %d sets",
 	       free0, free1, pt0, pt1, rounds);
-	/* Each set holds 64 PUD tables (256 kB) and 2 MB of data. */
-	ASSERT_LT(free0 - free1, 4096);
+	/*
+	 * Each set holds 64 PUD tables (256 kB) and 2 MB of data, so a leak of
+	 * either is >= 16 MB over 64 sets.  MemFree itself moves by a few MB
+	 * without any leak: pages on the per-CPU free lists are not counted
+	 * as free (measured: exactly 4096 kB once in three boots, 0 in the
+	 * others), so the bound sits between the two.
+	 */
+	ASSERT_LT(free0 - free1, 12 * 1024);
 	ASSERT_LT(pt1 - pt0, 128);
 }
 

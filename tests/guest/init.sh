@@ -39,6 +39,18 @@ tap() {	# tap <rc> <name>: one TAP line of the shell's own tests
 	if [ "$1" = 0 ]; then echo "ok $n init.$2"; else echo "not ok $n init.$2"; rc=1; fi
 }
 
+# prog NAME CMD...: run a test program between the harness's markers, so
+# its TAP is judged against its own plan and a crash cannot hide.
+prog() {
+	name="$1"
+	shift
+	printf '# halfproc-harness: begin %s\n' "$name"
+	"$@"
+	r=$?
+	printf '\n# halfproc-harness: end %s rc=%s\n' "$name" "$r"
+	return $r
+}
+
 # The kernel's own mm selftests: normal processes must not notice us.
 # Without ASLR: mremap_test picks MAP_FIXED_NOREPLACE addresses next to
 # its own mappings and fails at random (EEXIST) when they collide.
@@ -46,8 +58,7 @@ mm_selftests() {
 	echo 0 >/proc/sys/kernel/randomize_va_space
 	for t in /tests/mm/*; do
 		[ -x "$t" ] || continue
-		echo "# running $t"
-		(cd /tmp && "$t") || rc=1
+		(cd /tmp && prog "mm/${t##*/}" "$t") || rc=1
 	done
 	echo 2 >/proc/sys/kernel/randomize_va_space
 }
@@ -101,8 +112,8 @@ if [ "$mode" = test ] && [ -n "$only" ]; then
 		for o in $only; do
 			t="${o%%:*}"
 			echo "# run $i of $repeat: $t"
-			if [ "$t" != "$o" ]; then "/tests/$t" -r "global.${o#*:}"; r=$?
-			else "/tests/$t"; r=$?; fi
+			if [ "$t" != "$o" ]; then prog "$t" "/tests/$t" -r "global.${o#*:}"; r=$?
+			else prog "$t" "/tests/$t"; r=$?; fi
 			tap $r "run_${i}_of_${repeat}_$t"
 		done
 	done
@@ -125,9 +136,8 @@ if [ "$mode" = demo ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in /tests/hp_sets /tests/hp_fork /tests/hp_tlb /tests/hp_dm /tests/rt/guest_tests; do
-		echo "# running $t"
-		"$t" || rc=1
+	for t in hp_sets hp_fork hp_tlb hp_dm rt/guest_tests; do
+		prog "$t" "/tests/$t" || rc=1
 	done
 	halfproc info --probe; tap $? runtime_info_probe
 	# The copy benchmark's strategy tests (checksummed transfers).

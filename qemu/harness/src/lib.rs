@@ -12,10 +12,12 @@
 //!
 //! - [`cpio`]: a `newc` archive writer for the initramfs;
 //! - [`scan`]: the console scanner;
-//! - [`tap`]: TAP aggregation;
+//! - [`tap`]: TAP lines;
+//! - [`programs`]: which program reported what, held to its plan;
 //! - [`qemu`]: the QEMU invocation, timeout and verdict.
 
 pub mod cpio;
+pub mod programs;
 pub mod qemu;
 pub mod scan;
 pub mod tap;

@@ -1,74 +1,100 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 //! `halfproc-harness`: the command-line face of the harness.
-//!
-//! ```text
-//! halfproc-harness initramfs --out FILE --busybox PATH --init FILE [--file SRC:DST]...
-//! halfproc-harness run --kernel BZIMAGE --initrd FILE --log FILE [--timeout S]
-//!                      [--append ARGS] [--share DIR] [--memory MB] [--cpus N] [--cpu MODEL] [--quiet]
-//! halfproc-harness scan LOG
-//! ```
 
+use clap::{Args, Parser, Subcommand};
 use halfproc_harness::{cpio::Archive, qemu, scan};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-fn usage() -> ExitCode {
-    eprintln!(
-        "usage:\n  halfproc-harness initramfs --out FILE --busybox PATH --init FILE [--file SRC:DST]...\n  \
-         halfproc-harness run --kernel BZIMAGE --initrd FILE --log FILE [--timeout S] [--append ARGS]\n  \
-         \x20                    [--share DIR] [--memory MB] [--cpus N] [--cpu MODEL] [--quiet]\n  \
-         halfproc-harness scan LOG"
-    );
-    ExitCode::from(2)
+/// Boot a kernel under QEMU (TCG), run the in-guest suite, and judge the run
+/// honestly: a panic, a hang, a kernel report (oops, BUG, WARNING, lockdep,
+/// KFENCE, RCU stall), a failed test, a program that broke its TAP plan or
+/// never ran each fail it.
+#[derive(Parser)]
+#[command(name = "halfproc-harness", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
 }
 
-/// Parsed `--key value` options; flags map to an empty value.
-struct Args(Vec<(String, String)>);
-
-impl Args {
-    fn parse(argv: &[String], flags: &[&str]) -> Result<Args, String> {
-        let mut out = Vec::new();
-        let mut it = argv.iter();
-        while let Some(a) = it.next() {
-            let Some(key) = a.strip_prefix("--") else {
-                return Err(format!("unexpected argument {a:?}"));
-            };
-            if flags.contains(&key) {
-                out.push((key.to_string(), String::new()));
-            } else {
-                let v = it.next().ok_or_else(|| format!("--{key} needs a value"))?;
-                out.push((key.to_string(), v.clone()));
-            }
-        }
-        Ok(Args(out))
-    }
-    fn get(&self, k: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(a, _)| a == k)
-            .map(|(_, v)| v.as_str())
-    }
-    fn need(&self, k: &str) -> Result<&str, String> {
-        self.get(k).ok_or_else(|| format!("missing --{k}"))
-    }
-    fn all<'a>(&'a self, k: &'a str) -> impl Iterator<Item = &'a str> {
-        self.0
-            .iter()
-            .filter(move |(a, _)| a == k)
-            .map(|(_, v)| v.as_str())
-    }
-    fn num<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T, String> {
-        match self.get(k) {
-            None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("--{k}: not a number: {v:?}")),
-        }
-    }
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write an initramfs (newc cpio): busybox, /init and the given files.
+    Initramfs(InitramfsArgs),
+    /// Boot a kernel with an initramfs and judge the run. Exit 0 only if it
+    /// passed; the summary line, `<log>.results.json` and `<log>.tap` say why.
+    Run(RunArgs),
+    /// Scan a saved console log for kernel reports (exit 1 if any).
+    Scan {
+        /// The console log.
+        log: PathBuf,
+    },
 }
 
-fn initramfs(a: &Args) -> Result<(), String> {
-    let out = a.need("out")?;
+#[derive(Args)]
+struct InitramfsArgs {
+    /// The archive to write.
+    #[arg(long)]
+    out: String,
+    /// A statically linked busybox (installed as /bin/busybox and /bin/sh).
+    #[arg(long)]
+    busybox: String,
+    /// The script to install as /init.
+    #[arg(long)]
+    init: String,
+    /// SRC:DST: copy the host file SRC to DST in the archive (repeatable).
+    #[arg(long, value_name = "SRC:DST")]
+    file: Vec<String>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The kernel (bzImage).
+    #[arg(long)]
+    kernel: PathBuf,
+    /// The initramfs.
+    #[arg(long)]
+    initrd: PathBuf,
+    /// Where to write the console log; results go next to it.
+    #[arg(long)]
+    log: PathBuf,
+    /// Kill the guest after this many seconds (a hang fails the run).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// More kernel command line (after `console=ttyS0 panic=-1`).
+    #[arg(long, default_value = "")]
+    append: String,
+    /// A host directory the guest can mount over 9p (tag `hostshare`).
+    #[arg(long)]
+    share: Option<PathBuf>,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    memory: u32,
+    /// Guest vCPUs.
+    #[arg(long, default_value_t = 2)]
+    cpus: u32,
+    /// QEMU CPU model: `max` (5-level paging where TCG offers it), or
+    /// `max,la57=off` for 4-level paging.
+    #[arg(long, default_value = "max")]
+    cpu: String,
+    /// The qemu binary.
+    #[arg(long, default_value = "qemu-system-x86_64")]
+    qemu: String,
+    /// A program that must run (its `/init` markers); repeatable. One that
+    /// never started is a failure.
+    #[arg(long, value_name = "PROG")]
+    expect: Vec<String>,
+    /// A file listing expected programs, one per line.
+    #[arg(long, value_name = "FILE")]
+    expect_file: Option<PathBuf>,
+    /// Do not echo the console while the guest runs.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn initramfs(a: &InitramfsArgs) -> Result<(), String> {
+    let out = &a.out;
     let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
     let f = std::fs::File::create(out).map_err(|e| format!("cannot create {out}: {e}"))?;
     let mut ar = Archive::new(std::io::BufWriter::new(f));
@@ -81,13 +107,12 @@ fn initramfs(a: &Args) -> Result<(), String> {
     }
     ar.chardev("dev/console", 0o600, 5, 1).map_err(io)?;
     ar.chardev("dev/null", 0o666, 1, 3).map_err(io)?;
-    ar.file("bin/busybox", 0o755, &read(a.need("busybox")?)?)
+    ar.file("bin/busybox", 0o755, &read(&a.busybox)?)
         .map_err(io)?;
     ar.symlink("bin/sh", "busybox").map_err(io)?;
-    ar.file("init", 0o755, &read(a.need("init")?)?)
-        .map_err(io)?;
+    ar.file("init", 0o755, &read(&a.init)?).map_err(io)?;
     let mut dirs = std::collections::BTreeSet::new();
-    for spec in a.all("file") {
+    for spec in &a.file {
         let (src, dst) = spec
             .split_once(':')
             .ok_or_else(|| format!("--file wants SRC:DST, got {spec:?}"))?;
@@ -120,19 +145,31 @@ fn initramfs(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn run(a: &Args) -> Result<ExitCode, String> {
+fn run(a: RunArgs) -> Result<ExitCode, String> {
+    let mut expected = a.expect;
+    if let Some(f) = &a.expect_file {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        expected.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from),
+        );
+    }
     let o = qemu::RunOpts {
-        qemu: a.get("qemu").unwrap_or("qemu-system-x86_64").to_string(),
-        kernel: PathBuf::from(a.need("kernel")?),
-        initrd: PathBuf::from(a.need("initrd")?),
-        append: a.get("append").unwrap_or("").to_string(),
-        timeout: Duration::from_secs(a.num("timeout", 600u64)?),
-        log: PathBuf::from(a.need("log")?),
-        share: a.get("share").map(PathBuf::from),
-        memory_mb: a.num("memory", 1024u32)?,
-        cpus: a.num("cpus", 2u32)?,
-        cpu: a.get("cpu").unwrap_or("max").to_string(),
-        echo: a.get("quiet").is_none(),
+        qemu: a.qemu,
+        kernel: a.kernel,
+        initrd: a.initrd,
+        append: a.append,
+        timeout: Duration::from_secs(a.timeout),
+        log: a.log,
+        share: a.share,
+        memory_mb: a.memory,
+        cpus: a.cpus,
+        cpu: a.cpu,
+        echo: !a.quiet,
+        expected,
     };
     for p in [&o.kernel, &o.initrd] {
         if !p.exists() {
@@ -156,33 +193,25 @@ fn run(a: &Args) -> Result<ExitCode, String> {
     })
 }
 
+fn scan_log(log: &std::path::Path) -> Result<ExitCode, String> {
+    let text =
+        std::fs::read_to_string(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+    let f = scan::scan(&text);
+    for x in &f {
+        println!("{}:{}: {}: {}", log.display(), x.line, x.kind, x.text);
+    }
+    Ok(if f.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let Some((cmd, rest)) = argv.split_first() else {
-        return usage();
-    };
-    let result = match cmd.as_str() {
-        "initramfs" => Args::parse(rest, &[])
-            .and_then(|a| initramfs(&a))
-            .map(|()| ExitCode::SUCCESS),
-        "run" => Args::parse(rest, &["quiet"]).and_then(|a| run(&a)),
-        "scan" => match rest {
-            [log] => std::fs::read_to_string(log)
-                .map_err(|e| format!("cannot read {log}: {e}"))
-                .map(|text| {
-                    let f = scan::scan(&text);
-                    for x in &f {
-                        println!("{}:{}: {}: {}", log, x.line, x.kind, x.text);
-                    }
-                    if f.is_empty() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    }
-                }),
-            _ => return usage(),
-        },
-        _ => return usage(),
+    let result = match Cli::parse().command {
+        Cmd::Initramfs(a) => initramfs(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Run(a) => run(a),
+        Cmd::Scan { log } => scan_log(&log),
     };
     match result {
         Ok(c) => c,

@@ -2,7 +2,9 @@
 //! Boot a kernel under QEMU (TCG), stream and log its console, enforce a
 //! timeout, and judge the run.
 
+use crate::programs::{self, Tagged};
 use crate::{scan, tap};
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -38,6 +40,9 @@ pub struct RunOpts {
     pub cpu: String,
     /// Echo the console to stdout while it runs.
     pub echo: bool,
+    /// Programs that must have run (`/init` markers); one that did not is a
+    /// failure, not a smaller total.
+    pub expected: Vec<String>,
 }
 
 /// What happened.
@@ -49,8 +54,9 @@ pub struct Verdict {
     pub timed_out: bool,
     /// Kernel reports found on the console.
     pub findings: Vec<scan::Finding>,
-    /// TAP results found on the console.
-    pub results: Vec<tap::TestResult>,
+    /// TAP results found on the console, tagged with their program, and the
+    /// failures for programs that broke their plan or never ran.
+    pub results: Vec<Tagged>,
     /// Why the run failed; empty when it passed.
     pub causes: Vec<String>,
     /// Wall time of the guest.
@@ -58,6 +64,12 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Totals over all results.
+    pub fn summary(&self) -> tap::Summary {
+        let r: Vec<_> = self.results.iter().map(|t| t.result.clone()).collect();
+        tap::summarize(&r)
+    }
+
     /// Whether the run passed.
     pub fn passed(&self) -> bool {
         self.causes.is_empty()
@@ -65,7 +77,7 @@ impl Verdict {
 
     /// The one-line summary.
     pub fn summary_line(&self) -> String {
-        let s = tap::summarize(&self.results);
+        let s = self.summary();
         format!(
             "{} passed, {} failed, {} skipped; {} kernel reports; {} in {:.1}s",
             s.passed,
@@ -79,9 +91,15 @@ impl Verdict {
 }
 
 /// Judge a finished run from its console log and status-port contents.
-pub fn judge(console: &str, status: &str, timed_out: bool, timeout: Duration) -> Verdict {
+pub fn judge(
+    console: &str,
+    status: &str,
+    timed_out: bool,
+    timeout: Duration,
+    expected: &[String],
+) -> Verdict {
     let findings = scan::scan(console);
-    let results = tap::parse(console);
+    let results = programs::judge(&programs::split(console), expected);
     let exit_status = status
         .lines()
         .find_map(|l| l.trim().strip_prefix(EXIT_MARKER))
@@ -112,8 +130,8 @@ pub fn judge(console: &str, status: &str, timed_out: bool, timeout: Duration) ->
     }
     let failed: Vec<_> = results
         .iter()
-        .filter(|r| r.status == tap::Status::Fail)
-        .map(|r| r.name.as_str())
+        .filter(|t| t.result.status == tap::Status::Fail)
+        .map(|t| t.result.name.as_str())
         .collect();
     if !failed.is_empty() {
         causes.push(format!(
@@ -233,74 +251,74 @@ pub fn run(o: &RunOpts) -> io::Result<Verdict> {
     let elapsed = t0.elapsed();
     let console = reader.join().expect("reader thread")?;
     let status = std::fs::read_to_string(&status_file).unwrap_or_default();
-    let mut v = judge(&console, &status, timed_out, o.timeout);
+    let mut v = judge(&console, &status, timed_out, o.timeout, &o.expected);
     v.elapsed = elapsed;
     write_results(o, &v)?;
     Ok(v)
 }
 
-fn json_str(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
+#[derive(Serialize)]
+struct ResultsFile<'a> {
+    verdict: &'static str,
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+    exit_status: Option<i32>,
+    timed_out: bool,
+    elapsed_s: f64,
+    causes: &'a [String],
+    tests: Vec<TestEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct TestEntry<'a> {
+    program: &'a str,
+    name: &'a str,
+    status: &'static str,
+}
+
+fn status_name(s: tap::Status) -> &'static str {
+    match s {
+        tap::Status::Pass => "pass",
+        tap::Status::Fail => "fail",
+        tap::Status::Skip => "skip",
+        tap::Status::Todo => "todo",
     }
-    o.push('"');
-    o
 }
 
 /// Write `<log>.results.json` and `<log>.tap`.
 fn write_results(o: &RunOpts, v: &Verdict) -> io::Result<()> {
-    let s = tap::summarize(&v.results);
-    let mut j = String::new();
-    let _ = write!(
-        j,
-        "{{\n  \"verdict\": {},\n  \"passed\": {},\n  \"failed\": {},\n  \"skipped\": {},\n  \
-         \"exit_status\": {},\n  \"timed_out\": {},\n  \"elapsed_s\": {:.3},\n  \"causes\": [",
-        json_str(if v.passed() { "pass" } else { "fail" }),
-        s.passed,
-        s.failed,
-        s.skipped,
-        v.exit_status.map_or("null".into(), |x| x.to_string()),
-        v.timed_out,
-        v.elapsed.as_secs_f64()
-    );
-    let causes: Vec<_> = v
-        .causes
-        .iter()
-        .map(|c| format!("\n    {}", json_str(c)))
-        .collect();
-    j.push_str(&causes.join(","));
-    j.push_str("\n  ],\n  \"tests\": [");
-    let tests: Vec<_> = v
-        .results
-        .iter()
-        .map(|r| {
-            format!(
-                "\n    {{\"name\": {}, \"status\": {}}}",
-                json_str(&r.name),
-                json_str(&format!("{:?}", r.status).to_lowercase())
-            )
-        })
-        .collect();
-    j.push_str(&tests.join(","));
-    j.push_str("\n  ]\n}\n");
-    std::fs::write(o.log.with_extension("results.json"), j)?;
+    let s = v.summary();
+    let file = ResultsFile {
+        verdict: if v.passed() { "pass" } else { "fail" },
+        passed: s.passed,
+        failed: s.failed,
+        skipped: s.skipped,
+        exit_status: v.exit_status,
+        timed_out: v.timed_out,
+        elapsed_s: v.elapsed.as_secs_f64(),
+        causes: &v.causes,
+        tests: v
+            .results
+            .iter()
+            .map(|t| TestEntry {
+                program: &t.program,
+                name: &t.result.name,
+                status: status_name(t.result.status),
+            })
+            .collect(),
+    };
+    let json = serde_json::to_string_pretty(&file).map_err(io::Error::other)?;
+    std::fs::write(o.log.with_extension("results.json"), json + "\n")?;
     let mut t = format!("TAP version 13\n1..{}\n", v.results.len());
     for (i, r) in v.results.iter().enumerate() {
-        let (ok, dir) = match r.status {
+        let (ok, dir) = match r.result.status {
             tap::Status::Pass => ("ok", ""),
             tap::Status::Fail => ("not ok", ""),
             tap::Status::Skip => ("ok", " # SKIP"),
             tap::Status::Todo => ("not ok", " # TODO"),
         };
-        let _ = writeln!(t, "{ok} {} {}{dir}", i + 1, r.name);
+        let _ = writeln!(t, "{ok} {} {}: {}{dir}", i + 1, r.program, r.result.name);
     }
     std::fs::write(o.log.with_extension("tap"), t)
 }
@@ -313,7 +331,7 @@ mod tests {
 
     #[test]
     fn clean_pass() {
-        let v = judge("ok 1 a\nok 2 b\n", "HALFPROC_EXIT=0\n", false, T);
+        let v = judge("ok 1 a\nok 2 b\n", "HALFPROC_EXIT=0\n", false, T, &[]);
         assert!(v.passed(), "{:?}", v.causes);
         assert!(v.summary_line().starts_with("2 passed, 0 failed"));
     }
@@ -321,7 +339,7 @@ mod tests {
     #[test]
     fn oops_fails_even_if_tests_pass() {
         let console = "ok 1 a\n[    3.1] Oops: 0000 [#1] SMP\n";
-        let v = judge(console, "HALFPROC_EXIT=0\n", false, T);
+        let v = judge(console, "HALFPROC_EXIT=0\n", false, T, &[]);
         assert!(!v.passed());
         assert!(v.causes[0].contains("oops"), "{:?}", v.causes);
     }
@@ -329,7 +347,7 @@ mod tests {
     #[test]
     fn panic_without_status() {
         let console = "[    1.0] Kernel panic - not syncing: Attempted to kill init!\n";
-        let v = judge(console, "", false, T);
+        let v = judge(console, "", false, T, &[]);
         assert!(
             v.causes.iter().any(|c| c.contains("panicked")),
             "{:?}",
@@ -339,7 +357,7 @@ mod tests {
 
     #[test]
     fn hang_is_reported() {
-        let v = judge("ok 1 a\n", "", true, T);
+        let v = judge("ok 1 a\n", "", true, T, &[]);
         assert!(
             v.causes.iter().any(|c| c.contains("hung")),
             "{:?}",
@@ -349,7 +367,7 @@ mod tests {
 
     #[test]
     fn failing_test_and_status() {
-        let v = judge("ok 1 a\nnot ok 2 b\n", "HALFPROC_EXIT=1\n", false, T);
+        let v = judge("ok 1 a\nnot ok 2 b\n", "HALFPROC_EXIT=1\n", false, T, &[]);
         assert_eq!(v.causes.len(), 2, "{:?}", v.causes);
         assert!(v.causes[1].contains("b"));
     }
@@ -368,6 +386,7 @@ mod tests {
             cpus: 2,
             cpu: "max,la57=off".into(),
             echo: false,
+            expected: Vec::new(),
         };
         let c = command(&o, std::path::Path::new("/tmp/x.status")).join(" ");
         for want in [
