@@ -38,6 +38,13 @@ static long hp_prctl(unsigned long op, unsigned long a3, unsigned long a4)
 	return prctl(PR_HALFPROC, op, a3, a4, 0);
 }
 
+/* prctl(PR_HALFPROC, op, a3, a4) must fail with errno @err. */
+#define ASSERT_PRCTL_FAILS(err, op, a3, a4) do {			\
+	errno = 0;							\
+	ASSERT_EQ(-1, hp_prctl(op, a3, a4));				\
+	ASSERT_EQ(err, errno);						\
+} while (0)
+
 /* A page in the shared range holding MARK; makes the caller a member. */
 static char *marked_page(void)
 {
@@ -76,18 +83,10 @@ TEST(prctl_errors)
 	ASSERT_EQ(0, hp_prctl(PR_HALFPROC_INHERIT, 0, 0));
 	ASSERT_EQ(0, hp_prctl(PR_HALFPROC_FORK_MEMBER, 0, 0));
 	ASSERT_EQ(0, hp_prctl(PR_HALFPROC_GET, 0, 0));
-	errno = 0;
-	ASSERT_EQ(-1, hp_prctl(99, 0, 0));
-	ASSERT_EQ(EINVAL, errno);
-	errno = 0;
-	ASSERT_EQ(-1, hp_prctl(PR_HALFPROC_FORK_MEMBER, 2, 0));
-	ASSERT_EQ(EINVAL, errno);
-	errno = 0;
-	ASSERT_EQ(-1, hp_prctl(PR_HALFPROC_INHERIT, 1, 1));
-	ASSERT_EQ(EINVAL, errno);
-	errno = 0;
-	ASSERT_EQ(-1, hp_prctl(PR_HALFPROC_GET, 1, 0));
-	ASSERT_EQ(EINVAL, errno);
+	ASSERT_PRCTL_FAILS(EINVAL, 99, 0, 0);
+	ASSERT_PRCTL_FAILS(EINVAL, PR_HALFPROC_FORK_MEMBER, 2, 0);
+	ASSERT_PRCTL_FAILS(EINVAL, PR_HALFPROC_INHERIT, 1, 1);
+	ASSERT_PRCTL_FAILS(EINVAL, PR_HALFPROC_GET, 1, 0);
 	/* Still no set: failed calls change nothing. */
 	ASSERT_EQ(0, hp_prctl(PR_HALFPROC_GET, 0, 0));
 }
@@ -100,9 +99,7 @@ TEST(private_mapping_in_range_is_ebusy)
 	p = mmap((void *)(HALFPROC_RANGE_START + (3ULL << 40)), PAGE, PROT_READ,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	ASSERT_NE(MAP_FAILED, p);
-	errno = 0;
-	ASSERT_EQ(-1, hp_prctl(PR_HALFPROC_FORK_MEMBER, 1, 0));
-	ASSERT_EQ(EBUSY, errno);
+	ASSERT_PRCTL_FAILS(EBUSY, PR_HALFPROC_FORK_MEMBER, 1, 0);
 	ASSERT_EQ(0, hp_prctl(PR_HALFPROC_GET, 0, 0));
 }
 
