@@ -119,3 +119,31 @@ pub fn assert_same_output(got: &[u8], want: &[u8]) {
         wl.get(i)
     );
 }
+
+/// Builds tests/targets.c with cc once per test binary.
+pub fn targets() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("halfproc-migrate-targets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("targets");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets.c");
+        let st = Command::new("cc").args(["-O1", "-pthread", "-o"]).arg(&out).arg(&src).status().expect("run cc");
+        assert!(st.success(), "cc failed");
+        out
+    })
+}
+
+/// (state letter, TracerPid) of a process.
+pub fn state_and_tracer(pid: i32) -> (char, i32) {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let get = |k: &str| st.lines().find(|l| l.starts_with(k)).unwrap().split_whitespace().nth(1).unwrap().to_string();
+    (get("State:").chars().next().unwrap(), get("TracerPid:").parse().unwrap())
+}
+
+/// SIGKILL and reap.
+pub fn kill(pid: i32) {
+    // SAFETY: signalling and reaping our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait(pid);
+}

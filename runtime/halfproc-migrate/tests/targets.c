@@ -1,0 +1,86 @@
+/* Targets for refusal and state tests: `targets MODE [ARG]`.
+ * Each mode sets up one resource, then spins until killed (or, for
+ * "signals", until SIGUSR1 arrives). */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t got;
+static volatile unsigned long spin;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	got = 1;
+}
+
+static void *thread_main(void *p)
+{
+	(void)p;
+	for (;;)
+		pause();
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "";
+	int fds[2];
+	pthread_t t;
+
+	if (!strcmp(mode, "thread")) {
+		pthread_create(&t, NULL, thread_main, NULL);
+	} else if (!strcmp(mode, "socket")) {
+		socketpair(AF_UNIX, SOCK_STREAM, 0, fds);
+	} else if (!strcmp(mode, "pipe")) {
+		if (pipe(fds))
+			return 1;
+	} else if (!strcmp(mode, "device")) {
+		if (open("/dev/ptmx", O_RDWR | O_NOCTTY) < 0)
+			return 1;
+	} else if (!strcmp(mode, "shared")) {
+		int fd = open(argv[2], O_RDWR | O_CREAT, 0600);
+		if (fd < 0 || ftruncate(fd, 4096))
+			return 1;
+		char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			return 1;
+		p[0] = 1;
+	} else if (!strcmp(mode, "signals")) {
+		/* handler, blocked mask, cwd, umask: all must survive a restore */
+		struct sigaction sa;
+		sigset_t set;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		signal(SIGPIPE, SIG_IGN);
+		sigemptyset(&set);
+		sigaddset(&set, SIGUSR2);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		if (chdir(argv[2]))
+			return 1;
+		umask(027);
+		printf("ready\n");
+		while (!got)
+			spin++;
+		sigset_t cur;
+		struct sigaction old;
+		char cwd[4096];
+		sigprocmask(SIG_BLOCK, NULL, &cur);
+		sigaction(SIGPIPE, NULL, &old);
+		mode_t m = umask(0);
+		printf("got usr1; usr2 blocked=%d; sigpipe ignored=%d; umask=%03o; cwd=%s\n",
+		       sigismember(&cur, SIGUSR2), old.sa_handler == SIG_IGN, (unsigned)m,
+		       getcwd(cwd, sizeof(cwd)) ? cwd : "?");
+		return 7;
+	}
+	for (;;)
+		spin++;
+}
