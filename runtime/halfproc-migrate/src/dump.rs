@@ -2,13 +2,14 @@
 
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
-use crate::image::{self, reg, Backing, FdEntry, Manifest, MmFields, PageRun, Rlimit, SigAction, Vma};
+use crate::image::{self, reg, Backing, FdEntry, PipeEnd, Manifest, MmFields, PageRun, Rlimit, SigAction, Vma};
 use crate::mem::{MemoryReader, PortableReader};
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
 use crate::refuse;
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -140,9 +141,51 @@ fn fds(pid: i32) -> Result<Vec<FdEntry>> {
             // SAFETY: kcmp only compares kernel objects of two pids.
             unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, other, fd) == 0 }
         });
-        out.push(FdEntry { fd, path, flags, pos, dup_of });
+        let pipe = match path.strip_prefix("pipe:[").and_then(|r| r.strip_suffix(']')) {
+            Some(ino) => {
+                let ino = ino.parse().unwrap_or(0);
+                let first = !out.iter().any(|e| e.pipe.as_ref().is_some_and(|p| p.ino == ino));
+                let data = if first { pipe_contents(pid, fd)? } else { Vec::new() };
+                Some(PipeEnd { ino, write: flags & libc::O_ACCMODE == libc::O_WRONLY, data })
+            }
+            None => None,
+        };
+        out.push(FdEntry { fd, path, flags, pos, dup_of, pipe });
     }
     Ok(out)
+}
+
+/// The unread bytes of the pipe on `fd` of `pid`, copied with `tee` (the
+/// target's pipe keeps them).
+fn pipe_contents(pid: i32, fd: i32) -> Result<Vec<u8>> {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let src = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| Error::io(format!("open {path}"), e))?;
+    let mut p = [0i32; 2];
+    // SAFETY: `p` is a valid out array of two fds.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(Error::last("pipe2"));
+    }
+    // SAFETY: both fds were just created by pipe2 and are owned here only.
+    let (mut r, w) = unsafe { (File::from_raw_fd(p[0]), File::from_raw_fd(p[1])) };
+    // SAFETY: fcntl on our own pipe; enlarging it so tee can copy a full pipe.
+    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+    // SAFETY: tee between two pipe fds we hold; no memory is passed.
+    let n = unsafe { libc::tee(src.as_raw_fd(), w.as_raw_fd(), 1 << 20, libc::SPLICE_F_NONBLOCK) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(Vec::new());
+        }
+        return Err(Error::io(format!("tee {path}"), e));
+    }
+    drop(w);
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut r, &mut data).map_err(|e| Error::io("read pipe copy", e))?;
+    Ok(data)
 }
 
 /// Finds the address of a `syscall` instruction (`0f 05`) in an executable mapping.

@@ -98,6 +98,19 @@ pub struct FdEntry {
     pub pos: i64,
     /// Lower fd sharing the same open file description (`kcmp`), if any.
     pub dup_of: Option<i32>,
+    /// Set for an end of a pipe whose both ends only this process holds.
+    pub pipe: Option<PipeEnd>,
+}
+
+/// One end of a self-pipe (both ends held by the process, by nobody else).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PipeEnd {
+    /// Pipe inode (from `pipe:[ino]`): ends with the same inode are one pipe.
+    pub ino: u64,
+    pub write: bool,
+    /// Unread bytes in the pipe (read without consuming, with `tee`); kept
+    /// on the first end of the pipe in fd order.
+    pub data: Vec<u8>,
 }
 
 /// Identity of a mapped file: restore maps it again only if all match.

@@ -19,7 +19,7 @@ pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), R
         return Err(Refusal::Socket { fd, target: t });
     }
     if target.starts_with("pipe:") {
-        return Err(Refusal::Pipe { fd, target: t });
+        return if is_self_pipe(pid, target) { Ok(()) } else { Err(Refusal::Pipe { fd, target: t }) };
     }
     if !target.starts_with('/') || target.ends_with(" (deleted)") || target.starts_with("/memfd:") {
         return Err(Refusal::UnsupportedFd { fd, target: t });
@@ -43,6 +43,35 @@ pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), R
         return Ok(());
     }
     Err(Refusal::UnsupportedFd { fd, target: t })
+}
+
+/// A pipe whose read and write ends are both open in `pid` and in no other
+/// process we can see (a self-pipe, as xz uses for signals). Processes whose
+/// `/proc/N/fd` we cannot read are not seen; an unprivileged user's own
+/// processes are all visible.
+pub fn is_self_pipe(pid: i32, target: &str) -> bool {
+    let Ok(fds) = crate::procfs::fds(pid) else { return false };
+    let ends: Vec<i32> = fds.iter().filter(|(_, t)| t == target).map(|(fd, _)| *fd).collect();
+    let dirs = ends
+        .iter()
+        .filter_map(|&fd| crate::procfs::fdinfo(pid, fd).ok())
+        .map(|(flags, _)| flags & libc::O_ACCMODE == libc::O_WRONLY)
+        .collect::<Vec<bool>>();
+    if !(dirs.contains(&true) && dirs.contains(&false)) {
+        return false;
+    }
+    let Ok(procs) = fs::read_dir("/proc") else { return false };
+    for p in procs.flatten() {
+        let Ok(other) = p.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if other == pid {
+            continue;
+        }
+        let Ok(list) = fs::read_dir(p.path().join("fd")) else { continue };
+        if list.flatten().any(|e| fs::read_link(e.path()).map(|l| l.to_string_lossy() == target).unwrap_or(false)) {
+            return false;
+        }
+    }
+    true
 }
 
 /// Whether this mapping can be carried.

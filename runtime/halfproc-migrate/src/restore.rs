@@ -318,26 +318,52 @@ fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scra
     let map_addr = b.push(&map, 8);
     op(SYS_prctl, &[PR_SET_MM as u64, PR_SET_MM_MAP as u64, map_addr, map.len() as u64, 0], 0, "prctl(PR_SET_MM_MAP)".into());
 
-    let mut open: Vec<i32> = Vec::new();
+    // Every open file description is first made at a temporary number
+    // above the helpers (the low fds are all free, so open returns 0 and
+    // pipe2 returns 0 and 1), then dup2-ed to its numbers.
+    let mut tmp = h.base as u64 + 64 + h.files.len() as u64;
+    let mut made: BTreeMap<(u64, bool), u64> = BTreeMap::new(); // pipe (ino, write end) -> tmp
+    let mut by_fd: BTreeMap<i32, u64> = BTreeMap::new(); // fd -> tmp
+    for f in &m.fds {
+        if let Some(of) = f.dup_of {
+            by_fd.insert(f.fd, by_fd[&of]);
+            continue;
+        }
+        let status = (f.flags & (O_APPEND | O_NONBLOCK | O_DIRECT | O_NOATIME | O_ASYNC)) as u64;
+        if let Some(p) = &f.pipe {
+            if !made.contains_key(&(p.ino, p.write)) {
+                let arr = b.push(&[0u8; 8], 8);
+                op(SYS_pipe2, &[arr, 0], 0, format!("pipe2 for {}", f.path));
+                for (end, write) in [(0u64, false), (1u64, true)] {
+                    op(SYS_dup2, &[end, tmp], tmp, format!("dup2 pipe end {end}"));
+                    op(SYS_close, &[end], 0, format!("close pipe end {end}"));
+                    made.insert((p.ino, write), tmp);
+                    tmp += 1;
+                }
+            }
+            let t = made[&(p.ino, p.write)];
+            if !p.data.is_empty() {
+                let d = b.push(&p.data, 1);
+                let w = made[&(p.ino, true)];
+                op(SYS_write, &[w, d, p.data.len() as u64], p.data.len() as u64, format!("refill {}", f.path));
+            }
+            op(SYS_fcntl, &[t, F_SETFL as u64, status], 0, format!("status flags of {}", f.path));
+            by_fd.insert(f.fd, t);
+        } else {
+            let flags = f.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC);
+            let p = b.cstr(&f.path)?;
+            op(SYS_openat, &[AT_FDCWD as u64, p, flags as u64, 0], 0, format!("open {} for fd {}", f.path, f.fd));
+            op(SYS_dup2, &[0, tmp], tmp, format!("dup2 {} to a temporary fd", f.path));
+            op(SYS_close, &[0], 0, "close fd 0".into());
+            let expect = if f.path.starts_with("/dev/") { IGNORE } else { f.pos as u64 };
+            op(SYS_lseek, &[tmp, f.pos as u64, SEEK_SET as u64], expect, format!("seek {} to {}", f.path, f.pos));
+            by_fd.insert(f.fd, tmp);
+            tmp += 1;
+        }
+    }
     for f in &m.fds {
         let fd = f.fd as u64;
-        if let Some(of) = f.dup_of {
-            op(SYS_dup2, &[of as u64, fd], fd, format!("dup2 fd {of} to {fd}"));
-        } else {
-            let lowest = (0..).find(|n| !open.contains(n)).unwrap_or(0) as u64;
-            let flags = f.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY);
-            let p = b.cstr(&f.path)?;
-            op(SYS_openat, &[AT_FDCWD as u64, p, flags as u64, 0], lowest, format!("open fd {fd} {}", f.path));
-            open.push(lowest as i32);
-            if lowest != fd {
-                op(SYS_dup2, &[lowest, fd], fd, format!("dup2 fd {lowest} to {fd}"));
-                op(SYS_close, &[lowest], 0, format!("close temporary fd {lowest}"));
-                open.retain(|&x| x != lowest as i32);
-            }
-            let expect = if f.path.starts_with("/dev/") { IGNORE } else { f.pos as u64 };
-            op(SYS_lseek, &[fd, f.pos as u64, SEEK_SET as u64], expect, format!("seek fd {fd} {} to {}", f.path, f.pos));
-        }
-        open.push(f.fd);
+        op(SYS_dup2, &[by_fd[&f.fd], fd], fd, format!("dup2 to fd {fd} ({})", f.path));
         if f.flags & O_CLOEXEC != 0 {
             op(SYS_fcntl, &[fd, F_SETFD as u64, FD_CLOEXEC as u64], 0, format!("FD_CLOEXEC on fd {fd}"));
         }

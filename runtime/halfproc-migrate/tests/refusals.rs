@@ -39,9 +39,22 @@ fn refuses_sockets() {
 }
 
 #[test]
-fn refuses_pipes() {
-    let r = refused("pipe", &[]);
-    assert!(matches!(&r, Refusal::Pipe { fd: 3, target } if target.starts_with("pipe:")), "{r:?}");
+fn refuses_pipes_to_other_processes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = std::process::Command::new(targets());
+    c.arg("spin").stdin(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    let pid = child.id() as i32;
+    sleep_ms(100);
+    let r = checkpoint(pid, &tmp.path().join("img"), Leave::Kill);
+    let (state, tracer) = state_and_tracer(pid);
+    kill(pid);
+    assert!(state == 'R' || state == 'S', "target left in state {state}");
+    assert_eq!(tracer, 0);
+    match r {
+        Err(Error::Refused(Refusal::Pipe { fd: 0, target })) => assert!(target.starts_with("pipe:")),
+        other => panic!("expected a pipe refusal for fd 0, got {other:?}"),
+    }
 }
 
 #[test]

@@ -78,3 +78,20 @@ fn continue_leaves_the_original_running() {
     assert_same_output(&std::fs::read(&out).unwrap(), &want);
     assert_eq!(st, want_st);
 }
+
+#[test]
+fn self_pipe_with_unread_data_is_carried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let pid = spawn(targets(), &["selfpipe"], None, &out);
+    sleep_ms(150);
+    let img = tmp.path().join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    let r = restore(&img).expect("restore");
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(r.pid, libc::SIGUSR1) };
+    let st = describe(wait(r.pid));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "pipe said carried\n");
+    assert_eq!(st, "exit 3");
+}

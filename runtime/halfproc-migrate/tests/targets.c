@@ -39,9 +39,20 @@ int main(int argc, char **argv)
 		pthread_create(&t, NULL, thread_main, NULL);
 	} else if (!strcmp(mode, "socket")) {
 		socketpair(AF_UNIX, SOCK_STREAM, 0, fds);
-	} else if (!strcmp(mode, "pipe")) {
-		if (pipe(fds))
+	} else if (!strcmp(mode, "selfpipe")) {
+		/* a pipe to itself with unread data, as xz and event loops use */
+		struct sigaction sa;
+		char buf[64];
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		if (pipe(fds) || dup2(fds[0], 7) < 0 || write(fds[1], "carried", 7) != 7)
 			return 1;
+		while (!got)
+			spin++;
+		ssize_t n = read(7, buf, sizeof(buf));
+		printf("pipe said %.*s\n", (int)(n > 0 ? n : 0), buf);
+		return 3;
 	} else if (!strcmp(mode, "device")) {
 		if (open("/dev/ptmx", O_RDWR | O_NOCTTY) < 0)
 			return 1;
