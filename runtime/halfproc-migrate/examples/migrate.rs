@@ -30,6 +30,7 @@ fn main() {
         .spawn()
         .expect("spawn");
     let pid = child.id() as i32;
+    std::mem::forget(child); // checkpoint(Leave::Kill) reaps it
     std::thread::sleep(std::time::Duration::from_millis(ms));
     let t = Instant::now();
     let img = dir.join("img");
@@ -42,5 +43,8 @@ fn main() {
     let mut st = 0;
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(r.pid, &mut st, 0) };
-    println!("status {st:#x} checkpoint {ck:?} ({} KiB) restore {rs:?}", s.pages_bytes / 1024);
+    println!(
+        "status {st:#x} checkpoint {ck:?} ({} KiB) restore {rs:?}",
+        s.pages_bytes / 1024
+    );
 }

@@ -2,7 +2,9 @@
 
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
-use crate::image::{self, reg, Backing, FdEntry, PipeEnd, Manifest, MmFields, PageRun, Rlimit, SigAction, Vma};
+use crate::image::{
+    self, reg, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, Rlimit, SigAction, Vma,
+};
 use crate::mem::{MemoryReader, PortableReader};
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
 use crate::refuse;
@@ -50,7 +52,11 @@ pub fn checkpoint(pid: i32, dir: &Path, leave: Leave) -> Result<CheckpointStats>
         _ => drop(frozen),
     }
     let (pages_bytes, vmas) = result?;
-    Ok(CheckpointStats { pages_bytes, vmas, frozen: frozen_for })
+    Ok(CheckpointStats {
+        pages_bytes,
+        vmas,
+        frozen: frozen_for,
+    })
 }
 
 fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
@@ -60,7 +66,8 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
     if threads != 1 {
         return Err(Refusal::MultiThreaded { threads }.into());
     }
-    let reader = PortableReader::new(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let reader =
+        PortableReader::new(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
     let maps = procfs::maps(pid)?;
     let saved = f.regs()?;
     let xstate = f.xstate()?;
@@ -74,7 +81,11 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
     let s = procfs::stat_fields(pid)?;
     let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
     let start_brk = at(47);
-    let brk = maps.iter().find(|m| m.path == "[heap]").map(|m| m.end).unwrap_or(start_brk);
+    let brk = maps
+        .iter()
+        .find(|m| m.path == "[heap]")
+        .map(|m| m.end)
+        .unwrap_or(start_brk);
     let mm = MmFields {
         start_code: at(26),
         end_code: at(27),
@@ -97,7 +108,10 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
     let manifest = Manifest {
         version: image::VERSION,
         pid,
-        comm: fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_string(),
+        comm: fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap_or_default()
+            .trim_end()
+            .to_string(),
         regs,
         xstate_crc: crc32fast::hash(&xstate),
         xstate,
@@ -120,13 +134,20 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
 fn rlimits(pid: i32) -> Result<Vec<Rlimit>> {
     (0..RLIMITS)
         .map(|res| {
-            let mut old = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+            let mut old = libc::rlimit64 {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
             // SAFETY: `old` is a valid out pointer; no new limit is set.
             let r = unsafe { libc::prlimit64(pid, res as _, std::ptr::null(), &mut old) };
             if r != 0 {
                 return Err(Error::last(format!("prlimit(pid {pid}, resource {res})")));
             }
-            Ok(Rlimit { resource: res, cur: old.rlim_cur, max: old.rlim_max })
+            Ok(Rlimit {
+                resource: res,
+                cur: old.rlim_cur,
+                max: old.rlim_max,
+            })
         })
         .collect()
 }
@@ -139,18 +160,40 @@ fn fds(pid: i32) -> Result<Vec<FdEntry>> {
         let (flags, pos) = procfs::fdinfo(pid, fd)?;
         let dup_of = out.iter().map(|e| e.fd).find(|&other| {
             // SAFETY: kcmp only compares kernel objects of two pids.
-            unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, other, fd) == 0 }
+            unsafe {
+                libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, other, fd) == 0
+            }
         });
-        let pipe = match path.strip_prefix("pipe:[").and_then(|r| r.strip_suffix(']')) {
+        let pipe = match path
+            .strip_prefix("pipe:[")
+            .and_then(|r| r.strip_suffix(']'))
+        {
             Some(ino) => {
                 let ino = ino.parse().unwrap_or(0);
-                let first = !out.iter().any(|e| e.pipe.as_ref().is_some_and(|p| p.ino == ino));
-                let data = if first { pipe_contents(pid, fd)? } else { Vec::new() };
-                Some(PipeEnd { ino, write: flags & libc::O_ACCMODE == libc::O_WRONLY, data })
+                let first = !out
+                    .iter()
+                    .any(|e| e.pipe.as_ref().is_some_and(|p| p.ino == ino));
+                let data = if first {
+                    pipe_contents(pid, fd)?
+                } else {
+                    Vec::new()
+                };
+                Some(PipeEnd {
+                    ino,
+                    write: flags & libc::O_ACCMODE == libc::O_WRONLY,
+                    data,
+                })
             }
             None => None,
         };
-        out.push(FdEntry { fd, path, flags, pos, dup_of, pipe });
+        out.push(FdEntry {
+            fd,
+            path,
+            flags,
+            pos,
+            dup_of,
+            pipe,
+        });
     }
     Ok(out)
 }
@@ -174,7 +217,14 @@ fn pipe_contents(pid: i32, fd: i32) -> Result<Vec<u8>> {
     // SAFETY: fcntl on our own pipe; enlarging it so tee can copy a full pipe.
     unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
     // SAFETY: tee between two pipe fds we hold; no memory is passed.
-    let n = unsafe { libc::tee(src.as_raw_fd(), w.as_raw_fd(), 1 << 20, libc::SPLICE_F_NONBLOCK) };
+    let n = unsafe {
+        libc::tee(
+            src.as_raw_fd(),
+            w.as_raw_fd(),
+            1 << 20,
+            libc::SPLICE_F_NONBLOCK,
+        )
+    };
     if n < 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EAGAIN) {
@@ -190,7 +240,10 @@ fn pipe_contents(pid: i32, fd: i32) -> Result<Vec<u8>> {
 
 /// Finds the address of a `syscall` instruction (`0f 05`) in an executable mapping.
 fn find_syscall_insn(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> Result<u64> {
-    let mut order: Vec<&procfs::MapsEntry> = maps.iter().filter(|m| m.prot & libc::PROT_EXEC != 0).collect();
+    let mut order: Vec<&procfs::MapsEntry> = maps
+        .iter()
+        .filter(|m| m.prot & libc::PROT_EXEC != 0)
+        .collect();
     order.sort_by_key(|m| (m.path != "[vdso]", m.end - m.start));
     for m in order {
         if m.path == "[vsyscall]" {
@@ -204,7 +257,9 @@ fn find_syscall_insn(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> R
             return Ok(m.start + i as u64);
         }
     }
-    Err(Error::Restore("no syscall instruction in any executable mapping".into()))
+    Err(Error::Restore(
+        "no syscall instruction in any executable mapping".into(),
+    ))
 }
 
 /// Reads every signal disposition by executing `rt_sigaction(sig, NULL,
@@ -219,23 +274,37 @@ fn query_sigactions(
     let pid = f.pid();
     let insn = find_syscall_insn(reader, maps)?;
     let scratch = (regs[reg::RSP] - 128 - 64) & !15;
-    let ok = maps.iter().any(|m| m.start <= scratch && scratch + 32 <= m.end && m.prot & libc::PROT_WRITE != 0);
+    let ok = maps
+        .iter()
+        .any(|m| m.start <= scratch && scratch + 32 <= m.end && m.prot & libc::PROT_WRITE != 0);
     if !ok {
-        return Err(Error::Restore(format!("stack pointer {:#x} is not in a writable mapping", regs[reg::RSP])));
+        return Err(Error::Restore(format!(
+            "stack pointer {:#x} is not in a writable mapping",
+            regs[reg::RSP]
+        )));
     }
     let mut original = [0u8; 32];
-    reader.read(scratch, &mut original).map_err(|e| Error::io("read scratch slot", e))?;
+    reader
+        .read(scratch, &mut original)
+        .map_err(|e| Error::io("read scratch slot", e))?;
     let mut out = Vec::new();
     let mut failure = None;
     for sig in 1..=64 {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        let r = f.inject(regs, insn, libc::SYS_rt_sigaction as u64, &[sig as u64, 0, scratch, 8]);
+        let r = f.inject(
+            regs,
+            insn,
+            libc::SYS_rt_sigaction as u64,
+            &[sig as u64, 0, scratch, 8],
+        );
         match r {
             Ok(0) => {}
             Ok(e) => {
-                failure = Some(Error::Restore(format!("rt_sigaction({sig}) in target returned {e}")));
+                failure = Some(Error::Restore(format!(
+                    "rt_sigaction({sig}) in target returned {e}"
+                )));
                 break;
             }
             Err(e) => {
@@ -244,11 +313,21 @@ fn query_sigactions(
             }
         }
         let mut b = [0u8; 32];
-        reader.read(scratch, &mut b).map_err(|e| Error::io("read sigaction", e))?;
+        reader
+            .read(scratch, &mut b)
+            .map_err(|e| Error::io("read sigaction", e))?;
         let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        out.push(SigAction { sig, handler: w(0), flags: w(1), restorer: w(2), mask: w(3) });
+        out.push(SigAction {
+            sig,
+            handler: w(0),
+            flags: w(1),
+            restorer: w(2),
+            mask: w(3),
+        });
     }
-    let mem = fs::OpenOptions::new().write(true).open(format!("/proc/{pid}/mem"));
+    let mem = fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/mem"));
     let put_back = mem.and_then(|m| m.write_all_at(&original, scratch));
     f.set_regs(regs)?;
     put_back.map_err(|e| Error::io("restore scratch slot", e))?;
@@ -274,7 +353,8 @@ fn dump_memory(
     let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
     let out_path = dir.join(image::PAGES);
     let mut out = std::io::BufWriter::new(
-        File::create(&out_path).map_err(|e| Error::io(format!("create {}", out_path.display()), e))?,
+        File::create(&out_path)
+            .map_err(|e| Error::io(format!("create {}", out_path.display()), e))?,
     );
     let mut crc = crc32fast::Hasher::new();
     let mut off = 0u64;
@@ -287,9 +367,16 @@ fn dump_memory(
         refuse::classify_mapping(m)?;
         let deleted = m.path.ends_with(" (deleted)");
         let backing = if is_special(&m.path) {
-            Backing::Special { name: m.path.clone() }
+            Backing::Special {
+                name: m.path.clone(),
+            }
         } else if m.path.starts_with('/') && !deleted {
-            Backing::File { path: m.path.clone(), offset: m.offset, id: procfs::file_id(&m.path)?, shared: m.shared }
+            Backing::File {
+                path: m.path.clone(),
+                offset: m.offset,
+                id: procfs::file_id(&m.path)?,
+                shared: m.shared,
+            }
         } else {
             Backing::Anon
         };
@@ -317,13 +404,26 @@ fn dump_memory(
             let addr = m.start + first as u64 * ps;
             let len = (i - first) as u64 * ps;
             let mut buf = vec![0u8; len as usize];
-            reader.read(addr, &mut buf).map_err(|e| Error::io(format!("read memory {addr:#x}+{len:#x} ({})", m.path), e))?;
-            out.write_all(&buf).map_err(|e| Error::io("write pages.img", e))?;
+            reader.read(addr, &mut buf).map_err(|e| {
+                Error::io(format!("read memory {addr:#x}+{len:#x} ({})", m.path), e)
+            })?;
+            out.write_all(&buf)
+                .map_err(|e| Error::io("write pages.img", e))?;
             crc.update(&buf);
-            pages.push(PageRun { addr, len, file_off: off });
+            pages.push(PageRun {
+                addr,
+                len,
+                file_off: off,
+            });
             off += len;
         }
-        vmas.push(Vma { start: m.start, end: m.end, prot: m.prot, backing, pages });
+        vmas.push(Vma {
+            start: m.start,
+            end: m.end,
+            prot: m.prot,
+            backing,
+            pages,
+        });
     }
     out.flush().map_err(|e| Error::io("write pages.img", e))?;
     Ok((vmas, off, crc.finalize()))
@@ -333,7 +433,10 @@ fn dump_memory(
 fn restorer_regions(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> Vec<(u64, u64)> {
     use crate::restorer::{CODE_SIZE, REGION_MAGIC};
     let mut out = Vec::new();
-    for m in maps.iter().filter(|m| m.path.is_empty() && m.prot == libc::PROT_READ | libc::PROT_WRITE) {
+    for m in maps
+        .iter()
+        .filter(|m| m.path.is_empty() && m.prot == libc::PROT_READ | libc::PROT_WRITE)
+    {
         let mut b = [0u8; 16];
         if m.start < CODE_SIZE || reader.read(m.start, &mut b).is_err() {
             continue;

@@ -33,12 +33,17 @@ impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::MultiThreaded { threads } => {
-                write!(f, "process has {threads} threads; only single-threaded processes can be migrated")
+                write!(
+                    f,
+                    "process has {threads} threads; only single-threaded processes can be migrated"
+                )
             }
             Refusal::Socket { fd, target } => write!(f, "fd {fd} is a socket ({target})"),
             Refusal::Pipe { fd, target } => write!(f, "fd {fd} is a pipe or FIFO ({target})"),
             Refusal::Device { fd, target } => write!(f, "fd {fd} is a device file ({target})"),
-            Refusal::UnsupportedFd { fd, target } => write!(f, "fd {fd} cannot be carried ({target})"),
+            Refusal::UnsupportedFd { fd, target } => {
+                write!(f, "fd {fd} cannot be carried ({target})")
+            }
             Refusal::SharedMapping { start, end, path } => {
                 write!(f, "shared writable mapping {start:#x}-{end:#x} ({path})")
             }
@@ -67,7 +72,10 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { what: what.into(), source }
+        Error::Io {
+            what: what.into(),
+            source,
+        }
     }
 
     /// `Error::Io` from `errno` after a failed libc call.

@@ -22,7 +22,14 @@ pub struct Frozen {
 fn ptrace(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> io::Result<libc::c_long> {
     // SAFETY: every request used in this file passes either integers or a
     // pointer to a live buffer of the size the request expects.
-    let r = unsafe { libc::ptrace(req, pid, addr as *mut libc::c_void, data as *mut libc::c_void) };
+    let r = unsafe {
+        libc::ptrace(
+            req,
+            pid,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -44,7 +51,9 @@ fn wait_stop(pid: i32) -> Result<i32> {
         }
     }
     if !libc::WIFSTOPPED(status) {
-        return Err(Error::Restore(format!("pid {pid} exited while being frozen (status {status:#x})")));
+        return Err(Error::Restore(format!(
+            "pid {pid} exited while being frozen (status {status:#x})"
+        )));
     }
     Ok(status)
 }
@@ -52,20 +61,28 @@ fn wait_stop(pid: i32) -> Result<i32> {
 impl Frozen {
     /// Seizes `pid` and stops it in a `PTRACE_EVENT_STOP`.
     pub fn seize(pid: i32) -> Result<Frozen> {
-        ptrace(libc::PTRACE_SEIZE, pid, 0, 0).map_err(|e| Error::io(format!("PTRACE_SEIZE pid {pid}"), e))?;
-        let mut f = Frozen { pid, attached: true };
+        ptrace(libc::PTRACE_SEIZE, pid, 0, 0)
+            .map_err(|e| Error::io(format!("PTRACE_SEIZE pid {pid}"), e))?;
+        let mut f = Frozen {
+            pid,
+            attached: true,
+        };
         for _ in 0..16 {
-            ptrace(libc::PTRACE_INTERRUPT, pid, 0, 0).map_err(|e| Error::io("PTRACE_INTERRUPT", e))?;
+            ptrace(libc::PTRACE_INTERRUPT, pid, 0, 0)
+                .map_err(|e| Error::io("PTRACE_INTERRUPT", e))?;
             let status = wait_stop(pid)?;
             if status >> 16 == PTRACE_EVENT_STOP {
                 return Ok(f);
             }
             // A signal-delivery stop raced with us: deliver it and retry.
             let sig = libc::WSTOPSIG(status);
-            ptrace(libc::PTRACE_CONT, pid, 0, sig as usize).map_err(|e| Error::io("PTRACE_CONT", e))?;
+            ptrace(libc::PTRACE_CONT, pid, 0, sig as usize)
+                .map_err(|e| Error::io("PTRACE_CONT", e))?;
         }
         f.detach();
-        Err(Error::Restore(format!("pid {pid} kept receiving signals; not frozen")))
+        Err(Error::Restore(format!(
+            "pid {pid} kept receiving signals; not frozen"
+        )))
     }
 
     /// Pid of the frozen process.
@@ -74,9 +91,17 @@ impl Frozen {
     }
 
     fn getregset(&self, nt: libc::c_int, buf: &mut [u8]) -> Result<usize> {
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        ptrace(libc::PTRACE_GETREGSET, self.pid, nt as usize, &mut iov as *mut _ as usize)
-            .map_err(|e| Error::io(format!("PTRACE_GETREGSET {nt:#x}"), e))?;
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        ptrace(
+            libc::PTRACE_GETREGSET,
+            self.pid,
+            nt as usize,
+            &mut iov as *mut _ as usize,
+        )
+        .map_err(|e| Error::io(format!("PTRACE_GETREGSET {nt:#x}"), e))?;
         Ok(iov.iov_len)
     }
 
@@ -87,15 +112,25 @@ impl Frozen {
         if n != b.len() {
             return Err(Error::Image(format!("NT_PRSTATUS has {n} bytes")));
         }
-        Ok(b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+        Ok(b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect())
     }
 
     /// Writes back a `user_regs_struct`.
     pub fn set_regs(&self, regs: &[u64]) -> Result<()> {
         let mut b: Vec<u8> = regs.iter().flat_map(|r| r.to_le_bytes()).collect();
-        let mut iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
-        ptrace(libc::PTRACE_SETREGSET, self.pid, NT_PRSTATUS as usize, &mut iov as *mut _ as usize)
-            .map_err(|e| Error::io("PTRACE_SETREGSET NT_PRSTATUS", e))?;
+        let mut iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        };
+        ptrace(
+            libc::PTRACE_SETREGSET,
+            self.pid,
+            NT_PRSTATUS as usize,
+            &mut iov as *mut _ as usize,
+        )
+        .map_err(|e| Error::io("PTRACE_SETREGSET NT_PRSTATUS", e))?;
         Ok(())
     }
 
@@ -110,9 +145,17 @@ impl Frozen {
     /// The rseq registration, if any (`PTRACE_GET_RSEQ_CONFIGURATION`).
     pub fn rseq(&self) -> Result<Option<crate::image::Rseq>> {
         let mut conf = [0u8; 32];
-        match ptrace(PTRACE_GET_RSEQ_CONFIGURATION, self.pid, 32, conf.as_mut_ptr() as usize) {
+        match ptrace(
+            PTRACE_GET_RSEQ_CONFIGURATION,
+            self.pid,
+            32,
+            conf.as_mut_ptr() as usize,
+        ) {
             Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EIO) || e.raw_os_error() == Some(libc::EINVAL) => {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EIO)
+                    || e.raw_os_error() == Some(libc::EINVAL) =>
+            {
                 return Ok(None)
             }
             Err(e) => return Err(Error::io("PTRACE_GET_RSEQ_CONFIGURATION", e)),
@@ -137,7 +180,8 @@ impl Frozen {
         r[reg::ORIG_RAX] = u64::MAX;
         r[reg::RIP] = syscall_insn;
         self.set_regs(&r)?;
-        ptrace(libc::PTRACE_SINGLESTEP, self.pid, 0, 0).map_err(|e| Error::io("PTRACE_SINGLESTEP", e))?;
+        ptrace(libc::PTRACE_SINGLESTEP, self.pid, 0, 0)
+            .map_err(|e| Error::io("PTRACE_SINGLESTEP", e))?;
         let status = wait_stop(self.pid)?;
         if libc::WSTOPSIG(status) != libc::SIGTRAP {
             return Err(Error::Restore(format!(
@@ -147,7 +191,10 @@ impl Frozen {
         }
         let after = self.regs()?;
         if after[reg::RIP] != syscall_insn + 2 {
-            return Err(Error::Restore(format!("injected syscall {nr}: rip {:#x} after step", after[reg::RIP])));
+            return Err(Error::Restore(format!(
+                "injected syscall {nr}: rip {:#x} after step",
+                after[reg::RIP]
+            )));
         }
         Ok(after[reg::RAX] as i64)
     }

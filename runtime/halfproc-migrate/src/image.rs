@@ -127,7 +127,12 @@ pub enum Backing {
     /// Private anonymous memory (heap, stack, bss, anonymous mmap).
     Anon,
     /// Private (or shared read-only) file mapping from `path` at `offset`.
-    File { path: String, offset: u64, id: FileId, shared: bool },
+    File {
+        path: String,
+        offset: u64,
+        id: FileId,
+        shared: bool,
+    },
     /// The kernel's vdso or vvar pages (`[vdso]`, `[vvar]`, `[vvar_vclock]`).
     Special { name: String },
 }
@@ -187,13 +192,20 @@ pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
 pub fn read(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text = fs::read(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
-    let m: Manifest =
-        serde_json::from_slice(&text).map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
+    let m: Manifest = serde_json::from_slice(&text)
+        .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
     if m.version != VERSION {
-        return Err(Error::Image(format!("version {} (this tool reads {VERSION})", m.version)));
+        return Err(Error::Image(format!(
+            "version {} (this tool reads {VERSION})",
+            m.version
+        )));
     }
     if m.regs.len() != reg::COUNT {
-        return Err(Error::Image(format!("{} registers, expected {}", m.regs.len(), reg::COUNT)));
+        return Err(Error::Image(format!(
+            "{} registers, expected {}",
+            m.regs.len(),
+            reg::COUNT
+        )));
     }
     if crc32fast::hash(&m.xstate) != m.xstate_crc {
         return Err(Error::Image("xsave area checksum mismatch".into()));
@@ -201,12 +213,18 @@ pub fn read(dir: &Path) -> Result<Manifest> {
     let pages = dir.join(PAGES);
     let data = fs::read(&pages).map_err(|e| Error::io(format!("read {}", pages.display()), e))?;
     if data.len() as u64 != m.pages_len || crc32fast::hash(&data) != m.pages_crc {
-        return Err(Error::Image(format!("{} size or checksum mismatch", pages.display())));
+        return Err(Error::Image(format!(
+            "{} size or checksum mismatch",
+            pages.display()
+        )));
     }
     for v in &m.vmas {
         for r in &v.pages {
             if r.addr < v.start || r.addr + r.len > v.end || r.file_off + r.len > m.pages_len {
-                return Err(Error::Image(format!("page run {:#x}+{:#x} outside its VMA", r.addr, r.len)));
+                return Err(Error::Image(format!(
+                    "page run {:#x}+{:#x} outside its VMA",
+                    r.addr, r.len
+                )));
             }
         }
     }

@@ -22,12 +22,21 @@ pub struct PortableReader {
 impl PortableReader {
     /// A reader of `pid`, which the caller has ptrace-stopped.
     pub fn new(pid: i32) -> io::Result<Self> {
-        Ok(PortableReader { pid, mem: File::open(format!("/proc/{pid}/mem"))? })
+        Ok(PortableReader {
+            pid,
+            mem: File::open(format!("/proc/{pid}/mem"))?,
+        })
     }
 
     fn vm_readv(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
         // SAFETY: `local` describes `buf`, which we own mutably for the call;
         // the remote iovec is only interpreted in the target's address space.
         let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
@@ -35,7 +44,10 @@ impl PortableReader {
             return Err(io::Error::last_os_error());
         }
         if n as usize != buf.len() {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "short process_vm_readv"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short process_vm_readv",
+            ));
         }
         Ok(())
     }

@@ -42,7 +42,9 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>> {
         let _dev = it.next();
         let inode = it.next().unwrap_or("0");
         let path = it.next().unwrap_or("").trim_start().to_string();
-        let (s, e) = range.split_once('-').ok_or_else(|| Error::Image(format!("maps line {line:?}")))?;
+        let (s, e) = range
+            .split_once('-')
+            .ok_or_else(|| Error::Image(format!("maps line {line:?}")))?;
         let b = perms.as_bytes();
         if b.len() < 4 {
             return Err(Error::Image(format!("maps line {line:?}")));
@@ -107,7 +109,9 @@ pub fn fdinfo(pid: i32, fd: i32) -> Result<(i32, i64)> {
     }
     match (flags, pos) {
         (Some(f), Some(p)) => Ok((f, p)),
-        _ => Err(Error::Image(format!("/proc/{pid}/fdinfo/{fd}: no flags/pos"))),
+        _ => Err(Error::Image(format!(
+            "/proc/{pid}/fdinfo/{fd}: no flags/pos"
+        ))),
     }
 }
 
@@ -117,7 +121,9 @@ pub fn fds(pid: i32) -> Result<Vec<(i32, String)>> {
     let mut out = Vec::new();
     for e in fs::read_dir(&dir).map_err(|e| Error::io(format!("read {dir}"), e))? {
         let e = e.map_err(|e| Error::io(format!("read {dir}"), e))?;
-        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         let target = fs::read_link(e.path())
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
@@ -131,14 +137,19 @@ pub fn fds(pid: i32) -> Result<Vec<(i32, String)>> {
 pub fn stat_fields(pid: i32) -> Result<Vec<u64>> {
     let text = read(pid, "stat")?;
     let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    Ok(rest.split_whitespace().map(|f| f.parse::<i64>().map(|v| v as u64).unwrap_or(0)).collect())
+    Ok(rest
+        .split_whitespace()
+        .map(|f| f.parse::<i64>().map(|v| v as u64).unwrap_or(0))
+        .collect())
 }
 
 /// `/proc/pid/auxv` as 64-bit words.
 pub fn auxv(pid: i32) -> Result<Vec<u64>> {
     let p = format!("/proc/{pid}/auxv");
     let b = fs::read(&p).map_err(|e| Error::io(format!("read {p}"), e))?;
-    Ok(b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+    Ok(b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
 }
 
 /// Pagemap entries (one u64 per page) for `[start, end)`.
@@ -148,7 +159,10 @@ pub fn pagemap(file: &fs::File, start: u64, end: u64) -> Result<Vec<u64>> {
     let mut buf = vec![0u8; n * 8];
     file.read_exact_at(&mut buf, start / page_size() * 8)
         .map_err(|e| Error::io(format!("read pagemap at {start:#x}"), e))?;
-    Ok(buf.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+    Ok(buf
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
 }
 
 /// Pagemap bit: page present in RAM.

@@ -7,7 +7,13 @@ use std::fs;
 use std::os::unix::fs::FileTypeExt;
 
 /// Character devices that carry no state and may be reopened by path.
-pub const STATELESS_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+pub const STATELESS_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
 
 /// Special mappings restored by moving the restorer's own (vdso/vvar).
 pub const SPECIAL_MAPPINGS: &[&str] = &["[vdso]", "[vvar]", "[vvar_vclock]"];
@@ -19,13 +25,19 @@ pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), R
         return Err(Refusal::Socket { fd, target: t });
     }
     if target.starts_with("pipe:") {
-        return if is_self_pipe(pid, target) { Ok(()) } else { Err(Refusal::Pipe { fd, target: t }) };
+        return if is_self_pipe(pid, target) {
+            Ok(())
+        } else {
+            Err(Refusal::Pipe { fd, target: t })
+        };
     }
     if !target.starts_with('/') || target.ends_with(" (deleted)") || target.starts_with("/memfd:") {
         return Err(Refusal::UnsupportedFd { fd, target: t });
     }
-    let md = fs::metadata(format!("/proc/{pid}/fd/{fd}"))
-        .map_err(|_| Refusal::UnsupportedFd { fd, target: t.clone() })?;
+    let md = fs::metadata(format!("/proc/{pid}/fd/{fd}")).map_err(|_| Refusal::UnsupportedFd {
+        fd,
+        target: t.clone(),
+    })?;
     let ft = md.file_type();
     if ft.is_fifo() {
         return Err(Refusal::Pipe { fd, target: t });
@@ -50,8 +62,14 @@ pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), R
 /// `/proc/N/fd` we cannot read are not seen; an unprivileged user's own
 /// processes are all visible.
 pub fn is_self_pipe(pid: i32, target: &str) -> bool {
-    let Ok(fds) = crate::procfs::fds(pid) else { return false };
-    let ends: Vec<i32> = fds.iter().filter(|(_, t)| t == target).map(|(fd, _)| *fd).collect();
+    let Ok(fds) = crate::procfs::fds(pid) else {
+        return false;
+    };
+    let ends: Vec<i32> = fds
+        .iter()
+        .filter(|(_, t)| t == target)
+        .map(|(fd, _)| *fd)
+        .collect();
     let dirs = ends
         .iter()
         .filter_map(|&fd| crate::procfs::fdinfo(pid, fd).ok())
@@ -60,14 +78,24 @@ pub fn is_self_pipe(pid: i32, target: &str) -> bool {
     if !(dirs.contains(&true) && dirs.contains(&false)) {
         return false;
     }
-    let Ok(procs) = fs::read_dir("/proc") else { return false };
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
     for p in procs.flatten() {
-        let Ok(other) = p.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(other) = p.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if other == pid {
             continue;
         }
-        let Ok(list) = fs::read_dir(p.path().join("fd")) else { continue };
-        if list.flatten().any(|e| fs::read_link(e.path()).map(|l| l.to_string_lossy() == target).unwrap_or(false)) {
+        let Ok(list) = fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        if list.flatten().any(|e| {
+            fs::read_link(e.path())
+                .map(|l| l.to_string_lossy() == target)
+                .unwrap_or(false)
+        }) {
             return false;
         }
     }
@@ -77,7 +105,15 @@ pub fn is_self_pipe(pid: i32, target: &str) -> bool {
 /// Whether this mapping can be carried.
 pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusal> {
     let bad = |shared: bool| {
-        let (start, end, path) = (m.start, m.end, if m.path.is_empty() { "anonymous".into() } else { m.path.clone() });
+        let (start, end, path) = (
+            m.start,
+            m.end,
+            if m.path.is_empty() {
+                "anonymous".into()
+            } else {
+                m.path.clone()
+            },
+        );
         if shared {
             Refusal::SharedMapping { start, end, path }
         } else {
@@ -91,7 +127,10 @@ pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusa
         if m.prot & libc::PROT_WRITE != 0 || anon_like || !m.path.starts_with('/') {
             return Err(bad(true));
         }
-        if m.path.ends_with(" (deleted)") || m.path.starts_with("/memfd:") || m.path.starts_with("/SYSV") {
+        if m.path.ends_with(" (deleted)")
+            || m.path.starts_with("/memfd:")
+            || m.path.starts_with("/SYSV")
+        {
             return Err(bad(true));
         }
     }

@@ -88,7 +88,8 @@ pub fn restore(dir: &Path) -> Result<Restored> {
     let m = image::read(dir)?;
     check_files(&m)?;
     let own = procfs::parse_maps(
-        &std::fs::read_to_string("/proc/self/maps").map_err(|e| Error::io("read /proc/self/maps", e))?,
+        &std::fs::read_to_string("/proc/self/maps")
+            .map_err(|e| Error::io("read /proc/self/maps", e))?,
     )?;
     let specials = match_specials(&m, &own)?;
     let helpers = open_helpers(dir, &m)?;
@@ -124,9 +125,15 @@ pub fn restore(dir: &Path) -> Result<Restored> {
         let mut st = 0;
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(pid, &mut st, 0) };
-        let what = p.what.get(idx as usize).cloned().unwrap_or_else(|| "mapping the restorer region".into());
+        let what = p
+            .what
+            .get(idx as usize)
+            .cloned()
+            .unwrap_or_else(|| "mapping the restorer region".into());
         let err = std::io::Error::from_raw_os_error((-ret) as i32);
-        return Err(Error::Restore(format!("restorer step {idx} ({what}) failed: {err}")));
+        return Err(Error::Restore(format!(
+            "restorer step {idx} ({what}) failed: {err}"
+        )));
     }
     Ok(Restored { pid })
 }
@@ -140,7 +147,9 @@ fn check_files(m: &Manifest) -> Result<()> {
                 seen.insert(path.clone(), procfs::file_id(path)?);
             }
             if &seen[path] != id {
-                return Err(Error::Restore(format!("mapped file {path} changed since the checkpoint")));
+                return Err(Error::Restore(format!(
+                    "mapped file {path} changed since the checkpoint"
+                )));
             }
         }
     }
@@ -155,7 +164,9 @@ fn match_specials(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<Vec<(u64, u
     for v in &m.vmas {
         if let Backing::Special { name } = &v.backing {
             let mine = own.iter().find(|o| &o.path == name).ok_or_else(|| {
-                Error::Restore(format!("image has {name} but this process has none (vdso disabled?)"))
+                Error::Restore(format!(
+                    "image has {name} but this process has none (vdso disabled?)"
+                ))
             })?;
             if mine.end - mine.start != v.end - v.start {
                 return Err(Error::Restore(format!(
@@ -172,12 +183,16 @@ fn match_specials(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<Vec<(u64, u
 
 fn open_helpers(dir: &Path, m: &Manifest) -> Result<Helpers> {
     let pages_path = dir.join(image::PAGES);
-    let pages = File::open(&pages_path).map_err(|e| Error::io(format!("open {}", pages_path.display()), e))?;
+    let pages = File::open(&pages_path)
+        .map_err(|e| Error::io(format!("open {}", pages_path.display()), e))?;
     let mut files = BTreeMap::new();
     for v in &m.vmas {
         if let Backing::File { path, .. } = &v.backing {
             if !files.contains_key(path) {
-                files.insert(path.clone(), File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?);
+                files.insert(
+                    path.clone(),
+                    File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?,
+                );
             }
         }
     }
@@ -194,7 +209,13 @@ fn open_helpers(dir: &Path, m: &Manifest) -> Result<Helpers> {
         .max()
         .unwrap_or(2);
     let image_max = m.fds.iter().map(|f| f.fd).max().unwrap_or(2);
-    Ok(Helpers { pages, files, status_w, status_r, base: own_max.max(image_max) + 1 })
+    Ok(Helpers {
+        pages,
+        files,
+        status_w,
+        status_r,
+        base: own_max.max(image_max) + 1,
+    })
 }
 
 fn overlaps(a: u64, alen: u64, b: u64, bend: u64) -> bool {
@@ -205,7 +226,9 @@ fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u6
     let mut at = R_PREFERRED;
     while at > R_STEP {
         let clash = m.vmas.iter().any(|v| overlaps(at, len, v.start, v.end))
-            || own.iter().any(|o| o.end <= TASK_SIZE && overlaps(at, len, o.start, o.end));
+            || own
+                .iter()
+                .any(|o| o.end <= TASK_SIZE && overlaps(at, len, o.start, o.end));
         if !clash {
             return Ok(at);
         }
@@ -215,8 +238,17 @@ fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u6
 }
 
 /// Builds the blob's data (ops last) for a data region at `base`.
-fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scratch: u64) -> Result<Plan> {
-    let mut b = Blob { base, bytes: Vec::new() };
+fn plan(
+    m: &Manifest,
+    h: &Helpers,
+    specials: &[(u64, u64, u64)],
+    base: u64,
+    scratch: u64,
+) -> Result<Plan> {
+    let mut b = Blob {
+        base,
+        bytes: Vec::new(),
+    };
     let mut ops: Vec<(Op, String)> = Vec::new();
     let mut op = |nr: libc::c_long, args: &[u64], expect: u64, what: String| {
         ops.push((Op::new(nr, args, expect), what));
@@ -225,21 +257,33 @@ fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scra
     let err_slot = b.push(&[0u8; 16], 16);
     let rseq_area = b.push(&[0u8; 32], 32);
     let all = b.push(&u64::MAX.to_le_bytes(), 8);
-    op(SYS_rt_sigprocmask, &[SIG_SETMASK as u64, all, 0, 8], 0, "block all signals".into());
+    op(
+        SYS_rt_sigprocmask,
+        &[SIG_SETMASK as u64, all, 0, 8],
+        0,
+        "block all signals".into(),
+    );
 
     // Helper fds at base.. (status pipe first, then pages, then mapped files).
-    let mut fdno = h.base as u64;
-    let mut helper = |cur: i32, name: &str, ops: &mut dyn FnMut(libc::c_long, &[u64], u64, String)| {
-        ops(SYS_dup2, &[cur as u64, fdno], fdno, format!("dup2 helper fd for {name}"));
-        fdno += 1;
-        fdno - 1
-    };
-    helper(h.status_w.as_raw_fd(), "status pipe", &mut op);
-    let pages_fd = helper(h.pages.as_raw_fd(), "pages.img", &mut op);
+    let mut helpers: Vec<(i32, &str)> = vec![
+        (h.status_w.as_raw_fd(), "status pipe"),
+        (h.pages.as_raw_fd(), "pages.img"),
+    ];
+    helpers.extend(h.files.iter().map(|(p, f)| (f.as_raw_fd(), p.as_str())));
     let mut file_fd = BTreeMap::new();
-    for (path, f) in &h.files {
-        file_fd.insert(path.clone(), helper(f.as_raw_fd(), path, &mut op));
+    for (i, (cur, name)) in helpers.iter().enumerate() {
+        let to = h.base as u64 + i as u64;
+        op(
+            SYS_dup2,
+            &[*cur as u64, to],
+            to,
+            format!("dup2 helper fd for {name}"),
+        );
+        if i >= 2 {
+            file_fd.insert(name.to_string(), to);
+        }
     }
+    let pages_fd = h.base as u64 + 1;
 
     // Leave our rseq registration: it points into memory about to go away.
     // SAFETY: glibc exports both symbols as plain data; reading is safe.
@@ -250,56 +294,135 @@ fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scra
         unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly)) };
         let area = tp.wrapping_add(rs_off as u64);
         for len in [32u64, rs_size as u64] {
-            op(SYS_rseq, &[area, len, 1, RSEQ_SIG], IGNORE, "rseq unregister (tool's area)".into());
+            op(
+                SYS_rseq,
+                &[area, len, 1, RSEQ_SIG],
+                IGNORE,
+                "rseq unregister (tool's area)".into(),
+            );
         }
-        op(SYS_rseq, &[rseq_area, 32, 0, RSEQ_SIG], 0, "rseq: check the tool's registration is gone".into());
-        op(SYS_rseq, &[rseq_area, 32, 1, RSEQ_SIG], 0, "rseq unregister (probe)".into());
+        op(
+            SYS_rseq,
+            &[rseq_area, 32, 0, RSEQ_SIG],
+            0,
+            "rseq: check the tool's registration is gone".into(),
+        );
+        op(
+            SYS_rseq,
+            &[rseq_area, 32, 1, RSEQ_SIG],
+            0,
+            "rseq unregister (probe)".into(),
+        );
     }
     let mut at = scratch;
     for (mine, _, len) in specials {
-        op(SYS_mremap, &[*mine, *len, *len, (MREMAP_MAYMOVE | MREMAP_FIXED) as u64, at], at, "move vdso/vvar aside".into());
+        op(
+            SYS_mremap,
+            &[
+                *mine,
+                *len,
+                *len,
+                (MREMAP_MAYMOVE | MREMAP_FIXED) as u64,
+                at,
+            ],
+            at,
+            "move vdso/vvar aside".into(),
+        );
         at += len;
     }
-    op(SYS_close_range, &[0, h.base as u64 - 1, 0], 0, "close the tool's fds".into());
+    op(
+        SYS_close_range,
+        &[0, h.base as u64 - 1, 0],
+        0,
+        "close the tool's fds".into(),
+    );
     let r_start = base.saturating_sub(CODE_SIZE + STACK_SIZE);
     let r_end = scratch + specials.iter().map(|s| s.2).sum::<u64>();
     if base != 0 {
-        op(SYS_munmap, &[0, r_start], 0, "unmap below the restorer".into());
-        op(SYS_munmap, &[r_end, TASK_SIZE - r_end], 0, "unmap above the restorer".into());
+        op(
+            SYS_munmap,
+            &[0, r_start],
+            0,
+            "unmap below the restorer".into(),
+        );
+        op(
+            SYS_munmap,
+            &[r_end, TASK_SIZE - r_end],
+            0,
+            "unmap above the restorer".into(),
+        );
     }
     let mut at = scratch;
     for (_, old, len) in specials {
-        op(SYS_mremap, &[at, *len, *len, (MREMAP_MAYMOVE | MREMAP_FIXED) as u64, *old], *old, format!("move vdso/vvar to {old:#x}"));
+        op(
+            SYS_mremap,
+            &[at, *len, *len, (MREMAP_MAYMOVE | MREMAP_FIXED) as u64, *old],
+            *old,
+            format!("move vdso/vvar to {old:#x}"),
+        );
         at += len;
     }
 
     for v in &m.vmas {
         let len = v.end - v.start;
-        let wprot = if v.pages.is_empty() { v.prot } else { v.prot | PROT_WRITE };
+        let wprot = if v.pages.is_empty() {
+            v.prot
+        } else {
+            v.prot | PROT_WRITE
+        };
         let what = |s: &str| format!("{s} {:#x}-{:#x} ({:?})", v.start, v.end, v.backing);
         match &v.backing {
             Backing::Special { .. } => continue,
             Backing::Anon => op(
                 SYS_mmap,
-                &[v.start, len, wprot as u64, (MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED) as u64, u64::MAX, 0],
+                &[
+                    v.start,
+                    len,
+                    wprot as u64,
+                    (MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED) as u64,
+                    u64::MAX,
+                    0,
+                ],
                 v.start,
                 what("map anonymous"),
             ),
-            Backing::File { path, offset, shared, .. } => {
+            Backing::File {
+                path,
+                offset,
+                shared,
+                ..
+            } => {
                 let kind = if *shared { MAP_SHARED } else { MAP_PRIVATE };
                 op(
                     SYS_mmap,
-                    &[v.start, len, wprot as u64, (kind | MAP_FIXED) as u64, file_fd[path], *offset],
+                    &[
+                        v.start,
+                        len,
+                        wprot as u64,
+                        (kind | MAP_FIXED) as u64,
+                        file_fd[path],
+                        *offset,
+                    ],
                     v.start,
                     what("map file"),
                 )
             }
         }
         for r in &v.pages {
-            op(SYS_pread64, &[pages_fd, r.addr, r.len, r.file_off], r.len, what("fill pages of"));
+            op(
+                SYS_pread64,
+                &[pages_fd, r.addr, r.len, r.file_off],
+                r.len,
+                what("fill pages of"),
+            );
         }
         if wprot != v.prot {
-            op(SYS_mprotect, &[v.start, len, v.prot as u64], 0, what("mprotect"));
+            op(
+                SYS_mprotect,
+                &[v.start, len, v.prot as u64],
+                0,
+                what("mprotect"),
+            );
         }
     }
 
@@ -307,8 +430,18 @@ fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scra
     let auxv: Vec<u8> = mm.auxv.iter().flat_map(|w| w.to_le_bytes()).collect();
     let auxv_addr = b.push(&auxv, 8);
     let mut map: Vec<u8> = [
-        mm.start_code, mm.end_code, mm.start_data, mm.end_data, mm.start_brk, mm.brk, mm.start_stack,
-        mm.arg_start, mm.arg_end, mm.env_start, mm.env_end, auxv_addr,
+        mm.start_code,
+        mm.end_code,
+        mm.start_data,
+        mm.end_data,
+        mm.start_brk,
+        mm.brk,
+        mm.start_stack,
+        mm.arg_start,
+        mm.arg_end,
+        mm.env_start,
+        mm.env_end,
+        auxv_addr,
     ]
     .iter()
     .flat_map(|w| w.to_le_bytes())
@@ -316,7 +449,18 @@ fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scra
     map.extend_from_slice(&(auxv.len() as u32).to_le_bytes());
     map.extend_from_slice(&u32::MAX.to_le_bytes());
     let map_addr = b.push(&map, 8);
-    op(SYS_prctl, &[PR_SET_MM as u64, PR_SET_MM_MAP as u64, map_addr, map.len() as u64, 0], 0, "prctl(PR_SET_MM_MAP)".into());
+    op(
+        SYS_prctl,
+        &[
+            PR_SET_MM as u64,
+            PR_SET_MM_MAP as u64,
+            map_addr,
+            map.len() as u64,
+            0,
+        ],
+        0,
+        "prctl(PR_SET_MM_MAP)".into(),
+    );
 
     // Every open file description is first made at a temporary number
     // above the helpers (the low fds are all free, so open returns 0 and
@@ -345,56 +489,138 @@ fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scra
             if !p.data.is_empty() {
                 let d = b.push(&p.data, 1);
                 let w = made[&(p.ino, true)];
-                op(SYS_write, &[w, d, p.data.len() as u64], p.data.len() as u64, format!("refill {}", f.path));
+                op(
+                    SYS_write,
+                    &[w, d, p.data.len() as u64],
+                    p.data.len() as u64,
+                    format!("refill {}", f.path),
+                );
             }
-            op(SYS_fcntl, &[t, F_SETFL as u64, status], 0, format!("status flags of {}", f.path));
+            op(
+                SYS_fcntl,
+                &[t, F_SETFL as u64, status],
+                0,
+                format!("status flags of {}", f.path),
+            );
             by_fd.insert(f.fd, t);
         } else {
             let flags = f.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC);
             let p = b.cstr(&f.path)?;
-            op(SYS_openat, &[AT_FDCWD as u64, p, flags as u64, 0], 0, format!("open {} for fd {}", f.path, f.fd));
-            op(SYS_dup2, &[0, tmp], tmp, format!("dup2 {} to a temporary fd", f.path));
+            op(
+                SYS_openat,
+                &[AT_FDCWD as u64, p, flags as u64, 0],
+                0,
+                format!("open {} for fd {}", f.path, f.fd),
+            );
+            op(
+                SYS_dup2,
+                &[0, tmp],
+                tmp,
+                format!("dup2 {} to a temporary fd", f.path),
+            );
             op(SYS_close, &[0], 0, "close fd 0".into());
-            let expect = if f.path.starts_with("/dev/") { IGNORE } else { f.pos as u64 };
-            op(SYS_lseek, &[tmp, f.pos as u64, SEEK_SET as u64], expect, format!("seek {} to {}", f.path, f.pos));
+            let expect = if f.path.starts_with("/dev/") {
+                IGNORE
+            } else {
+                f.pos as u64
+            };
+            op(
+                SYS_lseek,
+                &[tmp, f.pos as u64, SEEK_SET as u64],
+                expect,
+                format!("seek {} to {}", f.path, f.pos),
+            );
             by_fd.insert(f.fd, tmp);
             tmp += 1;
         }
     }
     for f in &m.fds {
         let fd = f.fd as u64;
-        op(SYS_dup2, &[by_fd[&f.fd], fd], fd, format!("dup2 to fd {fd} ({})", f.path));
+        op(
+            SYS_dup2,
+            &[by_fd[&f.fd], fd],
+            fd,
+            format!("dup2 to fd {fd} ({})", f.path),
+        );
         if f.flags & O_CLOEXEC != 0 {
-            op(SYS_fcntl, &[fd, F_SETFD as u64, FD_CLOEXEC as u64], 0, format!("FD_CLOEXEC on fd {fd}"));
+            op(
+                SYS_fcntl,
+                &[fd, F_SETFD as u64, FD_CLOEXEC as u64],
+                0,
+                format!("FD_CLOEXEC on fd {fd}"),
+            );
         }
     }
     let cwd = b.cstr(&m.cwd)?;
     op(SYS_chdir, &[cwd], 0, format!("chdir {}", m.cwd));
     op(SYS_umask, &[m.umask as u64], ANY_OK, "umask".into());
     let comm = b.cstr(&m.comm)?;
-    op(SYS_prctl, &[PR_SET_NAME as u64, comm], 0, "prctl(PR_SET_NAME)".into());
+    op(
+        SYS_prctl,
+        &[PR_SET_NAME as u64, comm],
+        0,
+        "prctl(PR_SET_NAME)".into(),
+    );
     for s in &m.sigactions {
-        let act: Vec<u8> = [s.handler, s.flags, s.restorer, s.mask].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let act: Vec<u8> = [s.handler, s.flags, s.restorer, s.mask]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
         let a = b.push(&act, 8);
-        op(SYS_rt_sigaction, &[s.sig as u64, a, 0, 8], 0, format!("rt_sigaction({})", s.sig));
+        op(
+            SYS_rt_sigaction,
+            &[s.sig as u64, a, 0, 8],
+            0,
+            format!("rt_sigaction({})", s.sig),
+        );
     }
     for l in &m.rlimits {
         let a = b.push(&[l.cur.to_le_bytes(), l.max.to_le_bytes()].concat(), 8);
-        op(SYS_prlimit64, &[0, l.resource as u64, a, 0], 0, format!("prlimit resource {}", l.resource));
+        op(
+            SYS_prlimit64,
+            &[0, l.resource as u64, a, 0],
+            0,
+            format!("prlimit resource {}", l.resource),
+        );
     }
     if let Some(r) = &m.rseq {
-        op(SYS_rseq, &[r.ptr, r.len as u64, 0, r.sig as u64], 0, format!("rseq register {:#x}", r.ptr));
+        op(
+            SYS_rseq,
+            &[r.ptr, r.len as u64, 0, r.sig as u64],
+            0,
+            format!("rseq register {:#x}", r.ptr),
+        );
     }
-    op(SYS_arch_prctl, &[0x1002 /* ARCH_SET_FS */, m.regs[reg::FS_BASE]], 0, "arch_prctl(ARCH_SET_FS)".into());
-    op(SYS_arch_prctl, &[0x1001 /* ARCH_SET_GS */, m.regs[reg::GS_BASE]], 0, "arch_prctl(ARCH_SET_GS)".into());
-    op(SYS_close_range, &[h.base as u64, u32::MAX as u64, 0], 0, "close helper fds".into());
+    op(
+        SYS_arch_prctl,
+        &[0x1002 /* ARCH_SET_FS */, m.regs[reg::FS_BASE]],
+        0,
+        "arch_prctl(ARCH_SET_FS)".into(),
+    );
+    op(
+        SYS_arch_prctl,
+        &[0x1001 /* ARCH_SET_GS */, m.regs[reg::GS_BASE]],
+        0,
+        "arch_prctl(ARCH_SET_GS)".into(),
+    );
+    op(
+        SYS_close_range,
+        &[h.base as u64, u32::MAX as u64, 0],
+        0,
+        "close helper fds".into(),
+    );
 
     let xsave = sigframe::xsave_image(&m.xstate);
     let fpstate = b.push(&xsave, 64);
     let frame_addr = b.push(&sigframe::frame(&m.regs, m.sigmask, fpstate), 16);
     let mut table = Vec::new();
     for (o, _) in &ops {
-        table.extend(std::iter::once(o.nr).chain(o.args).chain(std::iter::once(o.expect)).flat_map(|w| w.to_le_bytes()));
+        table.extend(
+            std::iter::once(o.nr)
+                .chain(o.args)
+                .chain(std::iter::once(o.expect))
+                .flat_map(|w| w.to_le_bytes()),
+        );
     }
     let ops_addr = b.push(&table, 64);
     Ok(Plan {
@@ -412,13 +638,34 @@ fn plan(m: &Manifest, h: &Helpers, specials: &[(u64, u64, u64)], base: u64, scra
 /// # Safety
 ///
 /// Must be called only in a freshly forked child; `r..r+r_len` must be free.
-unsafe fn child_enter(r: u64, r_len: u64, code: &[u8], p: &Plan, data_base: u64, status_fd: u64, status_w: i32) -> ! {
+unsafe fn child_enter(
+    r: u64,
+    r_len: u64,
+    code: &[u8],
+    p: &Plan,
+    data_base: u64,
+    status_fd: u64,
+    status_w: i32,
+) -> ! {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
     // SAFETY: anonymous mapping at a free address (MAP_FIXED_NOREPLACE
     // refuses to clobber anything).
-    let got = unsafe { libc::mmap(r as *mut _, r_len as usize, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    let got = unsafe {
+        libc::mmap(
+            r as *mut _,
+            r_len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
     if got as u64 != r {
-        let msg = [u64::MAX.to_le_bytes(), (-(libc::EEXIST as i64)).to_le_bytes()].concat();
+        let msg = [
+            u64::MAX.to_le_bytes(),
+            (-(libc::EEXIST as i64)).to_le_bytes(),
+        ]
+        .concat();
         // SAFETY: writing a local buffer to our pipe, then exiting.
         unsafe {
             libc::write(status_w, msg.as_ptr().cast(), msg.len());
@@ -433,7 +680,11 @@ unsafe fn child_enter(r: u64, r_len: u64, code: &[u8], p: &Plan, data_base: u64,
         let marker = (r + CODE_SIZE) as *mut u64;
         marker.write(REGION_MAGIC);
         marker.add(1).write(r_len);
-        libc::mprotect(r as *mut _, CODE_SIZE as usize, libc::PROT_READ | libc::PROT_EXEC);
+        libc::mprotect(
+            r as *mut _,
+            CODE_SIZE as usize,
+            libc::PROT_READ | libc::PROT_EXEC,
+        );
     }
     let stack_top = r + CODE_SIZE + STACK_SIZE - 64;
     // SAFETY: jumps to the blob on its own stack with the register arguments

@@ -36,7 +36,11 @@ impl Op {
     pub fn new(nr: libc::c_long, args: &[u64], expect: u64) -> Op {
         let mut a = [0u64; 6];
         a[..args.len()].copy_from_slice(args);
-        Op { nr: nr as u64, args: a, expect }
+        Op {
+            nr: nr as u64,
+            args: a,
+            expect,
+        }
     }
 }
 

@@ -39,8 +39,13 @@ pub fn xsave_image(xstate: &[u8]) -> Vec<u8> {
 pub fn frame(regs: &[u64], sigmask: u64, fpstate: u64) -> Vec<u8> {
     let mut f = vec![0u8; FRAME_SIZE];
     let uc = 8;
-    let put = |f: &mut Vec<u8>, off: usize, v: u64| f[off..off + 8].copy_from_slice(&v.to_le_bytes());
-    put(&mut f, uc, UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS);
+    let put =
+        |f: &mut Vec<u8>, off: usize, v: u64| f[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    put(
+        &mut f,
+        uc,
+        UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS,
+    );
     // uc_stack: ss_sp 0, ss_flags SS_DISABLE, ss_size 0.
     f[uc + 24..uc + 28].copy_from_slice(&(libc::SS_DISABLE as u32).to_le_bytes());
     let sc = uc + 40;

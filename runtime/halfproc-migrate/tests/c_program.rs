@@ -49,15 +49,22 @@ fn twenty_migrations_in_a_row() {
         sleep_ms(60);
         let img = tmp.path().join(format!("img{round}"));
         let t = Instant::now();
-        checkpoint(pid, &img, Leave::Kill).unwrap_or_else(|e| panic!("round {round}: checkpoint: {e}"));
+        checkpoint(pid, &img, Leave::Kill)
+            .unwrap_or_else(|e| panic!("round {round}: checkpoint: {e}"));
         total_ck += t.elapsed();
         let t = Instant::now();
-        pid = restore(&img).unwrap_or_else(|e| panic!("round {round}: restore: {e}")).pid;
+        pid = restore(&img)
+            .unwrap_or_else(|e| panic!("round {round}: restore: {e}"))
+            .pid;
         total_rs += t.elapsed();
         std::fs::remove_dir_all(&img).unwrap();
     }
     let st = describe(wait(pid));
-    eprintln!("prog x20: mean checkpoint {:?}, mean restore {:?}", total_ck / 20, total_rs / 20);
+    eprintln!(
+        "prog x20: mean checkpoint {:?}, mean restore {:?}",
+        total_ck / 20,
+        total_rs / 20
+    );
     assert_same_output(&std::fs::read(&out).unwrap(), &want);
     assert_eq!(st, want_st, "exit status after 20 migrations");
 }

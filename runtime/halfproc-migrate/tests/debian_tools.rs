@@ -27,13 +27,18 @@ fn migrate_matches(name: &str, args: &[&str], stdin: Option<&Path>, after_ms: u6
     sleep_ms(after_ms);
     let img = tmp.join("img");
     let t = Instant::now();
-    let s = checkpoint(pid, &img, Leave::Kill).unwrap_or_else(|e| panic!("{name}: checkpoint: {e}"));
+    let s =
+        checkpoint(pid, &img, Leave::Kill).unwrap_or_else(|e| panic!("{name}: checkpoint: {e}"));
     let ck = t.elapsed();
     let t = Instant::now();
     let r = restore(&img).unwrap_or_else(|e| panic!("{name}: restore: {e}"));
     let rs = t.elapsed();
     let st = describe(wait(r.pid));
-    eprintln!("{name}: checkpoint {ck:?} ({} KiB pages, {} VMAs), restore {rs:?}", s.pages_bytes / 1024, s.vmas);
+    eprintln!(
+        "{name}: checkpoint {ck:?} ({} KiB pages, {} VMAs), restore {rs:?}",
+        s.pages_bytes / 1024,
+        s.vmas
+    );
     assert!(!want.is_empty(), "{name}: empty reference output");
     assert_same_output(&std::fs::read(&out).unwrap(), &want);
     assert_eq!(st, want_st, "{name}: exit status");

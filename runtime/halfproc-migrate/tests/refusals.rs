@@ -29,13 +29,19 @@ fn refused(mode: &str, extra: &[&str]) -> Refusal {
 
 #[test]
 fn refuses_threads() {
-    assert!(matches!(refused("thread", &[]), Refusal::MultiThreaded { threads: 2 }));
+    assert!(matches!(
+        refused("thread", &[]),
+        Refusal::MultiThreaded { threads: 2 }
+    ));
 }
 
 #[test]
 fn refuses_sockets() {
     let r = refused("socket", &[]);
-    assert!(matches!(&r, Refusal::Socket { fd: 3, target } if target.starts_with("socket:")), "{r:?}");
+    assert!(
+        matches!(&r, Refusal::Socket { fd: 3, target } if target.starts_with("socket:")),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -43,16 +49,19 @@ fn refuses_pipes_to_other_processes() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = std::process::Command::new(targets());
     c.arg("spin").stdin(std::process::Stdio::piped());
-    let child = c.spawn().unwrap();
+    let mut child = c.spawn().unwrap();
     let pid = child.id() as i32;
     sleep_ms(100);
     let r = checkpoint(pid, &tmp.path().join("img"), Leave::Kill);
     let (state, tracer) = state_and_tracer(pid);
-    kill(pid);
+    child.kill().unwrap();
+    child.wait().unwrap();
     assert!(state == 'R' || state == 'S', "target left in state {state}");
     assert_eq!(tracer, 0);
     match r {
-        Err(Error::Refused(Refusal::Pipe { fd: 0, target })) => assert!(target.starts_with("pipe:")),
+        Err(Error::Refused(Refusal::Pipe { fd: 0, target })) => {
+            assert!(target.starts_with("pipe:"))
+        }
         other => panic!("expected a pipe refusal for fd 0, got {other:?}"),
     }
 }
@@ -60,7 +69,10 @@ fn refuses_pipes_to_other_processes() {
 #[test]
 fn refuses_devices() {
     let r = refused("device", &[]);
-    assert!(matches!(&r, Refusal::Device { fd: 3, target } if target.starts_with("/dev/")), "{r:?}");
+    assert!(
+        matches!(&r, Refusal::Device { fd: 3, target } if target.starts_with("/dev/")),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -88,7 +100,7 @@ fn refuses_traced_processes() {
         Err(Error::Refused(Refusal::Traced { tracer })) => {
             // SAFETY: gettid has no preconditions.
             assert_eq!(tracer, unsafe { libc::gettid() })
-        },
+        }
         other => panic!("expected Traced, got {other:?}"),
     }
 }

@@ -61,7 +61,10 @@ fn changed_mapped_file_is_refused_at_restore() {
     bytes.push(0);
     std::fs::write(&exe, bytes).unwrap();
     match restore(&img) {
-        Err(Error::Restore(m)) => assert!(m.contains(exe.to_str().unwrap()) && m.contains("changed"), "{m}"),
+        Err(Error::Restore(m)) => assert!(
+            m.contains(exe.to_str().unwrap()) && m.contains("changed"),
+            "{m}"
+        ),
         other => panic!("expected a changed-file error, got {other:?}"),
     }
 }
@@ -92,6 +95,9 @@ fn self_pipe_with_unread_data_is_carried() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(r.pid, libc::SIGUSR1) };
     let st = describe(wait(r.pid));
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "pipe said carried\n");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "pipe said carried\n"
+    );
     assert_eq!(st, "exit 3");
 }

@@ -3,8 +3,8 @@
 #![allow(dead_code)] // each test binary uses a subset
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -13,11 +13,17 @@ use std::time::Duration;
 pub fn prog() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("halfproc-migrate-prog-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("halfproc-migrate-prog-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("prog");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/prog.c");
-        let st = Command::new("cc").args(["-O1", "-o"]).arg(&out).arg(&src).status().expect("run cc");
+        let st = Command::new("cc")
+            .args(["-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("run cc");
         assert!(st.success(), "cc failed");
         out
     })
@@ -84,7 +90,18 @@ pub fn sleep_ms(ms: u64) {
 
 /// Deterministic pseudo-random text of `len` bytes (compressible, not trivially).
 pub fn input_file(path: &Path, len: usize) {
-    let words = ["half", "process", "migrate", "checkpoint", "restore", "page", "vma", "signal", "frame", "kernel"];
+    let words = [
+        "half",
+        "process",
+        "migrate",
+        "checkpoint",
+        "restore",
+        "page",
+        "vma",
+        "signal",
+        "frame",
+        "kernel",
+    ];
     let mut s = String::with_capacity(len + 16);
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     while s.len() < len {
@@ -108,7 +125,11 @@ pub fn assert_same_output(got: &[u8], want: &[u8]) {
     let g = String::from_utf8_lossy(got);
     let w = String::from_utf8_lossy(want);
     let (gl, wl): (Vec<&str>, Vec<&str>) = (g.lines().collect(), w.lines().collect());
-    let i = gl.iter().zip(&wl).position(|(a, b)| a != b).unwrap_or(gl.len().min(wl.len()));
+    let i = gl
+        .iter()
+        .zip(&wl)
+        .position(|(a, b)| a != b)
+        .unwrap_or(gl.len().min(wl.len()));
     panic!(
         "output differs at line {i} (got {} bytes / {} lines, want {} bytes / {} lines):\n got: {:?}\nwant: {:?}",
         got.len(),
@@ -124,11 +145,17 @@ pub fn assert_same_output(got: &[u8], want: &[u8]) {
 pub fn targets() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("halfproc-migrate-targets-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("halfproc-migrate-targets-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("targets");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets.c");
-        let st = Command::new("cc").args(["-O1", "-pthread", "-o"]).arg(&out).arg(&src).status().expect("run cc");
+        let st = Command::new("cc")
+            .args(["-O1", "-pthread", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("run cc");
         assert!(st.success(), "cc failed");
         out
     })
@@ -137,8 +164,19 @@ pub fn targets() -> &'static Path {
 /// (state letter, TracerPid) of a process.
 pub fn state_and_tracer(pid: i32) -> (char, i32) {
     let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let get = |k: &str| st.lines().find(|l| l.starts_with(k)).unwrap().split_whitespace().nth(1).unwrap().to_string();
-    (get("State:").chars().next().unwrap(), get("TracerPid:").parse().unwrap())
+    let get = |k: &str| {
+        st.lines()
+            .find(|l| l.starts_with(k))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    (
+        get("State:").chars().next().unwrap(),
+        get("TracerPid:").parse().unwrap(),
+    )
 }
 
 /// SIGKILL and reap.
