@@ -1,6 +1,7 @@
-//! `migrate run DIR CMD ARGS... -- MS`: run CMD (stdout to DIR/out), checkpoint
+//! `migrate DIR MS CMD [ARGS...]`: run CMD (stdout to DIR/out), checkpoint
 //! it after MS milliseconds into DIR/img, kill it, restore it, wait, print
-//! the exit status and timings. A manual driver for the engine.
+//! the exit status and timings. A manual driver for the engine; stdin is
+//! /dev/null or the file named by `MIGRATE_STDIN`.
 
 use halfproc_migrate::{checkpoint, restore, Leave};
 use std::process::{Command, Stdio};
@@ -25,7 +26,10 @@ fn main() {
     };
     let child = c
         .args(&a[4..])
-        .stdin(Stdio::null())
+        .stdin(match std::env::var_os("MIGRATE_STDIN") {
+            Some(p) => Stdio::from(std::fs::File::open(p).expect("MIGRATE_STDIN")),
+            None => Stdio::null(),
+        })
         .stdout(std::fs::File::create(dir.join("out")).expect("out"))
         .spawn()
         .expect("spawn");
