@@ -6,6 +6,19 @@ mod common;
 use common::*;
 use halfproc_migrate::{checkpoint, restore, Error, Leave};
 
+/// Checkpoints `pid` (killing it), restores it, lets it run 100 ms, sends
+/// SIGUSR1 and returns its wait status.
+fn migrate_then_usr1(pid: i32, tmp: &std::path::Path) -> String {
+    sleep_ms(150);
+    let img = tmp.join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    let r = restore(&img).expect("restore");
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(r.pid, libc::SIGUSR1) };
+    describe(wait(r.pid))
+}
+
 #[test]
 fn handlers_mask_cwd_umask_survive() {
     let tmp = tempfile::tempdir().unwrap();
@@ -13,14 +26,7 @@ fn handlers_mask_cwd_umask_survive() {
     std::fs::create_dir(&work).unwrap();
     let out = tmp.path().join("out");
     let pid = spawn(targets(), &["signals", work.to_str().unwrap()], None, &out);
-    sleep_ms(200);
-    let img = tmp.path().join("img");
-    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
-    let r = restore(&img).expect("restore");
-    sleep_ms(100);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(r.pid, libc::SIGUSR1) };
-    let st = describe(wait(r.pid));
+    let st = migrate_then_usr1(pid, tmp.path());
     let text = std::fs::read_to_string(&out).unwrap();
     let want = format!(
         "ready\ngot usr1; usr2 blocked=1; sigpipe ignored=1; umask=027; cwd={}\n",
@@ -87,14 +93,7 @@ fn self_pipe_with_unread_data_is_carried() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let pid = spawn(targets(), &["selfpipe"], None, &out);
-    sleep_ms(150);
-    let img = tmp.path().join("img");
-    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
-    let r = restore(&img).expect("restore");
-    sleep_ms(100);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(r.pid, libc::SIGUSR1) };
-    let st = describe(wait(r.pid));
+    let st = migrate_then_usr1(pid, tmp.path());
     assert_eq!(
         std::fs::read_to_string(&out).unwrap(),
         "pipe said carried\n"

@@ -9,24 +9,33 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// Builds tests/prog.c with cc once per test binary.
+/// Compiles `tests/NAME.c` with cc into a per-process temporary directory.
+fn build_c(name: &str, flags: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("halfproc-migrate-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{name}.c"));
+    let st = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc failed for {}", src.display());
+    out
+}
+
+/// Builds tests/prog.c once per test binary.
 pub fn prog() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("halfproc-migrate-prog-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("prog");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/prog.c");
-        let st = Command::new("cc")
-            .args(["-O1", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("run cc");
-        assert!(st.success(), "cc failed");
-        out
-    })
+    P.get_or_init(|| build_c("prog", &["-O1"]))
+}
+
+/// Builds tests/targets.c once per test binary.
+pub fn targets() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_c("targets", &["-O1", "-pthread"]))
 }
 
 /// Spawns `cmd args` with stdin from `stdin` (or /dev/null) and stdout to `out`.
@@ -139,26 +148,6 @@ pub fn assert_same_output(got: &[u8], want: &[u8]) {
         gl.get(i),
         wl.get(i)
     );
-}
-
-/// Builds tests/targets.c with cc once per test binary.
-pub fn targets() -> &'static Path {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("halfproc-migrate-targets-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("targets");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets.c");
-        let st = Command::new("cc")
-            .args(["-O1", "-pthread", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("run cc");
-        assert!(st.success(), "cc failed");
-        out
-    })
 }
 
 /// (state letter, TracerPid) of a process.
