@@ -3,7 +3,8 @@
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
-    self, reg, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, Rlimit, SigAction, Vma,
+    self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, Rlimit, SigAction,
+    Vma,
 };
 use crate::mem::{MemoryReader, PortableReader};
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
@@ -72,7 +73,7 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
     let saved = f.regs()?;
     let xstate = f.xstate()?;
     let rseq = f.rseq()?;
-    let sigactions = query_sigactions(f, &reader, &maps, &saved)?;
+    let (sigactions, altstack) = query_signal_state(f, &reader, &maps, &saved)?;
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
@@ -117,6 +118,7 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
         xstate,
         sigmask: procfs::sigmask_field(&st, "SigBlk")?,
         sigactions,
+        altstack,
         rlimits: rlimits(pid)?,
         cwd,
         umask,
@@ -262,15 +264,16 @@ fn find_syscall_insn(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> R
     ))
 }
 
-/// Reads every signal disposition by executing `rt_sigaction(sig, NULL,
-/// &old, 8)` in the target, in a scratch slot of its own stack below the red
-/// zone whose bytes are put back afterwards.
-fn query_sigactions(
+/// Reads every signal disposition and the alternate stack by executing
+/// `rt_sigaction(sig, NULL, &old, 8)` and `sigaltstack(NULL, &old)` in the
+/// target, into a scratch slot of its own stack below the red zone whose
+/// bytes are put back afterwards.
+fn query_signal_state(
     f: &Frozen,
     reader: &PortableReader,
     maps: &[procfs::MapsEntry],
     regs: &[u64],
-) -> Result<Vec<SigAction>> {
+) -> Result<(Vec<SigAction>, AltStack)> {
     let pid = f.pid();
     let insn = find_syscall_insn(reader, maps)?;
     let scratch = (regs[reg::RSP] - 128 - 64) & !15;
@@ -325,6 +328,35 @@ fn query_sigactions(
             mask: w(3),
         });
     }
+    let mut alt = AltStack {
+        sp: 0,
+        flags: libc::SS_DISABLE,
+        size: 0,
+    };
+    if failure.is_none() {
+        match f.inject(regs, insn, libc::SYS_sigaltstack as u64, &[0, scratch]) {
+            Ok(0) => {
+                let mut b = [0u8; 24];
+                reader
+                    .read(scratch, &mut b)
+                    .map_err(|e| Error::io("read stack_t", e))?;
+                let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+                // SS_ONSTACK is a report, not a setting.
+                let flags = (w(8) as u32 as i32) & !libc::SS_ONSTACK;
+                alt = AltStack {
+                    sp: w(0),
+                    flags,
+                    size: w(16),
+                };
+            }
+            Ok(e) => {
+                failure = Some(Error::Restore(format!(
+                    "sigaltstack in target returned {e}"
+                )))
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
     let mem = fs::OpenOptions::new()
         .write(true)
         .open(format!("/proc/{pid}/mem"));
@@ -333,7 +365,7 @@ fn query_sigactions(
     put_back.map_err(|e| Error::io("restore scratch slot", e))?;
     match failure {
         Some(e) => Err(e),
-        None => Ok(out),
+        None => Ok((out, alt)),
     }
 }
 

@@ -59,6 +59,8 @@ pub struct Manifest {
     pub sigmask: u64,
     /// Dispositions of signals 1..=64 except SIGKILL and SIGSTOP.
     pub sigactions: Vec<SigAction>,
+    /// The alternate signal stack (`sigaltstack`).
+    pub altstack: AltStack,
     pub rlimits: Vec<Rlimit>,
     pub cwd: String,
     pub umask: u32,
@@ -78,6 +80,14 @@ pub struct SigAction {
     pub flags: u64,
     pub restorer: u64,
     pub mask: u64,
+}
+
+/// A `stack_t`: `flags` has `SS_DISABLE` when there is none.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AltStack {
+    pub sp: u64,
+    pub flags: i32,
+    pub size: u64,
 }
 
 /// One resource limit.

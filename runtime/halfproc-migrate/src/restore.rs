@@ -285,6 +285,24 @@ fn plan(
     }
     let pages_fd = h.base as u64 + 1;
 
+    // Drop the tool's alternate signal stack: rt_sigreturn refuses to
+    // install the image's while the stack pointer seems to be on the old one.
+    let no_alt = b.push(
+        &[
+            0u64.to_le_bytes(),
+            (SS_DISABLE as u64).to_le_bytes(),
+            0u64.to_le_bytes(),
+        ]
+        .concat(),
+        8,
+    );
+    op(
+        SYS_sigaltstack,
+        &[no_alt, 0],
+        0,
+        "sigaltstack(SS_DISABLE)".into(),
+    );
+
     // Leave our rseq registration: it points into memory about to go away.
     // SAFETY: glibc exports both symbols as plain data; reading is safe.
     let (rs_off, rs_size) = unsafe { (__rseq_offset, __rseq_size) };
@@ -612,7 +630,10 @@ fn plan(
 
     let xsave = sigframe::xsave_image(&m.xstate);
     let fpstate = b.push(&xsave, 64);
-    let frame_addr = b.push(&sigframe::frame(&m.regs, m.sigmask, fpstate), 16);
+    let frame_addr = b.push(
+        &sigframe::frame(&m.regs, m.sigmask, &m.altstack, fpstate),
+        16,
+    );
     let mut table = Vec::new();
     for (o, _) in &ops {
         table.extend(

@@ -2,7 +2,7 @@
 //! checkpointed registers, xsave state and signal mask (x86_64 layout of
 //! `struct rt_sigframe`: pretcode, `ucontext`, `siginfo`).
 
-use crate::image::reg;
+use crate::image::{reg, AltStack};
 
 const UC_FP_XSTATE: u64 = 0x1;
 const UC_SIGCONTEXT_SS: u64 = 0x2;
@@ -36,7 +36,7 @@ pub fn xsave_image(xstate: &[u8]) -> Vec<u8> {
 /// Bytes of an `rt_sigframe` starting at the pretcode slot; the restorer
 /// sets `rsp` to the frame address + 8 (the `ucontext`) before `rt_sigreturn`.
 /// `fpstate` is the (64-byte aligned) address of [`xsave_image`] in memory.
-pub fn frame(regs: &[u64], sigmask: u64, fpstate: u64) -> Vec<u8> {
+pub fn frame(regs: &[u64], sigmask: u64, alt: &AltStack, fpstate: u64) -> Vec<u8> {
     let mut f = vec![0u8; FRAME_SIZE];
     let uc = 8;
     let put =
@@ -46,8 +46,10 @@ pub fn frame(regs: &[u64], sigmask: u64, fpstate: u64) -> Vec<u8> {
         uc,
         UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS,
     );
-    // uc_stack: ss_sp 0, ss_flags SS_DISABLE, ss_size 0.
-    f[uc + 24..uc + 28].copy_from_slice(&(libc::SS_DISABLE as u32).to_le_bytes());
+    // uc_stack: rt_sigreturn installs it with sigaltstack().
+    put(&mut f, uc + 16, alt.sp);
+    f[uc + 24..uc + 28].copy_from_slice(&(alt.flags as u32).to_le_bytes());
+    put(&mut f, uc + 32, alt.size);
     let sc = uc + 40;
     let order = [
         reg::R8,

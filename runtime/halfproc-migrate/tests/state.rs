@@ -29,7 +29,7 @@ fn handlers_mask_cwd_umask_survive() {
     let st = migrate_then_usr1(pid, tmp.path());
     let text = std::fs::read_to_string(&out).unwrap();
     let want = format!(
-        "ready\ngot usr1; usr2 blocked=1; sigpipe ignored=1; umask=027; cwd={}\n",
+        "ready\naltstack ok=1; clock ok=1; vdso at auxv address=1\ngot usr1; usr2 blocked=1; sigpipe ignored=1; umask=027; cwd={}\n",
         work.canonicalize().unwrap().display()
     );
     assert_eq!(text, want);

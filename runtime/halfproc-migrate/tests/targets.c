@@ -10,6 +10,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <stdlib.h>
+#include <sys/auxv.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t got;
@@ -75,6 +78,10 @@ int main(int argc, char **argv)
 		sigemptyset(&set);
 		sigaddset(&set, SIGUSR2);
 		sigprocmask(SIG_BLOCK, &set, NULL);
+		static char altmem[65536];
+		stack_t ss = { .ss_sp = altmem, .ss_size = sizeof(altmem), .ss_flags = 0 };
+		if (sigaltstack(&ss, NULL))
+			return 1;
 		if (chdir(argv[2]))
 			return 1;
 		umask(027);
@@ -87,6 +94,22 @@ int main(int argc, char **argv)
 		sigprocmask(SIG_BLOCK, NULL, &cur);
 		sigaction(SIGPIPE, NULL, &old);
 		mode_t m = umask(0);
+		stack_t cur_ss;
+		struct timespec t1, t2;
+		sigaltstack(NULL, &cur_ss);
+		/* vdso: glibc calls it through pointers found at startup */
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		clock_gettime(CLOCK_MONOTONIC, &t2);
+		int clock_ok = t1.tv_sec > 0 && (t2.tv_sec > t1.tv_sec ||
+			(t2.tv_sec == t1.tv_sec && t2.tv_nsec >= t1.tv_nsec));
+		int vdso_same = 0;
+		FILE *maps = fopen("/proc/self/maps", "r");
+		char line[512];
+		while (maps && fgets(line, sizeof(line), maps))
+			if (strstr(line, "[vdso]"))
+				vdso_same = strtoul(line, NULL, 16) == getauxval(AT_SYSINFO_EHDR);
+		printf("altstack ok=%d; clock ok=%d; vdso at auxv address=%d\n",
+		       cur_ss.ss_sp == altmem && cur_ss.ss_size == sizeof(altmem), clock_ok, vdso_same);
 		printf("got usr1; usr2 blocked=%d; sigpipe ignored=%d; umask=%03o; cwd=%s\n",
 		       sigismember(&cur, SIGUSR2), old.sa_handler == SIG_IGN, (unsigned)m,
 		       getcwd(cwd, sizeof(cwd)) ? cwd : "?");
