@@ -450,6 +450,7 @@ fn dump_memory(
             off += len;
         }
         vmas.push(Vma {
+            grows_down: m.path == "[stack]",
             start: m.start,
             end: m.end,
             prot: m.prot,

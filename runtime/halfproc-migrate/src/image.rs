@@ -163,6 +163,9 @@ pub struct Vma {
     /// `PROT_*` bits.
     pub prot: i32,
     pub backing: Backing,
+    /// The main thread's `[stack]`: recreated with `MAP_GROWSDOWN` so it
+    /// keeps growing on faults below its start.
+    pub grows_down: bool,
     pub pages: Vec<PageRun>,
 }
 

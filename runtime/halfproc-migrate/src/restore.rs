@@ -100,6 +100,13 @@ pub fn restore(dir: &Path) -> Result<Restored> {
     let data_base = r + CODE_SIZE + STACK_SIZE;
     let scratch = data_base + page_up(dry.data.len() as u64);
     let p = plan(&m, &helpers, &specials, data_base, scratch)?;
+    if p.data.len() != dry.data.len() {
+        return Err(Error::Restore(format!(
+            "restorer data is {} bytes, sized for {} (internal error)",
+            p.data.len(),
+            dry.data.len()
+        )));
+    }
     let code = restorer::code();
     let status_fd = helpers.base as u64;
     let status_w = helpers.status_w.as_raw_fd();
@@ -356,20 +363,20 @@ fn plan(
     );
     let r_start = base.saturating_sub(CODE_SIZE + STACK_SIZE);
     let r_end = scratch + specials.iter().map(|s| s.2).sum::<u64>();
-    if base != 0 {
-        op(
-            SYS_munmap,
-            &[0, r_start],
-            0,
-            "unmap below the restorer".into(),
-        );
-        op(
-            SYS_munmap,
-            &[r_end, TASK_SIZE - r_end],
-            0,
-            "unmap above the restorer".into(),
-        );
-    }
+    // Also pushed in the sizing pass (base 0): both passes must have the
+    // same ops, the region is sized from the first.
+    op(
+        SYS_munmap,
+        &[0, r_start],
+        0,
+        "unmap below the restorer".into(),
+    );
+    op(
+        SYS_munmap,
+        &[r_end, TASK_SIZE.wrapping_sub(r_end)],
+        0,
+        "unmap above the restorer".into(),
+    );
     let mut at = scratch;
     for (_, old, len) in specials {
         op(
@@ -383,6 +390,7 @@ fn plan(
 
     for v in &m.vmas {
         let len = v.end - v.start;
+        let grows = if v.grows_down { MAP_GROWSDOWN } else { 0 };
         let wprot = if v.pages.is_empty() {
             v.prot
         } else {
@@ -397,7 +405,7 @@ fn plan(
                     v.start,
                     len,
                     wprot as u64,
-                    (MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED) as u64,
+                    (MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | grows) as u64,
                     u64::MAX,
                     0,
                 ],
