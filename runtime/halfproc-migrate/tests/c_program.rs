@@ -68,3 +68,22 @@ fn twenty_migrations_in_a_row() {
     assert_same_output(&std::fs::read(&out).unwrap(), &want);
     assert_eq!(st, want_st, "exit status after 20 migrations");
 }
+
+#[test]
+fn checkpoints_right_after_exec() {
+    // Early stops land in ld.so, libc start-up and the first mallocs.
+    let tmp = tempfile::tempdir().unwrap();
+    let (want, want_st) = reference(prog(), &["2000"], None, tmp.path());
+    for delay in [0u64, 1, 2, 3, 5, 8, 13] {
+        let out = tmp.path().join(format!("early{delay}.out"));
+        let pid = spawn(prog(), &["2000"], None, &out);
+        sleep_ms(delay);
+        let img = tmp.path().join(format!("img{delay}"));
+        checkpoint(pid, &img, Leave::Kill)
+            .unwrap_or_else(|e| panic!("after {delay} ms: checkpoint: {e}"));
+        let r = restore(&img).unwrap_or_else(|e| panic!("after {delay} ms: restore: {e}"));
+        let st = describe(wait(r.pid));
+        assert_eq!(st, want_st, "exit status, checkpoint after {delay} ms");
+        assert_same_output(&std::fs::read(&out).unwrap(), &want);
+    }
+}
