@@ -1,0 +1,484 @@
+//! `checkpoint`: refuse, freeze, collect every carried resource, write the image.
+
+use crate::error::{Error, Refusal, Result};
+use crate::freeze::{restart_fixup, Frozen};
+use crate::image::{
+    self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, Rlimit, SigAction,
+    Vma,
+};
+use crate::mem::{MemoryReader, PortableReader};
+use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
+use crate::refuse;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// What happens to the target after a successful dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// SIGKILL it (migration: the restored copy takes over).
+    Kill,
+    /// Detach and let it continue.
+    Continue,
+}
+
+/// Numbers from one checkpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointStats {
+    /// Bytes of page contents written.
+    pub pages_bytes: u64,
+    /// Number of VMAs carried.
+    pub vmas: usize,
+    /// Time the target was stopped.
+    pub frozen: Duration,
+}
+
+/// Resources 0..RLIM_NLIMITS.
+const RLIMITS: u32 = 16;
+
+/// Checkpoints `pid` (a single-threaded process we may ptrace) into `dir`,
+/// which is created. Refusals happen before the target is stopped.
+pub fn checkpoint(pid: i32, dir: &Path, leave: Leave) -> Result<CheckpointStats> {
+    refuse::check(pid)?;
+    fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
+    let frozen = Frozen::seize(pid)?;
+    let t0 = Instant::now();
+    let result = dump_frozen(&frozen, dir);
+    let frozen_for = t0.elapsed();
+    match (&result, leave) {
+        (Ok(_), Leave::Kill) => frozen.kill(),
+        _ => drop(frozen),
+    }
+    let (pages_bytes, vmas) = result?;
+    Ok(CheckpointStats {
+        pages_bytes,
+        vmas,
+        frozen: frozen_for,
+    })
+}
+
+fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
+    let pid = f.pid();
+    let st = procfs::status(pid)?;
+    let threads: u32 = procfs::field(&st, "Threads")?.parse().unwrap_or(0);
+    if threads != 1 {
+        return Err(Refusal::MultiThreaded { threads }.into());
+    }
+    let reader =
+        PortableReader::new(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let maps = procfs::maps(pid)?;
+    let saved = f.regs()?;
+    let xstate = f.xstate()?;
+    let rseq = f.rseq()?;
+    let (sigactions, altstack) = query_signal_state(f, &reader, &maps, &saved)?;
+    let mut regs = saved.clone();
+    restart_fixup(&mut regs);
+
+    let (vmas, pages_len, pages_crc) = dump_memory(pid, &reader, &maps, dir)?;
+    let n_vmas = vmas.len();
+    let s = procfs::stat_fields(pid)?;
+    let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
+    let start_brk = at(47);
+    let brk = maps
+        .iter()
+        .find(|m| m.path == "[heap]")
+        .map(|m| m.end)
+        .unwrap_or(start_brk);
+    let mm = MmFields {
+        start_code: at(26),
+        end_code: at(27),
+        start_stack: at(28),
+        start_data: at(45),
+        end_data: at(46),
+        start_brk,
+        brk,
+        arg_start: at(48),
+        arg_end: at(49),
+        env_start: at(50),
+        env_end: at(51),
+        auxv: procfs::auxv(pid)?,
+    };
+    let cwd = fs::read_link(format!("/proc/{pid}/cwd"))
+        .map_err(|e| Error::io(format!("readlink /proc/{pid}/cwd"), e))?
+        .to_string_lossy()
+        .into_owned();
+    let umask = u32::from_str_radix(procfs::field(&st, "Umask")?, 8).unwrap_or(0o022);
+    let manifest = Manifest {
+        version: image::VERSION,
+        pid,
+        comm: fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap_or_default()
+            .trim_end()
+            .to_string(),
+        regs,
+        xstate_crc: crc32fast::hash(&xstate),
+        xstate,
+        sigmask: procfs::sigmask_field(&st, "SigBlk")?,
+        sigactions,
+        altstack,
+        rlimits: rlimits(pid)?,
+        cwd,
+        umask,
+        fds: fds(pid)?,
+        vmas,
+        mm,
+        rseq,
+        pages_len,
+        pages_crc,
+    };
+    image::write_manifest(dir, &manifest)?;
+    Ok((pages_len, n_vmas))
+}
+
+fn rlimits(pid: i32) -> Result<Vec<Rlimit>> {
+    (0..RLIMITS)
+        .map(|res| {
+            let mut old = libc::rlimit64 {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: `old` is a valid out pointer; no new limit is set.
+            let r = unsafe { libc::prlimit64(pid, res as _, std::ptr::null(), &mut old) };
+            if r != 0 {
+                return Err(Error::last(format!("prlimit(pid {pid}, resource {res})")));
+            }
+            Ok(Rlimit {
+                resource: res,
+                cur: old.rlim_cur,
+                max: old.rlim_max,
+            })
+        })
+        .collect()
+}
+
+fn fds(pid: i32) -> Result<Vec<FdEntry>> {
+    let list = procfs::fds(pid)?;
+    let mut out: Vec<FdEntry> = Vec::new();
+    for (fd, path) in list {
+        refuse::classify_fd(pid, fd, &path)?;
+        let (flags, pos) = procfs::fdinfo(pid, fd)?;
+        let dup_of = out.iter().map(|e| e.fd).find(|&other| {
+            // SAFETY: kcmp only compares kernel objects of two pids.
+            unsafe {
+                libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, other, fd) == 0
+            }
+        });
+        let pipe = match path
+            .strip_prefix("pipe:[")
+            .and_then(|r| r.strip_suffix(']'))
+        {
+            Some(ino) => {
+                let ino = ino.parse().unwrap_or(0);
+                let first = !out
+                    .iter()
+                    .any(|e| e.pipe.as_ref().is_some_and(|p| p.ino == ino));
+                let data = if first {
+                    pipe_contents(pid, fd)?
+                } else {
+                    Vec::new()
+                };
+                Some(PipeEnd {
+                    ino,
+                    write: flags & libc::O_ACCMODE == libc::O_WRONLY,
+                    data,
+                })
+            }
+            None => None,
+        };
+        out.push(FdEntry {
+            fd,
+            path,
+            flags,
+            pos,
+            dup_of,
+            pipe,
+        });
+    }
+    Ok(out)
+}
+
+/// The unread bytes of the pipe on `fd` of `pid`, copied with `tee` (the
+/// target's pipe keeps them).
+fn pipe_contents(pid: i32, fd: i32) -> Result<Vec<u8>> {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let src = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| Error::io(format!("open {path}"), e))?;
+    let mut p = [0i32; 2];
+    // SAFETY: `p` is a valid out array of two fds.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(Error::last("pipe2"));
+    }
+    // SAFETY: both fds were just created by pipe2 and are owned here only.
+    let (mut r, w) = unsafe { (File::from_raw_fd(p[0]), File::from_raw_fd(p[1])) };
+    // SAFETY: fcntl on our own pipe; enlarging it so tee can copy a full pipe.
+    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+    // SAFETY: tee between two pipe fds we hold; no memory is passed.
+    let n = unsafe {
+        libc::tee(
+            src.as_raw_fd(),
+            w.as_raw_fd(),
+            1 << 20,
+            libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(Vec::new());
+        }
+        return Err(Error::io(format!("tee {path}"), e));
+    }
+    drop(w);
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut r, &mut data).map_err(|e| Error::io("read pipe copy", e))?;
+    Ok(data)
+}
+
+/// Finds the address of a `syscall` instruction (`0f 05`) in an executable mapping.
+fn find_syscall_insn(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> Result<u64> {
+    let mut order: Vec<&procfs::MapsEntry> = maps
+        .iter()
+        .filter(|m| m.prot & libc::PROT_EXEC != 0)
+        .collect();
+    order.sort_by_key(|m| (m.path != "[vdso]", m.end - m.start));
+    for m in order {
+        if m.path == "[vsyscall]" {
+            continue;
+        }
+        let mut buf = vec![0u8; (m.end - m.start) as usize];
+        if reader.read(m.start, &mut buf).is_err() {
+            continue;
+        }
+        if let Some(i) = buf.windows(2).position(|w| w == [0x0f, 0x05]) {
+            return Ok(m.start + i as u64);
+        }
+    }
+    Err(Error::Restore(
+        "no syscall instruction in any executable mapping".into(),
+    ))
+}
+
+/// Reads every signal disposition and the alternate stack by executing
+/// `rt_sigaction(sig, NULL, &old, 8)` and `sigaltstack(NULL, &old)` in the
+/// target, into a scratch slot of its own stack below the red zone whose
+/// bytes are put back afterwards.
+fn query_signal_state(
+    f: &Frozen,
+    reader: &PortableReader,
+    maps: &[procfs::MapsEntry],
+    regs: &[u64],
+) -> Result<(Vec<SigAction>, AltStack)> {
+    let pid = f.pid();
+    let insn = find_syscall_insn(reader, maps)?;
+    let scratch = (regs[reg::RSP] - 128 - 64) & !15;
+    let ok = maps
+        .iter()
+        .any(|m| m.start <= scratch && scratch + 32 <= m.end && m.prot & libc::PROT_WRITE != 0);
+    if !ok {
+        return Err(Error::Restore(format!(
+            "stack pointer {:#x} is not in a writable mapping",
+            regs[reg::RSP]
+        )));
+    }
+    let mut original = [0u8; 32];
+    reader
+        .read(scratch, &mut original)
+        .map_err(|e| Error::io("read scratch slot", e))?;
+    let mut out = Vec::new();
+    let mut failure = None;
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        let r = f.inject(
+            regs,
+            insn,
+            libc::SYS_rt_sigaction as u64,
+            &[sig as u64, 0, scratch, 8],
+        );
+        match r {
+            Ok(0) => {}
+            Ok(e) => {
+                failure = Some(Error::Restore(format!(
+                    "rt_sigaction({sig}) in target returned {e}"
+                )));
+                break;
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+        let mut b = [0u8; 32];
+        reader
+            .read(scratch, &mut b)
+            .map_err(|e| Error::io("read sigaction", e))?;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        out.push(SigAction {
+            sig,
+            handler: w(0),
+            flags: w(1),
+            restorer: w(2),
+            mask: w(3),
+        });
+    }
+    let mut alt = AltStack {
+        sp: 0,
+        flags: libc::SS_DISABLE,
+        size: 0,
+    };
+    if failure.is_none() {
+        match f.inject(regs, insn, libc::SYS_sigaltstack as u64, &[0, scratch]) {
+            Ok(0) => {
+                let mut b = [0u8; 24];
+                reader
+                    .read(scratch, &mut b)
+                    .map_err(|e| Error::io("read stack_t", e))?;
+                let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+                // SS_ONSTACK is a report, not a setting.
+                let flags = (w(8) as u32 as i32) & !libc::SS_ONSTACK;
+                alt = AltStack {
+                    sp: w(0),
+                    flags,
+                    size: w(16),
+                };
+            }
+            Ok(e) => {
+                failure = Some(Error::Restore(format!(
+                    "sigaltstack in target returned {e}"
+                )))
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    let mem = fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/mem"));
+    let put_back = mem.and_then(|m| m.write_all_at(&original, scratch));
+    f.set_regs(regs)?;
+    put_back.map_err(|e| Error::io("restore scratch slot", e))?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((out, alt)),
+    }
+}
+
+fn is_special(path: &str) -> bool {
+    refuse::SPECIAL_MAPPINGS.contains(&path)
+}
+
+/// Dumps the contents of every carried VMA into `dir/pages.img`.
+fn dump_memory(
+    pid: i32,
+    reader: &dyn MemoryReader,
+    maps: &[procfs::MapsEntry],
+    dir: &Path,
+) -> Result<(Vec<Vma>, u64, u32)> {
+    let ps = procfs::page_size();
+    let pm_path = format!("/proc/{pid}/pagemap");
+    let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
+    let out_path = dir.join(image::PAGES);
+    let mut out = std::io::BufWriter::new(
+        File::create(&out_path)
+            .map_err(|e| Error::io(format!("create {}", out_path.display()), e))?,
+    );
+    let mut crc = crc32fast::Hasher::new();
+    let mut off = 0u64;
+    let mut vmas = Vec::new();
+    let skip = restorer_regions(reader, maps);
+    for m in maps {
+        if m.path == "[vsyscall]" || skip.iter().any(|&(s, e)| s <= m.start && m.end <= e) {
+            continue;
+        }
+        refuse::classify_mapping(m)?;
+        let deleted = m.path.ends_with(" (deleted)");
+        let backing = if is_special(&m.path) {
+            Backing::Special {
+                name: m.path.clone(),
+            }
+        } else if m.path.starts_with('/') && !deleted {
+            Backing::File {
+                path: m.path.clone(),
+                offset: m.offset,
+                id: procfs::file_id(&m.path)?,
+                shared: m.shared,
+            }
+        } else {
+            Backing::Anon
+        };
+        let wanted: Vec<bool> = match &backing {
+            Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
+            _ => procfs::pagemap(&pm, m.start, m.end)?
+                .iter()
+                .map(|&e| {
+                    let cow = e & PM_PRESENT != 0 && e & PM_FILE == 0;
+                    deleted || cow || e & PM_SWAP != 0
+                })
+                .collect(),
+        };
+        let mut pages = Vec::new();
+        let mut i = 0;
+        while i < wanted.len() {
+            if !wanted[i] {
+                i += 1;
+                continue;
+            }
+            let first = i;
+            while i < wanted.len() && wanted[i] {
+                i += 1;
+            }
+            let addr = m.start + first as u64 * ps;
+            let len = (i - first) as u64 * ps;
+            let mut buf = vec![0u8; len as usize];
+            reader.read(addr, &mut buf).map_err(|e| {
+                Error::io(format!("read memory {addr:#x}+{len:#x} ({})", m.path), e)
+            })?;
+            out.write_all(&buf)
+                .map_err(|e| Error::io("write pages.img", e))?;
+            crc.update(&buf);
+            pages.push(PageRun {
+                addr,
+                len,
+                file_off: off,
+            });
+            off += len;
+        }
+        vmas.push(Vma {
+            grows_down: m.path == "[stack]",
+            start: m.start,
+            end: m.end,
+            prot: m.prot,
+            backing,
+            pages,
+        });
+    }
+    out.flush().map_err(|e| Error::io("write pages.img", e))?;
+    Ok((vmas, off, crc.finalize()))
+}
+
+/// Regions left behind by an earlier restore (see `restorer::REGION_MAGIC`).
+fn restorer_regions(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> Vec<(u64, u64)> {
+    use crate::restorer::{CODE_SIZE, REGION_MAGIC};
+    let mut out = Vec::new();
+    for m in maps
+        .iter()
+        .filter(|m| m.path.is_empty() && m.prot == libc::PROT_READ | libc::PROT_WRITE)
+    {
+        let mut b = [0u8; 16];
+        if m.start < CODE_SIZE || reader.read(m.start, &mut b).is_err() {
+            continue;
+        }
+        let magic = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+        let len = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
+        if magic == REGION_MAGIC {
+            out.push((m.start - CODE_SIZE, m.start - CODE_SIZE + len));
+        }
+    }
+    out
+}

@@ -1,0 +1,114 @@
+//! Errors of the checkpoint/restore engine. Every message names the resource
+//! (file, fd, mapping, signal, system call) it is about.
+
+use std::fmt;
+use std::io;
+
+/// Why a process was refused before anything was stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// More than one thread (`Threads:` in `/proc/pid/status`).
+    MultiThreaded { threads: u32 },
+    /// A socket on this fd.
+    Socket { fd: i32, target: String },
+    /// A pipe or FIFO on this fd.
+    Pipe { fd: i32, target: String },
+    /// A device file (other than /dev/null, /dev/zero, /dev/full, /dev/[u]random).
+    Device { fd: i32, target: String },
+    /// Another kind of fd (eventfd, epoll, memfd, deleted file, ...).
+    UnsupportedFd { fd: i32, target: String },
+    /// A shared writable (or shared anonymous) mapping.
+    SharedMapping { start: u64, end: u64, path: String },
+    /// A mapping that cannot be carried (device mapping, deleted file with shared flag, ...).
+    UnsupportedMapping { start: u64, end: u64, path: String },
+    /// Another tracer is attached.
+    Traced { tracer: i32 },
+    /// Signals are pending.
+    PendingSignals { mask: u64 },
+    /// Not a process we can read (zombie, kernel thread).
+    NotRunning { state: String },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::MultiThreaded { threads } => {
+                write!(
+                    f,
+                    "process has {threads} threads; only single-threaded processes can be migrated"
+                )
+            }
+            Refusal::Socket { fd, target } => write!(f, "fd {fd} is a socket ({target})"),
+            Refusal::Pipe { fd, target } => write!(f, "fd {fd} is a pipe or FIFO ({target})"),
+            Refusal::Device { fd, target } => write!(f, "fd {fd} is a device file ({target})"),
+            Refusal::UnsupportedFd { fd, target } => {
+                write!(f, "fd {fd} cannot be carried ({target})")
+            }
+            Refusal::SharedMapping { start, end, path } => {
+                write!(f, "shared writable mapping {start:#x}-{end:#x} ({path})")
+            }
+            Refusal::UnsupportedMapping { start, end, path } => {
+                write!(f, "mapping {start:#x}-{end:#x} cannot be carried ({path})")
+            }
+            Refusal::Traced { tracer } => write!(f, "process is already ptraced by pid {tracer}"),
+            Refusal::PendingSignals { mask } => write!(f, "signals pending (mask {mask:#x})"),
+            Refusal::NotRunning { state } => write!(f, "process is not running (state {state})"),
+        }
+    }
+}
+
+/// Errors of [`checkpoint`](crate::checkpoint) and [`restore`](crate::restore).
+#[derive(Debug)]
+pub enum Error {
+    /// The process was refused; nothing was stopped.
+    Refused(Refusal),
+    /// A system call or file operation failed.
+    Io { what: String, source: io::Error },
+    /// The image is malformed, of another version, or fails its checksums.
+    Image(String),
+    /// The restore environment does not allow restoring this image.
+    Restore(String),
+}
+
+impl Error {
+    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// `Error::Io` from `errno` after a failed libc call.
+    pub(crate) fn last(what: impl Into<String>) -> Self {
+        Error::io(what, io::Error::last_os_error())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Refused(r) => write!(f, "refused: {r}"),
+            Error::Io { what, source } => write!(f, "{what}: {source}"),
+            Error::Image(m) => write!(f, "bad image: {m}"),
+            Error::Restore(m) => write!(f, "cannot restore: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(r: Refusal) -> Self {
+        Error::Refused(r)
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, Error>;

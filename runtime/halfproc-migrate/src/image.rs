@@ -1,0 +1,245 @@
+//! The image format: a directory holding `manifest.json` (versioned, serde)
+//! and `pages.img` (raw page contents, concatenated). The manifest records
+//! the CRC-32 of `pages.img` and of the xsave area; `read` checks both.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::Path;
+
+/// Format version written by this crate; `read` refuses any other.
+pub const VERSION: u32 = 1;
+/// File name of the manifest inside an image directory.
+pub const MANIFEST: &str = "manifest.json";
+/// File name of the page contents inside an image directory.
+pub const PAGES: &str = "pages.img";
+
+/// `user_regs_struct` indices (x86_64, NT_PRSTATUS order).
+pub mod reg {
+    pub const RBP: usize = 4;
+    pub const RBX: usize = 5;
+    pub const R15: usize = 0;
+    pub const R14: usize = 1;
+    pub const R13: usize = 2;
+    pub const R12: usize = 3;
+    pub const R11: usize = 6;
+    pub const R10: usize = 7;
+    pub const R9: usize = 8;
+    pub const R8: usize = 9;
+    pub const RAX: usize = 10;
+    pub const RCX: usize = 11;
+    pub const RDX: usize = 12;
+    pub const RSI: usize = 13;
+    pub const RDI: usize = 14;
+    pub const ORIG_RAX: usize = 15;
+    pub const RIP: usize = 16;
+    pub const CS: usize = 17;
+    pub const EFLAGS: usize = 18;
+    pub const RSP: usize = 19;
+    pub const SS: usize = 20;
+    pub const FS_BASE: usize = 21;
+    pub const GS_BASE: usize = 22;
+    /// Number of 64-bit words in `user_regs_struct`.
+    pub const COUNT: usize = 27;
+}
+
+/// The whole checkpoint description.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    /// Pid of the checkpointed process (informational).
+    pub pid: i32,
+    pub comm: String,
+    /// `user_regs_struct`, already adjusted for syscall restart.
+    pub regs: Vec<u64>,
+    /// `NT_X86_XSTATE` (standard-format xsave area).
+    pub xstate: Vec<u8>,
+    pub xstate_crc: u32,
+    /// Blocked signals (bit n-1 = signal n).
+    pub sigmask: u64,
+    /// Dispositions of signals 1..=64 except SIGKILL and SIGSTOP.
+    pub sigactions: Vec<SigAction>,
+    /// The alternate signal stack (`sigaltstack`).
+    pub altstack: AltStack,
+    pub rlimits: Vec<Rlimit>,
+    pub cwd: String,
+    pub umask: u32,
+    pub fds: Vec<FdEntry>,
+    pub vmas: Vec<Vma>,
+    pub mm: MmFields,
+    pub rseq: Option<Rseq>,
+    pub pages_len: u64,
+    pub pages_crc: u32,
+}
+
+/// One signal disposition (`struct kernel_sigaction`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SigAction {
+    pub sig: i32,
+    pub handler: u64,
+    pub flags: u64,
+    pub restorer: u64,
+    pub mask: u64,
+}
+
+/// A `stack_t`: `flags` has `SS_DISABLE` when there is none.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AltStack {
+    pub sp: u64,
+    pub flags: i32,
+    pub size: u64,
+}
+
+/// One resource limit.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Rlimit {
+    pub resource: u32,
+    pub cur: u64,
+    pub max: u64,
+}
+
+/// An open regular file (or /dev/null-like character device).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FdEntry {
+    pub fd: i32,
+    pub path: String,
+    /// `flags:` of fdinfo (octal there), including `O_CLOEXEC`.
+    pub flags: i32,
+    pub pos: i64,
+    /// Lower fd sharing the same open file description (`kcmp`), if any.
+    pub dup_of: Option<i32>,
+    /// Set for an end of a pipe whose both ends only this process holds.
+    pub pipe: Option<PipeEnd>,
+}
+
+/// One end of a self-pipe (both ends held by the process, by nobody else).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PipeEnd {
+    /// Pipe inode (from `pipe:[ino]`): ends with the same inode are one pipe.
+    pub ino: u64,
+    pub write: bool,
+    /// Unread bytes in the pipe (read without consuming, with `tee`); kept
+    /// on the first end of the pipe in fd order.
+    pub data: Vec<u8>,
+}
+
+/// Identity of a mapped file: restore maps it again only if all match.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileId {
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub crc: u32,
+}
+
+/// What backs a mapping.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Backing {
+    /// Private anonymous memory (heap, stack, bss, anonymous mmap).
+    Anon,
+    /// Private (or shared read-only) file mapping from `path` at `offset`.
+    File {
+        path: String,
+        offset: u64,
+        id: FileId,
+        shared: bool,
+    },
+    /// The kernel's vdso or vvar pages (`[vdso]`, `[vvar]`, `[vvar_vclock]`).
+    Special { name: String },
+}
+
+/// A run of dumped pages: `len` bytes at `addr`, at `file_off` in `pages.img`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct PageRun {
+    pub addr: u64,
+    pub len: u64,
+    pub file_off: u64,
+}
+
+/// One VMA of `/proc/pid/maps`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    /// `PROT_*` bits.
+    pub prot: i32,
+    pub backing: Backing,
+    /// The main thread's `[stack]`: recreated with `MAP_GROWSDOWN` so it
+    /// keeps growing on faults below its start.
+    pub grows_down: bool,
+    pub pages: Vec<PageRun>,
+}
+
+/// The mm fields restored with `PR_SET_MM_MAP` (`/proc/pid/stat`, `auxv`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MmFields {
+    pub start_code: u64,
+    pub end_code: u64,
+    pub start_data: u64,
+    pub end_data: u64,
+    pub start_brk: u64,
+    pub brk: u64,
+    pub start_stack: u64,
+    pub arg_start: u64,
+    pub arg_end: u64,
+    pub env_start: u64,
+    pub env_end: u64,
+    pub auxv: Vec<u64>,
+}
+
+/// The rseq registration (`PTRACE_GET_RSEQ_CONFIGURATION`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Rseq {
+    pub ptr: u64,
+    pub len: u32,
+    pub sig: u32,
+}
+
+/// Writes `manifest` into `dir` (the pages file was written by the dumper).
+pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
+    let text = serde_json::to_vec_pretty(manifest).map_err(|e| Error::Image(e.to_string()))?;
+    let path = dir.join(MANIFEST);
+    fs::write(&path, text).map_err(|e| Error::io(format!("write {}", path.display()), e))
+}
+
+/// Reads and verifies the image in `dir`: version, xsave and page checksums.
+pub fn read(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let text = fs::read(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+    let m: Manifest = serde_json::from_slice(&text)
+        .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
+    if m.version != VERSION {
+        return Err(Error::Image(format!(
+            "version {} (this tool reads {VERSION})",
+            m.version
+        )));
+    }
+    if m.regs.len() != reg::COUNT {
+        return Err(Error::Image(format!(
+            "{} registers, expected {}",
+            m.regs.len(),
+            reg::COUNT
+        )));
+    }
+    if crc32fast::hash(&m.xstate) != m.xstate_crc {
+        return Err(Error::Image("xsave area checksum mismatch".into()));
+    }
+    let pages = dir.join(PAGES);
+    let data = fs::read(&pages).map_err(|e| Error::io(format!("read {}", pages.display()), e))?;
+    if data.len() as u64 != m.pages_len || crc32fast::hash(&data) != m.pages_crc {
+        return Err(Error::Image(format!(
+            "{} size or checksum mismatch",
+            pages.display()
+        )));
+    }
+    for v in &m.vmas {
+        for r in &v.pages {
+            if r.addr < v.start || r.addr + r.len > v.end || r.file_off + r.len > m.pages_len {
+                return Err(Error::Image(format!(
+                    "page run {:#x}+{:#x} outside its VMA",
+                    r.addr, r.len
+                )));
+            }
+        }
+    }
+    Ok(m)
+}

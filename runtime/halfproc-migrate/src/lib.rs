@@ -1,0 +1,28 @@
+//! Checkpoint/restore of a single-threaded Linux process (migration phase 1,
+//! portable backend). See `docs/migration.md`.
+//!
+//! # Layout
+//!
+//! - [`refuse`]: checks run before anything is stopped;
+//! - `freeze`: ptrace seize/interrupt, registers, injected `rt_sigaction` queries;
+//! - `mem`: the [`MemoryReader`] trait (`process_vm_readv` now, `dmread` later);
+//! - `dump`: [`checkpoint`];
+//! - [`image`]: the on-disk format (manifest + pages);
+//! - `restore`, `restorer`, `sigframe`: [`restore`], the blob, the `rt_sigreturn` frame.
+
+pub mod error;
+mod freeze;
+pub mod image;
+mod mem;
+mod procfs;
+pub mod refuse;
+mod restorer;
+mod sigframe;
+
+mod dump;
+mod restore;
+
+pub use dump::{checkpoint, CheckpointStats, Leave};
+pub use error::{Error, Refusal, Result};
+pub use mem::{MemoryReader, PortableReader};
+pub use restore::{restore, Restored};

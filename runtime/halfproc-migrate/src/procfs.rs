@@ -1,0 +1,190 @@
+//! Readers of `/proc/<pid>/*`: maps, status, fdinfo, stat, pagemap, auxv.
+
+use crate::error::{Error, Result};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+
+/// One line of `/proc/pid/maps`.
+#[derive(Debug, Clone)]
+pub struct MapsEntry {
+    pub start: u64,
+    pub end: u64,
+    pub prot: i32,
+    pub shared: bool,
+    pub offset: u64,
+    pub inode: u64,
+    /// Path or `[heap]`-style name; empty for anonymous memory.
+    pub path: String,
+}
+
+fn read(pid: i32, what: &str) -> Result<String> {
+    let p = format!("/proc/{pid}/{what}");
+    fs::read_to_string(&p).map_err(|e| Error::io(format!("read {p}"), e))
+}
+
+fn hex(s: &str, what: &str) -> Result<u64> {
+    u64::from_str_radix(s, 16).map_err(|_| Error::Image(format!("cannot parse {what} {s:?}")))
+}
+
+/// Parses `/proc/pid/maps`.
+pub fn maps(pid: i32) -> Result<Vec<MapsEntry>> {
+    parse_maps(&read(pid, "maps")?)
+}
+
+/// Parses maps text (also used for `/proc/self/maps`).
+pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.splitn(6, ' ');
+        let range = it.next().unwrap_or("");
+        let perms = it.next().unwrap_or("");
+        let offset = it.next().unwrap_or("0");
+        let _dev = it.next();
+        let inode = it.next().unwrap_or("0");
+        let path = it.next().unwrap_or("").trim_start().to_string();
+        let (s, e) = range
+            .split_once('-')
+            .ok_or_else(|| Error::Image(format!("maps line {line:?}")))?;
+        let b = perms.as_bytes();
+        if b.len() < 4 {
+            return Err(Error::Image(format!("maps line {line:?}")));
+        }
+        let mut prot = 0;
+        if b[0] == b'r' {
+            prot |= libc::PROT_READ;
+        }
+        if b[1] == b'w' {
+            prot |= libc::PROT_WRITE;
+        }
+        if b[2] == b'x' {
+            prot |= libc::PROT_EXEC;
+        }
+        out.push(MapsEntry {
+            start: hex(s, "maps start")?,
+            end: hex(e, "maps end")?,
+            prot,
+            shared: b[3] == b's',
+            offset: hex(offset, "maps offset")?,
+            inode: inode.parse().unwrap_or(0),
+            path,
+        });
+    }
+    Ok(out)
+}
+
+/// `/proc/pid/status` as (key, value) pairs.
+pub fn status(pid: i32) -> Result<Vec<(String, String)>> {
+    Ok(read(pid, "status")?
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect())
+}
+
+/// The value of `key` in a parsed status.
+pub fn field<'a>(status: &'a [(String, String)], key: &str) -> Result<&'a str> {
+    status
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .ok_or_else(|| Error::Image(format!("/proc/pid/status has no {key}")))
+}
+
+/// A hexadecimal signal mask field of status (`SigBlk`, `SigPnd`, ...).
+pub fn sigmask_field(status: &[(String, String)], key: &str) -> Result<u64> {
+    hex(field(status, key)?, key)
+}
+
+/// `flags` (octal) and `pos` of `/proc/pid/fdinfo/fd`.
+pub fn fdinfo(pid: i32, fd: i32) -> Result<(i32, i64)> {
+    let text = read(pid, &format!("fdinfo/{fd}"))?;
+    let mut flags = None;
+    let mut pos = None;
+    for l in text.lines() {
+        if let Some(v) = l.strip_prefix("flags:") {
+            flags = i32::from_str_radix(v.trim(), 8).ok();
+        } else if let Some(v) = l.strip_prefix("pos:") {
+            pos = v.trim().parse().ok();
+        }
+    }
+    match (flags, pos) {
+        (Some(f), Some(p)) => Ok((f, p)),
+        _ => Err(Error::Image(format!(
+            "/proc/{pid}/fdinfo/{fd}: no flags/pos"
+        ))),
+    }
+}
+
+/// Open fds of `pid` with their `readlink` targets, ascending.
+pub fn fds(pid: i32) -> Result<Vec<(i32, String)>> {
+    let dir = format!("/proc/{pid}/fd");
+    let mut out = Vec::new();
+    for e in fs::read_dir(&dir).map_err(|e| Error::io(format!("read {dir}"), e))? {
+        let e = e.map_err(|e| Error::io(format!("read {dir}"), e))?;
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let target = fs::read_link(e.path())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push((fd, target));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whitespace fields of `/proc/pid/stat` after the `(comm)`; index 0 is field 3 (state).
+pub fn stat_fields(pid: i32) -> Result<Vec<u64>> {
+    let text = read(pid, "stat")?;
+    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    Ok(rest
+        .split_whitespace()
+        .map(|f| f.parse::<i64>().map(|v| v as u64).unwrap_or(0))
+        .collect())
+}
+
+/// `/proc/pid/auxv` as 64-bit words.
+pub fn auxv(pid: i32) -> Result<Vec<u64>> {
+    let p = format!("/proc/{pid}/auxv");
+    let b = fs::read(&p).map_err(|e| Error::io(format!("read {p}"), e))?;
+    Ok(b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+/// Pagemap entries (one u64 per page) for `[start, end)`.
+pub fn pagemap(file: &fs::File, start: u64, end: u64) -> Result<Vec<u64>> {
+    use std::os::unix::fs::FileExt;
+    let n = ((end - start) / page_size()) as usize;
+    let mut buf = vec![0u8; n * 8];
+    file.read_exact_at(&mut buf, start / page_size() * 8)
+        .map_err(|e| Error::io(format!("read pagemap at {start:#x}"), e))?;
+    Ok(buf
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+/// Pagemap bit: page present in RAM.
+pub const PM_PRESENT: u64 = 1 << 63;
+/// Pagemap bit: page swapped out.
+pub const PM_SWAP: u64 = 1 << 62;
+/// Pagemap bit: page is a file page or shared anonymous (not COW-ed).
+pub const PM_FILE: u64 = 1 << 61;
+
+/// The system page size.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
+}
+
+/// Size, mtime and CRC-32 of a file, the identity check for file mappings.
+pub fn file_id(path: &str) -> Result<crate::image::FileId> {
+    let md = fs::metadata(path).map_err(|e| Error::io(format!("stat {path}"), e))?;
+    let data = fs::read(path).map_err(|e| Error::io(format!("read {path}"), e))?;
+    Ok(crate::image::FileId {
+        size: md.size(),
+        mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
+        crc: crc32fast::hash(&data),
+    })
+}

@@ -1,0 +1,170 @@
+//! The checks run before anything is stopped: a process this engine cannot
+//! carry faithfully is refused with the resource named.
+
+use crate::error::{Refusal, Result};
+use crate::procfs;
+use std::fs;
+use std::os::unix::fs::FileTypeExt;
+
+/// Character devices that carry no state and may be reopened by path.
+pub const STATELESS_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+/// Special mappings restored by moving the restorer's own (vdso/vvar).
+pub const SPECIAL_MAPPINGS: &[&str] = &["[vdso]", "[vvar]", "[vvar_vclock]"];
+
+/// What kind of fd this is, as restore will treat it.
+pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), Refusal> {
+    let t = target.to_string();
+    if target.starts_with("socket:") {
+        return Err(Refusal::Socket { fd, target: t });
+    }
+    if target.starts_with("pipe:") {
+        return if is_self_pipe(pid, target) {
+            Ok(())
+        } else {
+            Err(Refusal::Pipe { fd, target: t })
+        };
+    }
+    if !target.starts_with('/') || target.ends_with(" (deleted)") || target.starts_with("/memfd:") {
+        return Err(Refusal::UnsupportedFd { fd, target: t });
+    }
+    let md = fs::metadata(format!("/proc/{pid}/fd/{fd}")).map_err(|_| Refusal::UnsupportedFd {
+        fd,
+        target: t.clone(),
+    })?;
+    let ft = md.file_type();
+    if ft.is_fifo() {
+        return Err(Refusal::Pipe { fd, target: t });
+    }
+    if ft.is_socket() {
+        return Err(Refusal::Socket { fd, target: t });
+    }
+    if ft.is_char_device() || ft.is_block_device() {
+        if STATELESS_DEVICES.contains(&target) {
+            return Ok(());
+        }
+        return Err(Refusal::Device { fd, target: t });
+    }
+    if ft.is_file() || ft.is_dir() {
+        return Ok(());
+    }
+    Err(Refusal::UnsupportedFd { fd, target: t })
+}
+
+/// A pipe whose read and write ends are both open in `pid` and in no other
+/// process we can see (a self-pipe, as xz uses for signals). Processes whose
+/// `/proc/N/fd` we cannot read are not seen; an unprivileged user's own
+/// processes are all visible.
+pub fn is_self_pipe(pid: i32, target: &str) -> bool {
+    let Ok(fds) = crate::procfs::fds(pid) else {
+        return false;
+    };
+    let ends: Vec<i32> = fds
+        .iter()
+        .filter(|(_, t)| t == target)
+        .map(|(fd, _)| *fd)
+        .collect();
+    let dirs = ends
+        .iter()
+        .filter_map(|&fd| crate::procfs::fdinfo(pid, fd).ok())
+        .map(|(flags, _)| flags & libc::O_ACCMODE == libc::O_WRONLY)
+        .collect::<Vec<bool>>();
+    if !(dirs.contains(&true) && dirs.contains(&false)) {
+        return false;
+    }
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    for p in procs.flatten() {
+        let Ok(other) = p.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if other == pid {
+            continue;
+        }
+        let Ok(list) = fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        if list.flatten().any(|e| {
+            fs::read_link(e.path())
+                .map(|l| l.to_string_lossy() == target)
+                .unwrap_or(false)
+        }) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether this mapping can be carried.
+pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusal> {
+    let bad = |shared: bool| {
+        let (start, end, path) = (
+            m.start,
+            m.end,
+            if m.path.is_empty() {
+                "anonymous".into()
+            } else {
+                m.path.clone()
+            },
+        );
+        if shared {
+            Refusal::SharedMapping { start, end, path }
+        } else {
+            Refusal::UnsupportedMapping { start, end, path }
+        }
+    };
+    let anon_like = m.path.is_empty() || m.path.starts_with("[anon:");
+    if m.shared {
+        // Shared read-only file mappings are reopened; anything else shared
+        // (writable, anonymous, SysV, memfd) would lose its other users.
+        if m.prot & libc::PROT_WRITE != 0 || anon_like || !m.path.starts_with('/') {
+            return Err(bad(true));
+        }
+        if m.path.ends_with(" (deleted)")
+            || m.path.starts_with("/memfd:")
+            || m.path.starts_with("/SYSV")
+        {
+            return Err(bad(true));
+        }
+    }
+    if m.path.starts_with("/dev/") || m.path.starts_with("/memfd:") || m.path == "[uprobes]" {
+        return Err(bad(false));
+    }
+    Ok(())
+}
+
+/// Refuses `pid` if it has anything this engine cannot carry. Reads only
+/// `/proc`; the process keeps running.
+pub fn check(pid: i32) -> Result<()> {
+    let st = procfs::status(pid)?;
+    let state = procfs::field(&st, "State")?.to_string();
+    if state.starts_with('Z') || state.starts_with('X') {
+        return Err(Refusal::NotRunning { state }.into());
+    }
+    let threads: u32 = procfs::field(&st, "Threads")?.parse().unwrap_or(0);
+    if threads != 1 {
+        return Err(Refusal::MultiThreaded { threads }.into());
+    }
+    let tracer: i32 = procfs::field(&st, "TracerPid")?.parse().unwrap_or(0);
+    if tracer != 0 {
+        return Err(Refusal::Traced { tracer }.into());
+    }
+    let pending = procfs::sigmask_field(&st, "SigPnd")? | procfs::sigmask_field(&st, "ShdPnd")?;
+    if pending != 0 {
+        return Err(Refusal::PendingSignals { mask: pending }.into());
+    }
+    for (fd, target) in procfs::fds(pid)? {
+        classify_fd(pid, fd, &target)?;
+    }
+    for m in procfs::maps(pid)? {
+        classify_mapping(&m)?;
+    }
+    Ok(())
+}

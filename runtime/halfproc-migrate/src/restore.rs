@@ -1,0 +1,735 @@
+//! `restore`: turn an image into a running process.
+//!
+//! The restoring tool prepares everything in its own memory: a region `R`
+//! (code of [`crate::restorer`], a table of system calls, the strings and
+//! structures they point to, the `rt_sigreturn` frame and the xsave area) at
+//! an address that collides with neither the image's VMAs nor the tool's own
+//! mappings. It then forks; the child maps `R`, copies it in and jumps to it.
+//! From there on only the blob runs: it unmaps everything but `R`, rebuilds
+//! the image's address space, and ends in `rt_sigreturn`.
+
+use crate::error::{Error, Result};
+use crate::image::{self, reg, Backing, Manifest};
+use crate::procfs;
+use crate::restorer::{self, Op, ANY_OK, CODE_SIZE, IGNORE, REGION_MAGIC};
+use crate::sigframe;
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// Highest user address (47-bit address space).
+const TASK_SIZE: u64 = 0x7fff_ffff_f000;
+/// Preferred place of `R`: high, below the usual stack area, far from
+/// mmap_base of a 47-bit process; searched downwards on collision.
+const R_PREFERRED: u64 = 0x7ff0_0000_0000;
+const R_STEP: u64 = 0x10_0000_0000;
+const STACK_SIZE: u64 = 16 * 4096;
+const RSEQ_SIG: u64 = 0x5305_3053;
+
+extern "C" {
+    static __rseq_offset: isize;
+    static __rseq_size: u32;
+}
+
+/// A restored process, a child of the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct Restored {
+    pub pid: i32,
+}
+
+struct Blob {
+    base: u64,
+    bytes: Vec<u8>,
+}
+
+impl Blob {
+    fn push(&mut self, data: &[u8], align: usize) -> u64 {
+        while self.bytes.len() % align != 0 {
+            self.bytes.push(0);
+        }
+        let at = self.base + self.bytes.len() as u64;
+        self.bytes.extend_from_slice(data);
+        at
+    }
+    fn cstr(&mut self, s: &str) -> Result<u64> {
+        let c = CString::new(s).map_err(|_| Error::Image(format!("NUL in path {s:?}")))?;
+        Ok(self.push(c.as_bytes_with_nul(), 1))
+    }
+}
+
+struct Plan {
+    data: Vec<u8>,
+    ops_addr: u64,
+    nops: u64,
+    uc_addr: u64,
+    err_slot: u64,
+    what: Vec<String>,
+}
+
+struct Helpers {
+    pages: File,
+    files: BTreeMap<String, File>,
+    status_w: OwnedFd,
+    status_r: File,
+    /// First fd number of the helpers in the restored process.
+    base: i32,
+}
+
+fn page_up(x: u64) -> u64 {
+    (x + 4095) & !4095
+}
+
+/// Restores the image in `dir` as a new child process and returns its pid
+/// once the blob has rebuilt it (the process then runs on its own).
+pub fn restore(dir: &Path) -> Result<Restored> {
+    let m = image::read(dir)?;
+    check_files(&m)?;
+    let own = procfs::parse_maps(
+        &std::fs::read_to_string("/proc/self/maps")
+            .map_err(|e| Error::io("read /proc/self/maps", e))?,
+    )?;
+    let specials = match_specials(&m, &own)?;
+    let helpers = open_helpers(dir, &m)?;
+    let scratch_len: u64 = specials.iter().map(|s| s.2).sum();
+    let dry = plan(&m, &helpers, &specials, 0, 0)?;
+    let r_len = CODE_SIZE + STACK_SIZE + page_up(dry.data.len() as u64) + scratch_len;
+    let r = choose_region(&m, &own, r_len)?;
+    let data_base = r + CODE_SIZE + STACK_SIZE;
+    let scratch = data_base + page_up(dry.data.len() as u64);
+    let p = plan(&m, &helpers, &specials, data_base, scratch)?;
+    if p.data.len() != dry.data.len() {
+        return Err(Error::Restore(format!(
+            "restorer data is {} bytes, sized for {} (internal error)",
+            p.data.len(),
+            dry.data.len()
+        )));
+    }
+    let code = restorer::code();
+    let status_fd = helpers.base as u64;
+    let status_w = helpers.status_w.as_raw_fd();
+
+    // SAFETY: fork; the child only runs `child_enter`, which makes raw
+    // system calls and copies bytes (async-signal-safe), then never returns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Error::last("fork"));
+    }
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; `r` was checked free in the
+        // parent's (= our) address space; `child_enter` never returns.
+        unsafe { child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
+    }
+    drop(helpers.status_w);
+    let mut status_r = helpers.status_r;
+    let mut buf = Vec::new();
+    let _ = status_r.read_to_end(&mut buf);
+    if buf.len() >= 16 {
+        let idx = u64::from_le_bytes(buf[0..8].try_into().unwrap_or([0; 8]));
+        let ret = i64::from_le_bytes(buf[8..16].try_into().unwrap_or([0; 8]));
+        let mut st = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        let what = p
+            .what
+            .get(idx as usize)
+            .cloned()
+            .unwrap_or_else(|| "mapping the restorer region".into());
+        let err = std::io::Error::from_raw_os_error((-ret) as i32);
+        return Err(Error::Restore(format!(
+            "restorer step {idx} ({what}) failed: {err}"
+        )));
+    }
+    Ok(Restored { pid })
+}
+
+/// Mapped files must be the same files (size, mtime, CRC) as at checkpoint.
+fn check_files(m: &Manifest) -> Result<()> {
+    let mut seen = BTreeMap::new();
+    for v in &m.vmas {
+        if let Backing::File { path, id, .. } = &v.backing {
+            if !seen.contains_key(path) {
+                seen.insert(path.clone(), procfs::file_id(path)?);
+            }
+            if &seen[path] != id {
+                return Err(Error::Restore(format!(
+                    "mapped file {path} changed since the checkpoint"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// vdso/vvar: each special mapping of the image must exist here with the
+/// same size; the blob moves ours to the old addresses with `mremap`.
+/// Returns (our start, old start, len).
+fn match_specials(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<Vec<(u64, u64, u64)>> {
+    let mut out = Vec::new();
+    for v in &m.vmas {
+        if let Backing::Special { name } = &v.backing {
+            let mine = own.iter().find(|o| &o.path == name).ok_or_else(|| {
+                Error::Restore(format!(
+                    "image has {name} but this process has none (vdso disabled?)"
+                ))
+            })?;
+            if mine.end - mine.start != v.end - v.start {
+                return Err(Error::Restore(format!(
+                    "{name} is {:#x} bytes here, {:#x} in the image (other kernel)",
+                    mine.end - mine.start,
+                    v.end - v.start
+                )));
+            }
+            out.push((mine.start, v.start, v.end - v.start));
+        }
+    }
+    Ok(out)
+}
+
+fn open_helpers(dir: &Path, m: &Manifest) -> Result<Helpers> {
+    let pages_path = dir.join(image::PAGES);
+    let pages = File::open(&pages_path)
+        .map_err(|e| Error::io(format!("open {}", pages_path.display()), e))?;
+    let mut files = BTreeMap::new();
+    for v in &m.vmas {
+        if let Backing::File { path, .. } = &v.backing {
+            if !files.contains_key(path) {
+                files.insert(
+                    path.clone(),
+                    File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?,
+                );
+            }
+        }
+    }
+    let mut p = [0i32; 2];
+    // SAFETY: `p` is a valid out array of two fds.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Error::last("pipe2"));
+    }
+    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
+    let (status_r, status_w) = unsafe { (File::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let own_max = std::fs::read_dir("/proc/self/fd")
+        .map_err(|e| Error::io("read /proc/self/fd", e))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .max()
+        .unwrap_or(2);
+    let image_max = m.fds.iter().map(|f| f.fd).max().unwrap_or(2);
+    Ok(Helpers {
+        pages,
+        files,
+        status_w,
+        status_r,
+        base: own_max.max(image_max) + 1,
+    })
+}
+
+fn overlaps(a: u64, alen: u64, b: u64, bend: u64) -> bool {
+    a < bend && b < a + alen
+}
+
+fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u64> {
+    let mut at = R_PREFERRED;
+    while at > R_STEP {
+        let clash = m.vmas.iter().any(|v| overlaps(at, len, v.start, v.end))
+            || own
+                .iter()
+                .any(|o| o.end <= TASK_SIZE && overlaps(at, len, o.start, o.end));
+        if !clash {
+            return Ok(at);
+        }
+        at -= R_STEP;
+    }
+    Err(Error::Restore("no free region for the restorer".into()))
+}
+
+/// Builds the blob's data (ops last) for a data region at `base`.
+fn plan(
+    m: &Manifest,
+    h: &Helpers,
+    specials: &[(u64, u64, u64)],
+    base: u64,
+    scratch: u64,
+) -> Result<Plan> {
+    let mut b = Blob {
+        base,
+        bytes: Vec::new(),
+    };
+    let mut ops: Vec<(Op, String)> = Vec::new();
+    let mut op = |nr: libc::c_long, args: &[u64], expect: u64, what: String| {
+        ops.push((Op::new(nr, args, expect), what));
+    };
+    use libc::*;
+    let err_slot = b.push(&[0u8; 16], 16);
+    let rseq_area = b.push(&[0u8; 32], 32);
+    let all = b.push(&u64::MAX.to_le_bytes(), 8);
+    op(
+        SYS_rt_sigprocmask,
+        &[SIG_SETMASK as u64, all, 0, 8],
+        0,
+        "block all signals".into(),
+    );
+
+    // Helper fds at base.. (status pipe first, then pages, then mapped files).
+    let mut helpers: Vec<(i32, &str)> = vec![
+        (h.status_w.as_raw_fd(), "status pipe"),
+        (h.pages.as_raw_fd(), "pages.img"),
+    ];
+    helpers.extend(h.files.iter().map(|(p, f)| (f.as_raw_fd(), p.as_str())));
+    let mut file_fd = BTreeMap::new();
+    for (i, (cur, name)) in helpers.iter().enumerate() {
+        let to = h.base as u64 + i as u64;
+        op(
+            SYS_dup2,
+            &[*cur as u64, to],
+            to,
+            format!("dup2 helper fd for {name}"),
+        );
+        if i >= 2 {
+            file_fd.insert(name.to_string(), to);
+        }
+    }
+    let pages_fd = h.base as u64 + 1;
+
+    // Drop the tool's alternate signal stack: rt_sigreturn refuses to
+    // install the image's while the stack pointer seems to be on the old one.
+    let no_alt = b.push(
+        &[
+            0u64.to_le_bytes(),
+            (SS_DISABLE as u64).to_le_bytes(),
+            0u64.to_le_bytes(),
+        ]
+        .concat(),
+        8,
+    );
+    op(
+        SYS_sigaltstack,
+        &[no_alt, 0],
+        0,
+        "sigaltstack(SS_DISABLE)".into(),
+    );
+
+    // Leave our rseq registration: it points into memory about to go away.
+    // SAFETY: glibc exports both symbols as plain data; reading is safe.
+    let (rs_off, rs_size) = unsafe { (__rseq_offset, __rseq_size) };
+    if rs_size > 0 {
+        let tp: u64;
+        // SAFETY: on x86_64 glibc, fs:0 holds the thread pointer itself.
+        unsafe { core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly)) };
+        let area = tp.wrapping_add(rs_off as u64);
+        for len in [32u64, rs_size as u64] {
+            op(
+                SYS_rseq,
+                &[area, len, 1, RSEQ_SIG],
+                IGNORE,
+                "rseq unregister (tool's area)".into(),
+            );
+        }
+        op(
+            SYS_rseq,
+            &[rseq_area, 32, 0, RSEQ_SIG],
+            0,
+            "rseq: check the tool's registration is gone".into(),
+        );
+        op(
+            SYS_rseq,
+            &[rseq_area, 32, 1, RSEQ_SIG],
+            0,
+            "rseq unregister (probe)".into(),
+        );
+    }
+    let mut at = scratch;
+    for (mine, _, len) in specials {
+        op(
+            SYS_mremap,
+            &[
+                *mine,
+                *len,
+                *len,
+                (MREMAP_MAYMOVE | MREMAP_FIXED) as u64,
+                at,
+            ],
+            at,
+            "move vdso/vvar aside".into(),
+        );
+        at += len;
+    }
+    op(
+        SYS_close_range,
+        &[0, h.base as u64 - 1, 0],
+        0,
+        "close the tool's fds".into(),
+    );
+    let r_start = base.saturating_sub(CODE_SIZE + STACK_SIZE);
+    let r_end = scratch + specials.iter().map(|s| s.2).sum::<u64>();
+    // Also pushed in the sizing pass (base 0): both passes must have the
+    // same ops, the region is sized from the first.
+    op(
+        SYS_munmap,
+        &[0, r_start],
+        0,
+        "unmap below the restorer".into(),
+    );
+    op(
+        SYS_munmap,
+        &[r_end, TASK_SIZE.wrapping_sub(r_end)],
+        0,
+        "unmap above the restorer".into(),
+    );
+    let mut at = scratch;
+    for (_, old, len) in specials {
+        op(
+            SYS_mremap,
+            &[at, *len, *len, (MREMAP_MAYMOVE | MREMAP_FIXED) as u64, *old],
+            *old,
+            format!("move vdso/vvar to {old:#x}"),
+        );
+        at += len;
+    }
+
+    for v in &m.vmas {
+        let len = v.end - v.start;
+        let grows = if v.grows_down { MAP_GROWSDOWN } else { 0 };
+        let wprot = if v.pages.is_empty() {
+            v.prot
+        } else {
+            v.prot | PROT_WRITE
+        };
+        let what = |s: &str| format!("{s} {:#x}-{:#x} ({:?})", v.start, v.end, v.backing);
+        match &v.backing {
+            Backing::Special { .. } => continue,
+            Backing::Anon => op(
+                SYS_mmap,
+                &[
+                    v.start,
+                    len,
+                    wprot as u64,
+                    (MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | grows) as u64,
+                    u64::MAX,
+                    0,
+                ],
+                v.start,
+                what("map anonymous"),
+            ),
+            Backing::File {
+                path,
+                offset,
+                shared,
+                ..
+            } => {
+                let kind = if *shared { MAP_SHARED } else { MAP_PRIVATE };
+                op(
+                    SYS_mmap,
+                    &[
+                        v.start,
+                        len,
+                        wprot as u64,
+                        (kind | MAP_FIXED) as u64,
+                        file_fd[path],
+                        *offset,
+                    ],
+                    v.start,
+                    what("map file"),
+                )
+            }
+        }
+        for r in &v.pages {
+            op(
+                SYS_pread64,
+                &[pages_fd, r.addr, r.len, r.file_off],
+                r.len,
+                what("fill pages of"),
+            );
+        }
+        if wprot != v.prot {
+            op(
+                SYS_mprotect,
+                &[v.start, len, v.prot as u64],
+                0,
+                what("mprotect"),
+            );
+        }
+    }
+
+    let mm = &m.mm;
+    let auxv: Vec<u8> = mm.auxv.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let auxv_addr = b.push(&auxv, 8);
+    let mut map: Vec<u8> = [
+        mm.start_code,
+        mm.end_code,
+        mm.start_data,
+        mm.end_data,
+        mm.start_brk,
+        mm.brk,
+        mm.start_stack,
+        mm.arg_start,
+        mm.arg_end,
+        mm.env_start,
+        mm.env_end,
+        auxv_addr,
+    ]
+    .iter()
+    .flat_map(|w| w.to_le_bytes())
+    .collect();
+    map.extend_from_slice(&(auxv.len() as u32).to_le_bytes());
+    map.extend_from_slice(&u32::MAX.to_le_bytes());
+    let map_addr = b.push(&map, 8);
+    op(
+        SYS_prctl,
+        &[
+            PR_SET_MM as u64,
+            PR_SET_MM_MAP as u64,
+            map_addr,
+            map.len() as u64,
+            0,
+        ],
+        0,
+        "prctl(PR_SET_MM_MAP)".into(),
+    );
+
+    // Every open file description is first made at a temporary number
+    // above the helpers (the low fds are all free, so open returns 0 and
+    // pipe2 returns 0 and 1), then dup2-ed to its numbers.
+    let mut tmp = h.base as u64 + 64 + h.files.len() as u64;
+    let mut made: BTreeMap<(u64, bool), u64> = BTreeMap::new(); // pipe (ino, write end) -> tmp
+    let mut by_fd: BTreeMap<i32, u64> = BTreeMap::new(); // fd -> tmp
+    for f in &m.fds {
+        if let Some(of) = f.dup_of {
+            by_fd.insert(f.fd, by_fd[&of]);
+            continue;
+        }
+        let status = (f.flags & (O_APPEND | O_NONBLOCK | O_DIRECT | O_NOATIME | O_ASYNC)) as u64;
+        if let Some(p) = &f.pipe {
+            if !made.contains_key(&(p.ino, p.write)) {
+                let arr = b.push(&[0u8; 8], 8);
+                op(SYS_pipe2, &[arr, 0], 0, format!("pipe2 for {}", f.path));
+                for (end, write) in [(0u64, false), (1u64, true)] {
+                    op(SYS_dup2, &[end, tmp], tmp, format!("dup2 pipe end {end}"));
+                    op(SYS_close, &[end], 0, format!("close pipe end {end}"));
+                    made.insert((p.ino, write), tmp);
+                    tmp += 1;
+                }
+            }
+            let t = made[&(p.ino, p.write)];
+            if !p.data.is_empty() {
+                let d = b.push(&p.data, 1);
+                let w = made[&(p.ino, true)];
+                op(
+                    SYS_write,
+                    &[w, d, p.data.len() as u64],
+                    p.data.len() as u64,
+                    format!("refill {}", f.path),
+                );
+            }
+            op(
+                SYS_fcntl,
+                &[t, F_SETFL as u64, status],
+                0,
+                format!("status flags of {}", f.path),
+            );
+            by_fd.insert(f.fd, t);
+        } else {
+            let flags = f.flags & !(O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_CLOEXEC);
+            let p = b.cstr(&f.path)?;
+            op(
+                SYS_openat,
+                &[AT_FDCWD as u64, p, flags as u64, 0],
+                0,
+                format!("open {} for fd {}", f.path, f.fd),
+            );
+            op(
+                SYS_dup2,
+                &[0, tmp],
+                tmp,
+                format!("dup2 {} to a temporary fd", f.path),
+            );
+            op(SYS_close, &[0], 0, "close fd 0".into());
+            let expect = if f.path.starts_with("/dev/") {
+                IGNORE
+            } else {
+                f.pos as u64
+            };
+            op(
+                SYS_lseek,
+                &[tmp, f.pos as u64, SEEK_SET as u64],
+                expect,
+                format!("seek {} to {}", f.path, f.pos),
+            );
+            by_fd.insert(f.fd, tmp);
+            tmp += 1;
+        }
+    }
+    for f in &m.fds {
+        let fd = f.fd as u64;
+        op(
+            SYS_dup2,
+            &[by_fd[&f.fd], fd],
+            fd,
+            format!("dup2 to fd {fd} ({})", f.path),
+        );
+        if f.flags & O_CLOEXEC != 0 {
+            op(
+                SYS_fcntl,
+                &[fd, F_SETFD as u64, FD_CLOEXEC as u64],
+                0,
+                format!("FD_CLOEXEC on fd {fd}"),
+            );
+        }
+    }
+    let cwd = b.cstr(&m.cwd)?;
+    op(SYS_chdir, &[cwd], 0, format!("chdir {}", m.cwd));
+    op(SYS_umask, &[m.umask as u64], ANY_OK, "umask".into());
+    let comm = b.cstr(&m.comm)?;
+    op(
+        SYS_prctl,
+        &[PR_SET_NAME as u64, comm],
+        0,
+        "prctl(PR_SET_NAME)".into(),
+    );
+    for s in &m.sigactions {
+        let act: Vec<u8> = [s.handler, s.flags, s.restorer, s.mask]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let a = b.push(&act, 8);
+        op(
+            SYS_rt_sigaction,
+            &[s.sig as u64, a, 0, 8],
+            0,
+            format!("rt_sigaction({})", s.sig),
+        );
+    }
+    for l in &m.rlimits {
+        let a = b.push(&[l.cur.to_le_bytes(), l.max.to_le_bytes()].concat(), 8);
+        op(
+            SYS_prlimit64,
+            &[0, l.resource as u64, a, 0],
+            0,
+            format!("prlimit resource {}", l.resource),
+        );
+    }
+    if let Some(r) = &m.rseq {
+        op(
+            SYS_rseq,
+            &[r.ptr, r.len as u64, 0, r.sig as u64],
+            0,
+            format!("rseq register {:#x}", r.ptr),
+        );
+    }
+    op(
+        SYS_arch_prctl,
+        &[0x1002 /* ARCH_SET_FS */, m.regs[reg::FS_BASE]],
+        0,
+        "arch_prctl(ARCH_SET_FS)".into(),
+    );
+    op(
+        SYS_arch_prctl,
+        &[0x1001 /* ARCH_SET_GS */, m.regs[reg::GS_BASE]],
+        0,
+        "arch_prctl(ARCH_SET_GS)".into(),
+    );
+    op(
+        SYS_close_range,
+        &[h.base as u64, u32::MAX as u64, 0],
+        0,
+        "close helper fds".into(),
+    );
+
+    let xsave = sigframe::xsave_image(&m.xstate);
+    let fpstate = b.push(&xsave, 64);
+    let frame_addr = b.push(
+        &sigframe::frame(&m.regs, m.sigmask, &m.altstack, fpstate),
+        16,
+    );
+    let mut table = Vec::new();
+    for (o, _) in &ops {
+        table.extend(
+            std::iter::once(o.nr)
+                .chain(o.args)
+                .chain(std::iter::once(o.expect))
+                .flat_map(|w| w.to_le_bytes()),
+        );
+    }
+    let ops_addr = b.push(&table, 64);
+    Ok(Plan {
+        data: b.bytes,
+        ops_addr,
+        nops: ops.len() as u64,
+        uc_addr: frame_addr + 8,
+        err_slot,
+        what: ops.into_iter().map(|(_, w)| w).collect(),
+    })
+}
+
+/// The forked child: map `R`, copy the blob in, jump to it.
+///
+/// # Safety
+///
+/// Must be called only in a freshly forked child; `r..r+r_len` must be free.
+unsafe fn child_enter(
+    r: u64,
+    r_len: u64,
+    code: &[u8],
+    p: &Plan,
+    data_base: u64,
+    status_fd: u64,
+    status_w: i32,
+) -> ! {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: anonymous mapping at a free address (MAP_FIXED_NOREPLACE
+    // refuses to clobber anything).
+    let got = unsafe {
+        libc::mmap(
+            r as *mut _,
+            r_len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    if got as u64 != r {
+        let msg = [
+            u64::MAX.to_le_bytes(),
+            (-(libc::EEXIST as i64)).to_le_bytes(),
+        ]
+        .concat();
+        // SAFETY: writing a local buffer to our pipe, then exiting.
+        unsafe {
+            libc::write(status_w, msg.as_ptr().cast(), msg.len());
+            libc::_exit(127)
+        }
+    }
+    // SAFETY: `R` is ours and large enough for code + stack + data (sized by
+    // the parent from the same plan); the sources are live in this process.
+    unsafe {
+        std::ptr::copy_nonoverlapping(code.as_ptr(), r as *mut u8, code.len());
+        std::ptr::copy_nonoverlapping(p.data.as_ptr(), data_base as *mut u8, p.data.len());
+        let marker = (r + CODE_SIZE) as *mut u64;
+        marker.write(REGION_MAGIC);
+        marker.add(1).write(r_len);
+        libc::mprotect(
+            r as *mut _,
+            CODE_SIZE as usize,
+            libc::PROT_READ | libc::PROT_EXEC,
+        );
+    }
+    let stack_top = r + CODE_SIZE + STACK_SIZE - 64;
+    // SAFETY: jumps to the blob on its own stack with the register arguments
+    // it documents; it never returns (rt_sigreturn or exit_group).
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, {stk}",
+            "jmp {entry}",
+            stk = in(reg) stack_top,
+            entry = in(reg) r,
+            in("rdi") p.ops_addr,
+            in("rsi") p.nops,
+            in("rdx") p.uc_addr,
+            in("rcx") status_fd,
+            in("r8") p.err_slot,
+            options(noreturn)
+        )
+    }
+}

@@ -1,0 +1,121 @@
+//! The restorer blob: position-independent x86_64 code that runs from a
+//! region outside every address range it rebuilds. It executes a table of
+//! system calls prepared by [`crate::restore`] (unmap everything, map every
+//! VMA, read the pages, reopen fds, set limits and handlers, ...), checking
+//! each result, and ends in `rt_sigreturn` on a crafted frame. On a failed
+//! call it writes `[op index, result]` (16 bytes) to a status pipe and exits
+//! with 127; the restoring tool reads that pipe to name the failing step.
+//!
+//! The code is copied byte for byte, so it may not reference anything
+//! outside itself: no calls, no absolute addresses, no memory but the table.
+
+/// One system call of the table (64 bytes, read by the blob).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Op {
+    pub nr: u64,
+    pub args: [u64; 6],
+    /// [`ANY_OK`], [`IGNORE`], or the exact expected return value.
+    pub expect: u64,
+}
+
+/// First word of the restorer's stack page in a restored process, followed
+/// by the length of the region: `checkpoint` skips such a region (the blob
+/// stays mapped after `rt_sigreturn`, it cannot unmap the code it runs).
+pub const REGION_MAGIC: u64 = 0x6870_7265_7374_6f72; // "hprestor"
+/// Size of the code page at the start of the region.
+pub const CODE_SIZE: u64 = 4096;
+
+/// Any non-error result (not in `-4095..=-1`) is accepted.
+pub const ANY_OK: u64 = u64::MAX;
+/// The result is not checked.
+pub const IGNORE: u64 = u64::MAX - 1;
+
+impl Op {
+    /// A call that must not fail.
+    pub fn new(nr: libc::c_long, args: &[u64], expect: u64) -> Op {
+        let mut a = [0u64; 6];
+        a[..args.len()].copy_from_slice(args);
+        Op {
+            nr: nr as u64,
+            args: a,
+            expect,
+        }
+    }
+}
+
+core::arch::global_asm!(
+    ".pushsection .text.halfproc_migrate_restorer,\"ax\",@progbits",
+    ".globl halfproc_migrate_restorer_start",
+    ".globl halfproc_migrate_restorer_end",
+    ".p2align 4",
+    // rdi = ops, rsi = count, rdx = ucontext (new rsp), rcx = status fd, r8 = error slot
+    "halfproc_migrate_restorer_start:",
+    "mov r12, rdi",
+    "mov r13, rsi",
+    "mov r14, rdx",
+    "mov r15, rcx",
+    "mov rbp, r8",
+    "xor ebx, ebx",
+    "2:",
+    "cmp rbx, r13",
+    "jae 5f",
+    "mov rax, [r12]",
+    "mov rdi, [r12 + 8]",
+    "mov rsi, [r12 + 16]",
+    "mov rdx, [r12 + 24]",
+    "mov r10, [r12 + 32]",
+    "mov r8, [r12 + 40]",
+    "mov r9, [r12 + 48]",
+    "syscall",
+    "mov rcx, [r12 + 56]",
+    "cmp rcx, -2",
+    "je 4f",
+    "cmp rcx, -1",
+    "jne 3f",
+    "cmp rax, -4095",
+    "jae 6f",
+    "jmp 4f",
+    "3:",
+    "cmp rax, rcx",
+    "jne 6f",
+    "4:",
+    "add r12, 64",
+    "inc rbx",
+    "jmp 2b",
+    "5:",
+    "mov rsp, r14",
+    "mov eax, 15",
+    "syscall",
+    "ud2",
+    "6:",
+    "mov [rbp], rbx",
+    "mov [rbp + 8], rax",
+    "mov eax, 1",
+    "mov rdi, r15",
+    "mov rsi, rbp",
+    "mov edx, 16",
+    "syscall",
+    "mov eax, 231",
+    "mov edi, 127",
+    "syscall",
+    "ud2",
+    "halfproc_migrate_restorer_end:",
+    ".popsection",
+);
+
+extern "C" {
+    static halfproc_migrate_restorer_start: u8;
+    static halfproc_migrate_restorer_end: u8;
+}
+
+/// The machine code of the blob.
+pub fn code() -> &'static [u8] {
+    // SAFETY: both symbols are labels of the global_asm block above, in one
+    // section, start before end; the bytes between them are immutable code.
+    unsafe {
+        let s = &raw const halfproc_migrate_restorer_start;
+        let e = &raw const halfproc_migrate_restorer_end;
+        std::slice::from_raw_parts(s, e.offset_from(s) as usize)
+    }
+}

@@ -1,0 +1,176 @@
+//! Shared helpers of the integration tests: building the C test program,
+//! spawning targets with stdio on files, waiting, comparing.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Compiles `tests/NAME.c` with cc into a per-process temporary directory.
+fn build_c(name: &str, flags: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("halfproc-migrate-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{name}.c"));
+    let st = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc failed for {}", src.display());
+    out
+}
+
+/// Builds tests/prog.c once per test binary.
+pub fn prog() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_c("prog", &["-O1"]))
+}
+
+/// Builds tests/targets.c once per test binary.
+pub fn targets() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_c("targets", &["-O1", "-pthread"]))
+}
+
+/// Spawns `cmd args` with stdin from `stdin` (or /dev/null) and stdout to `out`.
+pub fn spawn(cmd: &Path, args: &[&str], stdin: Option<&Path>, out: &Path) -> i32 {
+    let input = match stdin {
+        Some(p) => Stdio::from(File::open(p).unwrap()),
+        None => Stdio::null(),
+    };
+    let mut c = Command::new(cmd);
+    // SAFETY: close_range is async-signal-safe; it drops fds inherited from
+    // the test harness (cargo's jobserver pipe) that would be refused.
+    unsafe {
+        c.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        })
+    };
+    let child = c
+        .args(args)
+        .stdin(input)
+        .stdout(File::create(out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn target");
+    let pid = child.id() as i32;
+    std::mem::forget(child); // reaped with waitpid below or by checkpoint(Kill)
+    pid
+}
+
+/// waitpid; returns the raw wait status.
+pub fn wait(pid: i32) -> i32 {
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+    assert_eq!(r, pid, "waitpid({pid})");
+    st
+}
+
+/// Describes a wait status for assertions.
+pub fn describe(st: i32) -> String {
+    if libc::WIFEXITED(st) {
+        format!("exit {}", libc::WEXITSTATUS(st))
+    } else if libc::WIFSIGNALED(st) {
+        format!("signal {}", libc::WTERMSIG(st))
+    } else {
+        format!("status {st:#x}")
+    }
+}
+
+/// Runs the command to completion unmigrated; returns (stdout bytes, status).
+pub fn reference(cmd: &Path, args: &[&str], stdin: Option<&Path>, dir: &Path) -> (Vec<u8>, String) {
+    let out = dir.join("reference.out");
+    let pid = spawn(cmd, args, stdin, &out);
+    let st = describe(wait(pid));
+    (std::fs::read(&out).unwrap(), st)
+}
+
+pub fn sleep_ms(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+/// Deterministic pseudo-random text of `len` bytes (compressible, not trivially).
+pub fn input_file(path: &Path, len: usize) {
+    let words = [
+        "half",
+        "process",
+        "migrate",
+        "checkpoint",
+        "restore",
+        "page",
+        "vma",
+        "signal",
+        "frame",
+        "kernel",
+    ];
+    let mut s = String::with_capacity(len + 16);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while s.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(words[(x % 10) as usize]);
+        s.push(if x % 7 == 0 { '\n' } else { ' ' });
+        if x % 5 == 0 {
+            s.push_str(&format!("{}", x % 100000));
+        }
+    }
+    std::fs::write(path, &s.as_bytes()[..len]).unwrap();
+}
+
+/// Asserts equal output, naming the first differing line.
+pub fn assert_same_output(got: &[u8], want: &[u8]) {
+    if got == want {
+        return;
+    }
+    let g = String::from_utf8_lossy(got);
+    let w = String::from_utf8_lossy(want);
+    let (gl, wl): (Vec<&str>, Vec<&str>) = (g.lines().collect(), w.lines().collect());
+    let i = gl
+        .iter()
+        .zip(&wl)
+        .position(|(a, b)| a != b)
+        .unwrap_or(gl.len().min(wl.len()));
+    panic!(
+        "output differs at line {i} (got {} bytes / {} lines, want {} bytes / {} lines):\n got: {:?}\nwant: {:?}",
+        got.len(),
+        gl.len(),
+        want.len(),
+        wl.len(),
+        gl.get(i),
+        wl.get(i)
+    );
+}
+
+/// (state letter, TracerPid) of a process.
+pub fn state_and_tracer(pid: i32) -> (char, i32) {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let get = |k: &str| {
+        st.lines()
+            .find(|l| l.starts_with(k))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    (
+        get("State:").chars().next().unwrap(),
+        get("TracerPid:").parse().unwrap(),
+    )
+}
+
+/// SIGKILL and reap.
+pub fn kill(pid: i32) {
+    // SAFETY: signalling and reaping our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait(pid);
+}

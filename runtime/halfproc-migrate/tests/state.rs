@@ -1,0 +1,102 @@
+//! Process state carried besides memory: handlers, signal mask, ignored
+//! signals, cwd, umask; and the image's integrity checks.
+
+mod common;
+
+use common::*;
+use halfproc_migrate::{checkpoint, restore, Error, Leave};
+
+/// Checkpoints `pid` (killing it), restores it, lets it run 100 ms, sends
+/// SIGUSR1 and returns its wait status.
+fn migrate_then_usr1(pid: i32, tmp: &std::path::Path) -> String {
+    sleep_ms(150);
+    let img = tmp.join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    let r = restore(&img).expect("restore");
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(r.pid, libc::SIGUSR1) };
+    describe(wait(r.pid))
+}
+
+#[test]
+fn handlers_mask_cwd_umask_survive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let out = tmp.path().join("out");
+    let pid = spawn(targets(), &["signals", work.to_str().unwrap()], None, &out);
+    let st = migrate_then_usr1(pid, tmp.path());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let want = format!(
+        "ready\naltstack ok=1; clock ok=1; vdso at auxv address=1\ngot usr1; usr2 blocked=1; sigpipe ignored=1; umask=027; cwd={}\n",
+        work.canonicalize().unwrap().display()
+    );
+    assert_eq!(text, want);
+    assert_eq!(st, "exit 7");
+}
+
+#[test]
+fn corrupt_pages_are_detected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pid = spawn(targets(), &["spin"], None, &tmp.path().join("out"));
+    sleep_ms(100);
+    let img = tmp.path().join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    let pages = img.join("pages.img");
+    let mut data = std::fs::read(&pages).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0x40;
+    std::fs::write(&pages, data).unwrap();
+    match restore(&img) {
+        Err(Error::Image(m)) => assert!(m.contains("checksum"), "{m}"),
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
+}
+
+#[test]
+fn changed_mapped_file_is_refused_at_restore() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("targets-copy");
+    std::fs::copy(targets(), &exe).unwrap();
+    let pid = spawn(&exe, &["spin"], None, &tmp.path().join("out"));
+    sleep_ms(100);
+    let img = tmp.path().join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    let mut bytes = std::fs::read(&exe).unwrap();
+    bytes.push(0);
+    std::fs::write(&exe, bytes).unwrap();
+    match restore(&img) {
+        Err(Error::Restore(m)) => assert!(
+            m.contains(exe.to_str().unwrap()) && m.contains("changed"),
+            "{m}"
+        ),
+        other => panic!("expected a changed-file error, got {other:?}"),
+    }
+}
+
+#[test]
+fn continue_leaves_the_original_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (want, want_st) = reference(prog(), &["6000"], None, tmp.path());
+    let out = tmp.path().join("orig.out");
+    let pid = spawn(prog(), &["6000"], None, &out);
+    sleep_ms(100);
+    checkpoint(pid, &tmp.path().join("img"), Leave::Continue).expect("checkpoint");
+    let st = describe(wait(pid));
+    assert_same_output(&std::fs::read(&out).unwrap(), &want);
+    assert_eq!(st, want_st);
+}
+
+#[test]
+fn self_pipe_with_unread_data_is_carried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let pid = spawn(targets(), &["selfpipe"], None, &out);
+    let st = migrate_then_usr1(pid, tmp.path());
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "pipe said carried\n"
+    );
+    assert_eq!(st, "exit 3");
+}

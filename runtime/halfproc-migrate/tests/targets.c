@@ -1,0 +1,120 @@
+/* Targets for refusal and state tests: `targets MODE [ARG]`.
+ * Each mode sets up one resource, then spins until killed (or, for
+ * "signals", until SIGUSR1 arrives). */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <sys/auxv.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t got;
+static volatile unsigned long spin;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	got = 1;
+}
+
+static void *thread_main(void *p)
+{
+	(void)p;
+	for (;;)
+		pause();
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "";
+	int fds[2];
+	pthread_t t;
+
+	if (!strcmp(mode, "thread")) {
+		pthread_create(&t, NULL, thread_main, NULL);
+	} else if (!strcmp(mode, "socket")) {
+		socketpair(AF_UNIX, SOCK_STREAM, 0, fds);
+	} else if (!strcmp(mode, "selfpipe")) {
+		/* a pipe to itself with unread data, as xz and event loops use */
+		struct sigaction sa;
+		char buf[64];
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		if (pipe(fds) || dup2(fds[0], 7) < 0 || write(fds[1], "carried", 7) != 7)
+			return 1;
+		while (!got)
+			spin++;
+		ssize_t n = read(7, buf, sizeof(buf));
+		printf("pipe said %.*s\n", (int)(n > 0 ? n : 0), buf);
+		return 3;
+	} else if (!strcmp(mode, "device")) {
+		if (open("/dev/ptmx", O_RDWR | O_NOCTTY) < 0)
+			return 1;
+	} else if (!strcmp(mode, "shared")) {
+		int fd = open(argv[2], O_RDWR | O_CREAT, 0600);
+		if (fd < 0 || ftruncate(fd, 4096))
+			return 1;
+		char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			return 1;
+		p[0] = 1;
+	} else if (!strcmp(mode, "signals")) {
+		/* handler, blocked mask, cwd, umask: all must survive a restore */
+		struct sigaction sa;
+		sigset_t set;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		signal(SIGPIPE, SIG_IGN);
+		sigemptyset(&set);
+		sigaddset(&set, SIGUSR2);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		static char altmem[65536];
+		stack_t ss = { .ss_sp = altmem, .ss_size = sizeof(altmem), .ss_flags = 0 };
+		if (sigaltstack(&ss, NULL))
+			return 1;
+		if (chdir(argv[2]))
+			return 1;
+		umask(027);
+		printf("ready\n");
+		while (!got)
+			spin++;
+		sigset_t cur;
+		struct sigaction old;
+		char cwd[4096];
+		sigprocmask(SIG_BLOCK, NULL, &cur);
+		sigaction(SIGPIPE, NULL, &old);
+		mode_t m = umask(0);
+		stack_t cur_ss;
+		struct timespec t1, t2;
+		sigaltstack(NULL, &cur_ss);
+		/* vdso: glibc calls it through pointers found at startup */
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		clock_gettime(CLOCK_MONOTONIC, &t2);
+		int clock_ok = t1.tv_sec > 0 && (t2.tv_sec > t1.tv_sec ||
+			(t2.tv_sec == t1.tv_sec && t2.tv_nsec >= t1.tv_nsec));
+		int vdso_same = 0;
+		FILE *maps = fopen("/proc/self/maps", "r");
+		char line[512];
+		while (maps && fgets(line, sizeof(line), maps))
+			if (strstr(line, "[vdso]"))
+				vdso_same = strtoul(line, NULL, 16) == getauxval(AT_SYSINFO_EHDR);
+		printf("altstack ok=%d; clock ok=%d; vdso at auxv address=%d\n",
+		       cur_ss.ss_sp == altmem && cur_ss.ss_size == sizeof(altmem), clock_ok, vdso_same);
+		printf("got usr1; usr2 blocked=%d; sigpipe ignored=%d; umask=%03o; cwd=%s\n",
+		       sigismember(&cur, SIGUSR2), old.sa_handler == SIG_IGN, (unsigned)m,
+		       getcwd(cwd, sizeof(cwd)) ? cwd : "?");
+		return 7;
+	}
+	for (;;)
+		spin++;
+}
