@@ -13,11 +13,18 @@
 //! - [`cpio`]: a `newc` archive writer for the initramfs;
 //! - [`scan`]: the console scanner;
 //! - [`tap`]: TAP lines;
-//! - [`programs`]: which program reported what, held to its plan;
-//! - [`qemu`]: the QEMU invocation, timeout and verdict.
+//! - [`programs`]: which program printed which line (`/init`'s markers);
+//! - [`breaches`]: each program held to its plan, exit status and the
+//!   expected list;
+//! - [`verdict`]: the verdict of a run;
+//! - [`results`]: `*.results.json` and `*.tap`;
+//! - [`qemu`]: the QEMU invocation and timeout.
 
+pub mod breaches;
 pub mod cpio;
 pub mod programs;
 pub mod qemu;
+pub mod results;
 pub mod scan;
 pub mod tap;
+pub mod verdict;

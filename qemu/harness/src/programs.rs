@@ -2,7 +2,7 @@
 //! Which program reported what, and whether each kept its word.
 //!
 //! The guest's `/init` prints a marker line around every test program it
-//! runs:
+//! runs (`tests/guest/init.sh`, `prog`):
 //!
 //! ```text
 //! # halfproc-harness: begin hp_sets
@@ -11,15 +11,26 @@
 //! ```
 //!
 //! TAP result lines between the markers belong to that program; those
-//! outside belong to `init`. Only top-level lines count (a kselftest
-//! subtest's `# ok 1 ...` is indented behind `# `). Each program is then
-//! held to what it declared: its plan (`1..N`) must match the number of
-//! results, it must end (a crash or a kill leaves no `end` marker), an exit
-//! status other than 0 needs a failing result to explain it, and `Bail out!`
-//! fails it. Each breach becomes a failed result of its own, as does a
-//! program the caller expected that never started.
+//! outside belong to `init`. Only top-level lines count (see [`crate::tap`]).
+//! Each program is then held to what it declared, and each breach becomes a
+//! synthetic result named `<program>.<breach>: <detail>`:
+//!
+//! - `plan_mismatch`: it declared `1..N` and reported another number of
+//!   results (a skip, not a failure, when it ended with kselftest's
+//!   `ksft_exit_skip()`: a `# SKIP` result, then exit status 4);
+//! - `no_plan`: it reported results but never declared a plan, so a
+//!   truncation could not be seen;
+//! - `no_tap`: it reported no plan and no result at all;
+//! - `skipped` (a skip): it declared `1..0`, e.g. `1..0 # SKIP no hugetlb`;
+//! - `did_not_finish`: no end marker (it crashed the guest, hung, or was
+//!   killed);
+//! - `exit_status`: it exited non-zero (other than kselftest's 4, "skip")
+//!   with no failing result or bail-out to explain it;
+//! - `bail_out`: it printed `Bail out!`;
+//! - `missing`: a program the caller expected never started.
 
-use crate::tap::{self, Status, TestResult};
+use crate::tap::{self, TestResult};
+use serde::{Serialize, Serializer};
 
 /// Prefix of the marker lines.
 pub const MARKER: &str = "# halfproc-harness: ";
@@ -29,32 +40,57 @@ pub const INIT: &str = "init";
 pub const KSFT_SKIP: i32 = 4;
 
 /// One program's run as seen on the console.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ProgramRun {
     /// Its name (`hp_sets`, `mm/mremap_test`, `init`).
     pub name: String,
     /// The plan it declared (`1..N`), if any.
     pub plan: Option<usize>,
-    /// Its top-level results, in order.
+    /// The directive of the plan line (`SKIP no hugetlb` of `1..0 # SKIP
+    /// no hugetlb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_directive: Option<String>,
+    /// Its top-level results, in order (serialized as their count).
+    #[serde(rename = "reported", serialize_with = "count")]
     pub results: Vec<TestResult>,
     /// Its exit status, from the end marker.
     pub rc: Option<i32>,
     /// Whether the end marker was seen.
     pub ended: bool,
     /// The reason of a `Bail out!`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bailed: Option<String>,
 }
 
-/// A result together with the program that reported it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tagged {
-    /// The program.
-    pub program: String,
-    /// The result.
-    pub result: TestResult,
+fn count<S: Serializer>(results: &[TestResult], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(results.len() as u64)
+}
+
+/// Parses a marker line: `begin NAME` or `end NAME rc=N`.
+enum Marker<'a> {
+    Begin(&'a str),
+    End(&'a str, Option<i32>),
+}
+
+fn parse_marker(line: &str) -> Option<Marker<'_>> {
+    let mut w = line.strip_prefix(MARKER)?.split_whitespace();
+    match (w.next()?, w.next()?) {
+        ("begin", name) => Some(Marker::Begin(name)),
+        ("end", name) => Some(Marker::End(
+            name,
+            w.next()
+                .and_then(|r| r.strip_prefix("rc="))
+                .and_then(|r| r.parse().ok()),
+        )),
+        _ => None,
+    }
 }
 
 /// Splits a console log into program runs; `init` comes first.
+///
+/// A `begin` while another program is still open leaves that one unended
+/// (its end marker never came); an `end` for another name than the open
+/// program is ignored.
 pub fn split(log: &str) -> Vec<ProgramRun> {
     let mut runs = vec![ProgramRun {
         name: INIT.into(),
@@ -63,35 +99,35 @@ pub fn split(log: &str) -> Vec<ProgramRun> {
     }];
     let mut cur = 0;
     for line in log.lines().map(|l| l.trim_end_matches('\r')) {
-        if let Some(m) = line.strip_prefix(MARKER) {
-            let mut w = m.split_whitespace();
-            match (w.next(), w.next()) {
-                (Some("begin"), Some(name)) => {
-                    runs.push(ProgramRun {
-                        name: name.into(),
-                        ..Default::default()
-                    });
-                    cur = runs.len() - 1;
-                }
-                (Some("end"), Some(name)) if runs[cur].name == name => {
+        match parse_marker(line) {
+            Some(Marker::Begin(name)) => {
+                runs.push(ProgramRun {
+                    name: name.into(),
+                    ..Default::default()
+                });
+                cur = runs.len() - 1;
+                continue;
+            }
+            Some(Marker::End(name, rc)) => {
+                if cur != 0 && runs[cur].name == name {
                     runs[cur].ended = true;
-                    runs[cur].rc = w
-                        .next()
-                        .and_then(|r| r.strip_prefix("rc="))
-                        .and_then(|r| r.parse().ok());
+                    runs[cur].rc = rc;
                     cur = 0;
                 }
-                _ => {}
+                continue;
             }
-            continue;
+            None => {}
         }
         let run = &mut runs[cur];
-        if let Some(n) = line.strip_prefix("1..") {
-            if run.plan.is_none() && cur != 0 {
-                run.plan = n.split_whitespace().next().and_then(|n| n.parse().ok());
+        if let Some((n, directive)) = tap::parse_plan(line) {
+            // init prints no plan of its own; the first plan of a program
+            // is its plan.
+            if cur != 0 && run.plan.is_none() {
+                run.plan = Some(n);
+                run.plan_directive = directive;
             }
-        } else if let Some(why) = line.strip_prefix("Bail out!") {
-            run.bailed = Some(why.trim().to_string());
+        } else if let Some(why) = tap::parse_bail_out(line) {
+            run.bailed.get_or_insert_with(|| why.to_string());
         } else if let Some(r) = tap::parse_line(line) {
             run.results.push(r);
         }
@@ -99,156 +135,62 @@ pub fn split(log: &str) -> Vec<ProgramRun> {
     runs
 }
 
-fn synthetic(program: &str, what: &str) -> Tagged {
-    Tagged {
-        program: program.into(),
-        result: TestResult {
-            name: format!("{program}.{what}"),
-            status: Status::Fail,
-        },
-    }
-}
-
-/// Every result, tagged with its program, plus a failed result for each
-/// breach: a plan not kept, a program that did not end, a non-zero exit
-/// status that no failing result explains, a `Bail out!`, and each program
-/// of `expected` that never started.
-pub fn judge(runs: &[ProgramRun], expected: &[String]) -> Vec<Tagged> {
-    let mut out = Vec::new();
-    for run in runs {
-        out.extend(run.results.iter().map(|r| Tagged {
-            program: run.name.clone(),
-            result: r.clone(),
-        }));
-        let failing = run.results.iter().any(|r| r.status == Status::Fail);
-        if let Some(plan) = run.plan {
-            if plan != run.results.len() {
-                out.push(synthetic(
-                    &run.name,
-                    &format!(
-                        "plan_mismatch: planned {plan}, reported {}",
-                        run.results.len()
-                    ),
-                ));
-            }
-        }
-        if !run.ended {
-            out.push(synthetic(
-                &run.name,
-                "did_not_finish: no end marker (crashed or killed)",
-            ));
-        } else if let Some(rc) = run.rc.filter(|&rc| rc != 0 && rc != KSFT_SKIP && !failing) {
-            out.push(synthetic(
-                &run.name,
-                &format!("exit_status: exited {rc} with no failing result"),
-            ));
-        }
-        if let Some(why) = &run.bailed {
-            out.push(synthetic(&run.name, &format!("bail_out: {why}")));
-        }
-    }
-    for e in expected {
-        if !runs.iter().any(|r| &r.name == e) {
-            out.push(synthetic(e, "missing: expected program never started"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn names_failed(t: &[Tagged]) -> Vec<String> {
-        t.iter()
-            .filter(|t| t.result.status == Status::Fail)
-            .map(|t| t.result.name.clone())
-            .collect()
-    }
-
-    const GOOD: &str = "ok 1 init.module_loads\n\
+    const LOG: &str = "TAP version 13\nok 1 init.module_loads\n\
         # halfproc-harness: begin hp_sets\nTAP version 13\n1..2\n\
         # Starting 2 tests from 1 test cases.\n#  RUN  global.a ...\nok 1 global.a\n\
         ok 2 global.b # SKIP no module\n# ok 1 nested subtest\n\
-        # halfproc-harness: end hp_sets rc=0\nok 2 init.after\n";
+        # halfproc-harness: end hp_sets rc=0\nok 2 init.after\n\
+        # halfproc-harness: begin mm/madv_populate\n1..0 # SKIP no MADV_POPULATE\n\
+        \n# halfproc-harness: end mm/madv_populate rc=4\n\
+        # halfproc-harness: begin hp_dm\n1..27\nok 1 a\nBail out! no set\nBail out! again\n\
+        # halfproc-harness: begin rt/guest_tests\n1..1\n\
+        # halfproc-harness: end hp_dm rc=0\nok 1 - x # 3 ms\n";
 
     #[test]
-    fn results_are_tagged_with_their_program() {
-        let t = judge(&split(GOOD), &["hp_sets".into()]);
-        assert!(names_failed(&t).is_empty(), "{t:?}");
-        let progs: Vec<_> = t
-            .iter()
-            .map(|t| (t.program.as_str(), t.result.name.as_str()))
-            .collect();
+    fn runs_are_split_at_the_markers() {
+        let runs = split(LOG);
+        let names: Vec<_> = runs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
-            progs,
+            names,
             [
-                ("init", "init.module_loads"),
-                ("init", "init.after"),
-                ("hp_sets", "global.a"),
-                ("hp_sets", "global.b"),
+                "init",
+                "hp_sets",
+                "mm/madv_populate",
+                "hp_dm",
+                "rt/guest_tests"
             ]
         );
-    }
-
-    #[test]
-    fn a_truncated_program_fails() {
-        let log = "# halfproc-harness: begin hp_dm\n1..27\nok 1 global.a\nok 2 global.b\n\
-                   [   9.1] random printk\n";
-        let f = names_failed(&judge(&split(log), &[]));
+        let [init, sets, madv, dm, rt] = &runs[..] else {
+            unreachable!()
+        };
+        assert_eq!((init.plan, init.results.len(), init.ended), (None, 2, true));
         assert_eq!(
-            f,
-            [
-                "hp_dm.plan_mismatch: planned 27, reported 2",
-                "hp_dm.did_not_finish: no end marker (crashed or killed)"
-            ]
+            (sets.plan, sets.results.len(), sets.rc),
+            (Some(2), 2, Some(0))
         );
-    }
-
-    #[test]
-    fn plan_mismatch_after_a_clean_exit_fails() {
-        let log = "# halfproc-harness: begin x\n1..3\nok 1 a\nok 2 b\n\
-                   # halfproc-harness: end x rc=0\n";
+        assert_eq!(madv.plan, Some(0));
         assert_eq!(
-            names_failed(&judge(&split(log), &[])),
-            ["x.plan_mismatch: planned 3, reported 2"]
+            madv.plan_directive.as_deref(),
+            Some("SKIP no MADV_POPULATE")
         );
+        assert_eq!(madv.rc, Some(KSFT_SKIP));
+        // hp_dm never ended: rt/guest_tests began first; the stray end
+        // marker for hp_dm does not close rt/guest_tests.
+        assert_eq!((dm.ended, dm.bailed.as_deref()), (false, Some("no set")));
+        assert_eq!((rt.ended, rt.results.len()), (false, 1));
     }
 
     #[test]
-    fn nonzero_exit_with_all_ok_fails() {
-        let log = "# halfproc-harness: begin x\n1..1\nok 1 a\n# halfproc-harness: end x rc=139\n";
+    fn a_run_serializes_its_count_not_its_results() {
+        let j = serde_json::to_value(&split(LOG)[1]).unwrap();
         assert_eq!(
-            names_failed(&judge(&split(log), &[])),
-            ["x.exit_status: exited 139 with no failing result"]
-        );
-        // Explained by a failing result: no extra failure.
-        let log = "# halfproc-harness: begin x\n1..1\nnot ok 1 a\n# halfproc-harness: end x rc=1\n";
-        assert_eq!(names_failed(&judge(&split(log), &[])), ["a"]);
-    }
-
-    #[test]
-    fn missing_expected_program_fails() {
-        let t = judge(&split(GOOD), &["hp_sets".into(), "mm/cow".into()]);
-        assert_eq!(
-            names_failed(&t),
-            ["mm/cow.missing: expected program never started"]
-        );
-    }
-
-    #[test]
-    fn skip_plans_and_bail_out() {
-        let log = "# halfproc-harness: begin a\n1..0 # SKIP no hugetlb\n\
-                   # halfproc-harness: end a rc=0\n\
-                   # halfproc-harness: begin b\n1..4\nBail out! cannot create the set\n\
-                   # halfproc-harness: end b rc=1\n";
-        assert_eq!(
-            names_failed(&judge(&split(log), &[])),
-            [
-                "b.plan_mismatch: planned 4, reported 0",
-                "b.exit_status: exited 1 with no failing result",
-                "b.bail_out: cannot create the set"
-            ]
+            j,
+            serde_json::json!({"name": "hp_sets", "plan": 2, "reported": 2,
+                               "rc": 0, "ended": true})
         );
     }
 }

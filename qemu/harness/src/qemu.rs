@@ -1,18 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 //! Boot a kernel under QEMU (TCG), stream and log its console, enforce a
-//! timeout, and judge the run.
+//! timeout, and judge the run ([`crate::verdict`]).
 
-use crate::programs::{self, Tagged};
-use crate::{scan, tap};
-use serde::Serialize;
-use std::fmt::Write as _;
+use crate::results;
+use crate::verdict::{judge, Verdict};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The marker the guest's init writes to the status port (`/dev/ttyS1`).
-pub const EXIT_MARKER: &str = "HALFPROC_EXIT=";
 
 /// How to run one guest.
 #[derive(Clone, Debug)]
@@ -43,111 +38,6 @@ pub struct RunOpts {
     /// Programs that must have run (`/init` markers); one that did not is a
     /// failure, not a smaller total.
     pub expected: Vec<String>,
-}
-
-/// What happened.
-#[derive(Clone, Debug)]
-pub struct Verdict {
-    /// The exit status the guest reported, if it did.
-    pub exit_status: Option<i32>,
-    /// Whether the harness killed the guest at the timeout.
-    pub timed_out: bool,
-    /// Kernel reports found on the console.
-    pub findings: Vec<scan::Finding>,
-    /// TAP results found on the console, tagged with their program, and the
-    /// failures for programs that broke their plan or never ran.
-    pub results: Vec<Tagged>,
-    /// Why the run failed; empty when it passed.
-    pub causes: Vec<String>,
-    /// Wall time of the guest.
-    pub elapsed: Duration,
-}
-
-impl Verdict {
-    /// Totals over all results.
-    pub fn summary(&self) -> tap::Summary {
-        let r: Vec<_> = self.results.iter().map(|t| t.result.clone()).collect();
-        tap::summarize(&r)
-    }
-
-    /// Whether the run passed.
-    pub fn passed(&self) -> bool {
-        self.causes.is_empty()
-    }
-
-    /// The one-line summary.
-    pub fn summary_line(&self) -> String {
-        let s = self.summary();
-        format!(
-            "{} passed, {} failed, {} skipped; {} kernel reports; {} in {:.1}s",
-            s.passed,
-            s.failed,
-            s.skipped,
-            self.findings.len(),
-            if self.passed() { "PASS" } else { "FAIL" },
-            self.elapsed.as_secs_f64()
-        )
-    }
-}
-
-/// Judge a finished run from its console log and status-port contents.
-pub fn judge(
-    console: &str,
-    status: &str,
-    timed_out: bool,
-    timeout: Duration,
-    expected: &[String],
-) -> Verdict {
-    let findings = scan::scan(console);
-    let results = programs::judge(&programs::split(console), expected);
-    let exit_status = status
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(EXIT_MARKER))
-        .and_then(|v| v.trim().parse::<i32>().ok());
-    let mut causes = Vec::new();
-    if timed_out {
-        causes.push(format!(
-            "guest hung: killed after the {}s timeout",
-            timeout.as_secs()
-        ));
-    }
-    for f in &findings {
-        causes.push(format!(
-            "kernel reported {} at console line {}: {}",
-            f.kind, f.line, f.text
-        ));
-    }
-    match exit_status {
-        None if !timed_out => {
-            if findings.iter().any(|f| f.kind == "panic") {
-                causes.push("guest panicked before reporting an exit status".into());
-            } else {
-                causes.push("guest stopped without reporting an exit status".into());
-            }
-        }
-        Some(rc) if rc != 0 => causes.push(format!("guest test suite exited with status {rc}")),
-        _ => {}
-    }
-    let failed: Vec<_> = results
-        .iter()
-        .filter(|t| t.result.status == tap::Status::Fail)
-        .map(|t| t.result.name.as_str())
-        .collect();
-    if !failed.is_empty() {
-        causes.push(format!(
-            "{} tests failed: {}",
-            failed.len(),
-            failed.join(", ")
-        ));
-    }
-    Verdict {
-        exit_status,
-        timed_out,
-        findings,
-        results,
-        causes,
-        elapsed: Duration::ZERO,
-    }
 }
 
 /// The qemu command line for `o`.
@@ -253,74 +143,8 @@ pub fn run(o: &RunOpts) -> io::Result<Verdict> {
     let status = std::fs::read_to_string(&status_file).unwrap_or_default();
     let mut v = judge(&console, &status, timed_out, o.timeout, &o.expected);
     v.elapsed = elapsed;
-    write_results(o, &v)?;
+    results::write(&o.log, &v)?;
     Ok(v)
-}
-
-#[derive(Serialize)]
-struct ResultsFile<'a> {
-    verdict: &'static str,
-    passed: usize,
-    failed: usize,
-    skipped: usize,
-    exit_status: Option<i32>,
-    timed_out: bool,
-    elapsed_s: f64,
-    causes: &'a [String],
-    tests: Vec<TestEntry<'a>>,
-}
-
-#[derive(Serialize)]
-struct TestEntry<'a> {
-    program: &'a str,
-    name: &'a str,
-    status: &'static str,
-}
-
-fn status_name(s: tap::Status) -> &'static str {
-    match s {
-        tap::Status::Pass => "pass",
-        tap::Status::Fail => "fail",
-        tap::Status::Skip => "skip",
-        tap::Status::Todo => "todo",
-    }
-}
-
-/// Write `<log>.results.json` and `<log>.tap`.
-fn write_results(o: &RunOpts, v: &Verdict) -> io::Result<()> {
-    let s = v.summary();
-    let file = ResultsFile {
-        verdict: if v.passed() { "pass" } else { "fail" },
-        passed: s.passed,
-        failed: s.failed,
-        skipped: s.skipped,
-        exit_status: v.exit_status,
-        timed_out: v.timed_out,
-        elapsed_s: v.elapsed.as_secs_f64(),
-        causes: &v.causes,
-        tests: v
-            .results
-            .iter()
-            .map(|t| TestEntry {
-                program: &t.program,
-                name: &t.result.name,
-                status: status_name(t.result.status),
-            })
-            .collect(),
-    };
-    let json = serde_json::to_string_pretty(&file).map_err(io::Error::other)?;
-    std::fs::write(o.log.with_extension("results.json"), json + "\n")?;
-    let mut t = format!("TAP version 13\n1..{}\n", v.results.len());
-    for (i, r) in v.results.iter().enumerate() {
-        let (ok, dir) = match r.result.status {
-            tap::Status::Pass => ("ok", ""),
-            tap::Status::Fail => ("not ok", ""),
-            tap::Status::Skip => ("ok", " # SKIP"),
-            tap::Status::Todo => ("not ok", " # TODO"),
-        };
-        let _ = writeln!(t, "{ok} {} {}: {}{dir}", i + 1, r.program, r.result.name);
-    }
-    std::fs::write(o.log.with_extension("tap"), t)
 }
 
 #[cfg(test)]
@@ -328,49 +152,6 @@ mod tests {
     use super::*;
 
     const T: Duration = Duration::from_secs(60);
-
-    #[test]
-    fn clean_pass() {
-        let v = judge("ok 1 a\nok 2 b\n", "HALFPROC_EXIT=0\n", false, T, &[]);
-        assert!(v.passed(), "{:?}", v.causes);
-        assert!(v.summary_line().starts_with("2 passed, 0 failed"));
-    }
-
-    #[test]
-    fn oops_fails_even_if_tests_pass() {
-        let console = "ok 1 a\n[    3.1] Oops: 0000 [#1] SMP\n";
-        let v = judge(console, "HALFPROC_EXIT=0\n", false, T, &[]);
-        assert!(!v.passed());
-        assert!(v.causes[0].contains("oops"), "{:?}", v.causes);
-    }
-
-    #[test]
-    fn panic_without_status() {
-        let console = "[    1.0] Kernel panic - not syncing: Attempted to kill init!\n";
-        let v = judge(console, "", false, T, &[]);
-        assert!(
-            v.causes.iter().any(|c| c.contains("panicked")),
-            "{:?}",
-            v.causes
-        );
-    }
-
-    #[test]
-    fn hang_is_reported() {
-        let v = judge("ok 1 a\n", "", true, T, &[]);
-        assert!(
-            v.causes.iter().any(|c| c.contains("hung")),
-            "{:?}",
-            v.causes
-        );
-    }
-
-    #[test]
-    fn failing_test_and_status() {
-        let v = judge("ok 1 a\nnot ok 2 b\n", "HALFPROC_EXIT=1\n", false, T, &[]);
-        assert_eq!(v.causes.len(), 2, "{:?}", v.causes);
-        assert!(v.causes[1].contains("b"));
-    }
 
     #[test]
     fn command_line_has_the_essentials() {

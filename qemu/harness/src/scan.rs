@@ -3,7 +3,7 @@
 //! fails the run, whatever the tests said.
 
 /// One report found on the console.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Finding {
     /// What kind of report (e.g. "oops", "lockdep").
     pub kind: &'static str,
