@@ -2,12 +2,17 @@
 # SPDX-License-Identifier: GPL-2.0
 # Tests of the build and the harness themselves: each failure mode must be
 # caught and named.
-#   scripts/selftest.sh host     (no kernel build needed)
+#   scripts/selftest.sh host     (no kernel build needed; includes harness)
+#   scripts/selftest.sh harness  (the harness's judgement of a saved console log)
 #   scripts/selftest.sh guest    (needs the debug kernel)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
 what="${1:-host}"
+case "$what" in
+host | harness | guest) ;;
+*) die "usage: scripts/selftest.sh host|harness|guest" ;;
+esac
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -27,6 +32,26 @@ check() {	# check NAME EXPECTED-TEXT COMMAND...: must fail and print the text
 	fi
 }
 
+if [ "$what" = host ] || [ "$what" = harness ]; then
+	# The harness judges a saved console log (the in-guest suite's, as
+	# tests/guest/init.sh marks it) as it would judge a boot.
+	cargo build -q -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
+	H="$HALFPROC_ROOT/target/debug/halfproc-harness"
+	log="$HALFPROC_ROOT/qemu/harness/tests/fixtures/guest-suite.log"
+	echo HALFPROC_EXIT=0 >"$tmp/status"
+	sed -n 's/^# halfproc-harness: begin //p' "$log" >"$tmp/expect"
+	if "$H" judge "$log" --status "$tmp/status" --expect-file "$tmp/expect" >"$tmp/out" 2>&1 &&
+		grep -q "26 passed, 0 failed, 2 skipped; 0 kernel reports; PASS" "$tmp/out"; then
+		echo "ok - the harness passes a clean suite with every expected program"; pass=$((pass + 1))
+	else
+		echo "not ok - the harness failed a clean suite"; sed 's/^/#   /' "$tmp/out"; fail=$((fail + 1))
+	fi
+	check "a program that never started is named" "mm/cow.missing: expected program never started" \
+		"$H" judge "$log" --status "$tmp/status" --expect-file "$tmp/expect" --expect mm/cow
+	sed '/^ok 2 global.quarter_gigabyte/,$d' "$log" >"$tmp/cut.log"
+	check "a program cut off mid-run is named" "hp_dm.did_not_finish: no end marker" \
+		"$H" judge "$tmp/cut.log" --status "$tmp/status"
+fi
 if [ "$what" = host ]; then
 	# A patch that does not apply is named, and the tree is left alone.
 	mkdir -p "$tmp/patches"
@@ -61,7 +86,7 @@ P
 	make -s -C "$SRC" O="$tmp/cfg" RUSTC=/nonexistent/rustc olddefconfig >/dev/null
 	check "a config option dropped by olddefconfig is named" "CONFIG_RUST: wanted y, got n" \
 		python3 "$here/check-config.py" "$tmp/cfg/.config" "$HALFPROC_ROOT/qemu/config/base.config"
-else
+elif [ "$what" = guest ]; then
 	# Boots what scripts/guest.sh build debug built; builds nothing.
 	export HALFPROC_QUIET=1
 	check "a panicking guest fails the run" "guest panicked" "$here/guest.sh" boot debug panic 120

@@ -40,7 +40,13 @@ tap() {	# tap <rc> <name>: one TAP line of the shell's own tests
 }
 
 # prog NAME CMD...: run a test program between the harness's markers, so
-# its TAP is judged against its own plan and a crash cannot hide.
+# its TAP is judged against its own plan and a crash cannot hide.  The
+# harness parses exactly these two lines (qemu/harness/src/programs.rs):
+#   # halfproc-harness: begin NAME
+#   # halfproc-harness: end NAME rc=STATUS
+# NAME has no spaces; it is what scripts/guest.sh lists in out/<flavour>/expect.
+# The end marker starts on a fresh line even when the program's last line
+# did not end in a newline.
 prog() {
 	name="$1"
 	shift

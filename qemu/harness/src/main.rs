@@ -2,21 +2,58 @@
 //! `halfproc-harness`: the command-line face of the harness.
 
 use clap::{Args, Parser, Subcommand};
+use halfproc_harness::verdict::{judge, Verdict};
 use halfproc_harness::{cpio::Archive, qemu, scan};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 /// Boot a kernel under QEMU (TCG), run the in-guest suite, and judge the run
 /// honestly: a panic, a hang, a kernel report (oops, BUG, WARNING, lockdep,
-/// KFENCE, RCU stall), a failed test, a program that broke its TAP plan or
-/// never ran each fail it.
+/// KASAN, KFENCE, RCU stall), a failed test, and a test program that broke
+/// its TAP plan, did not finish, exited non-zero unexplained or never
+/// started each fail it.
 #[derive(Parser)]
-#[command(name = "halfproc-harness", version)]
+#[command(name = "halfproc-harness", version, after_help = OVERVIEW)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
 }
+
+const OVERVIEW: &str = "\
+Typical use (scripts/guest.sh does this):
+  halfproc-harness initramfs --out initramfs.cpio --busybox /bin/busybox \\
+      --init tests/guest/init.sh --file out/debug/guest/tests/hp_sets:/tests/hp_sets
+  halfproc-harness run --kernel bzImage --initrd initramfs.cpio --log out/debug/test.log \\
+      --timeout 1500 --expect-file out/debug/expect --append halfproc.mode=test
+  halfproc-harness judge out/debug/test.log --expect-file out/debug/expect
+
+Exit status: 0 the run passed, 1 it failed (the causes are printed), 2 usage or I/O error.
+`halfproc-harness run --help` describes what the guest must print.";
+
+const GUEST_CONTRACT: &str = "\
+What the guest's /init must do:
+  - write `HALFPROC_EXIT=<status>` to the second serial port (/dev/ttyS1) and power off;
+    no status (a panic, init exiting) or a non-zero one fails the run;
+  - print a marker on the console around every test program it runs:
+      # halfproc-harness: begin hp_sets
+      ...the program's TAP: TAP version 13, 1..N, ok N name, not ok N name...
+      # halfproc-harness: end hp_sets rc=0
+    (tests/guest/init.sh: `prog NAME CMD...`). Result lines outside markers belong to `init`.
+
+How each program is held to its word (each breach is a result named PROG.BREACH: detail):
+  plan_mismatch   declared 1..N, reported another number (a skip if it ended with
+                  kselftest's ksft_exit_skip(): a `# SKIP` result, exit status 4)
+  no_plan/no_tap  reported results without a plan, or no TAP at all
+  skipped         declared `1..0 # SKIP reason` (a skip, not a failure)
+  did_not_finish  no end marker: crashed, hung or killed
+  exit_status     exited non-zero (other than 4) with no failing result or bail-out
+  bail_out        printed `Bail out! reason`
+  missing         named by --expect/--expect-file but never started
+Nested TAP (`# ok 1 ...`, indented `    ok 1 ...`) and diagnostics do not count.
+
+Output: one line `N passed, N failed, N skipped; N kernel reports; PASS|FAIL in Ts`,
+<log>.results.json (each result with program, name, status, plan) and <log>.tap.";
 
 #[derive(Subcommand)]
 enum Cmd {
@@ -24,7 +61,12 @@ enum Cmd {
     Initramfs(InitramfsArgs),
     /// Boot a kernel with an initramfs and judge the run. Exit 0 only if it
     /// passed; the summary line, `<log>.results.json` and `<log>.tap` say why.
+    #[command(after_long_help = GUEST_CONTRACT)]
     Run(RunArgs),
+    /// Judge a saved console log again (no boot, no files written): the
+    /// same verdict `run` gave, e.g. after changing the expected list.
+    #[command(after_long_help = GUEST_CONTRACT)]
+    Judge(JudgeArgs),
     /// Scan a saved console log for kernel reports (exit 1 if any).
     Scan {
         /// The console log.
@@ -32,62 +74,102 @@ enum Cmd {
     },
 }
 
+/// The programs that must have run.
+#[derive(Args)]
+struct ExpectArgs {
+    /// A program that must run (the NAME of its `/init` markers, e.g.
+    /// `hp_sets`, `mm/cow`); repeatable. One that never started is a
+    /// failure, not a smaller total.
+    #[arg(long, value_name = "PROG")]
+    expect: Vec<String>,
+    /// A file of expected programs, one per line (blank lines and `#`
+    /// comments ignored); `scripts/guest.sh build` writes `out/<flavour>/expect`.
+    #[arg(long, value_name = "FILE")]
+    expect_file: Option<PathBuf>,
+}
+
+impl ExpectArgs {
+    fn programs(self) -> Result<Vec<String>, String> {
+        let mut expected = self.expect;
+        if let Some(f) = &self.expect_file {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+            expected.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(String::from),
+            );
+        }
+        Ok(expected)
+    }
+}
+
+#[derive(Args)]
+struct JudgeArgs {
+    /// The console log `run --log` wrote.
+    log: PathBuf,
+    /// The status-port file (`HALFPROC_EXIT=N`) [default: LOG with extension `status`].
+    #[arg(long, value_name = "FILE")]
+    status: Option<PathBuf>,
+    #[command(flatten)]
+    expect: ExpectArgs,
+}
+
 #[derive(Args)]
 struct InitramfsArgs {
     /// The archive to write.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     out: String,
     /// A statically linked busybox (installed as /bin/busybox and /bin/sh).
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     busybox: String,
-    /// The script to install as /init.
-    #[arg(long)]
+    /// The script to install as /init (tests/guest/init.sh).
+    #[arg(long, value_name = "FILE")]
     init: String,
-    /// SRC:DST: copy the host file SRC to DST in the archive (repeatable).
+    /// Copy the host file SRC to DST in the archive, keeping its mode
+    /// (repeatable); missing parent directories are created.
     #[arg(long, value_name = "SRC:DST")]
     file: Vec<String>,
 }
 
 #[derive(Args)]
 struct RunArgs {
-    /// The kernel (bzImage).
-    #[arg(long)]
+    /// The kernel (arch/x86/boot/bzImage).
+    #[arg(long, value_name = "BZIMAGE")]
     kernel: PathBuf,
-    /// The initramfs.
-    #[arg(long)]
+    /// The initramfs (`initramfs --out`).
+    #[arg(long, value_name = "FILE")]
     initrd: PathBuf,
-    /// Where to write the console log; results go next to it.
-    #[arg(long)]
+    /// Where to write the console log; `<log>.status`, `<log>.results.json`
+    /// and `<log>.tap` go next to it.
+    #[arg(long, value_name = "FILE")]
     log: PathBuf,
     /// Kill the guest after this many seconds (a hang fails the run).
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
-    /// More kernel command line (after `console=ttyS0 panic=-1`).
-    #[arg(long, default_value = "")]
+    /// More kernel command line (after `console=ttyS0 panic=-1`), e.g.
+    /// `halfproc.mode=test pti=on`.
+    #[arg(long, value_name = "ARGS", default_value = "")]
     append: String,
     /// A host directory the guest can mount over 9p (tag `hostshare`).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     share: Option<PathBuf>,
     /// Guest memory in MiB.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
     memory: u32,
     /// Guest vCPUs.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, value_name = "N", default_value_t = 2)]
     cpus: u32,
     /// QEMU CPU model: `max` (5-level paging where TCG offers it), or
     /// `max,la57=off` for 4-level paging.
-    #[arg(long, default_value = "max")]
+    #[arg(long, value_name = "MODEL", default_value = "max")]
     cpu: String,
     /// The qemu binary.
-    #[arg(long, default_value = "qemu-system-x86_64")]
+    #[arg(long, value_name = "PATH", default_value = "qemu-system-x86_64")]
     qemu: String,
-    /// A program that must run (its `/init` markers); repeatable. One that
-    /// never started is a failure.
-    #[arg(long, value_name = "PROG")]
-    expect: Vec<String>,
-    /// A file listing expected programs, one per line.
-    #[arg(long, value_name = "FILE")]
-    expect_file: Option<PathBuf>,
+    #[command(flatten)]
+    expect: ExpectArgs,
     /// Do not echo the console while the guest runs.
     #[arg(long)]
     quiet: bool,
@@ -146,17 +228,7 @@ fn initramfs(a: &InitramfsArgs) -> Result<(), String> {
 }
 
 fn run(a: RunArgs) -> Result<ExitCode, String> {
-    let mut expected = a.expect;
-    if let Some(f) = &a.expect_file {
-        let text =
-            std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
-        expected.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(String::from),
-        );
-    }
+    let expected = a.expect.programs()?;
     let o = qemu::RunOpts {
         qemu: a.qemu,
         kernel: a.kernel,
@@ -177,23 +249,46 @@ fn run(a: RunArgs) -> Result<ExitCode, String> {
         }
     }
     let v = qemu::run(&o).map_err(|e| e.to_string())?;
-    for c in &v.causes {
-        eprintln!("halfproc: FAIL: {c}");
-    }
-    println!("halfproc: {}", v.summary_line());
+    let code = report(&v);
     eprintln!(
         "halfproc: console log {}, results {}",
         o.log.display(),
         o.log.with_extension("results.json").display()
     );
-    Ok(if v.passed() {
+    Ok(code)
+}
+
+/// Print the causes and the summary line; the exit code of the verdict.
+fn report(v: &Verdict) -> ExitCode {
+    for c in &v.causes {
+        eprintln!("halfproc: FAIL: {c}");
+    }
+    println!("halfproc: {}", v.summary_line());
+    if v.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
 }
 
-fn scan_log(log: &std::path::Path) -> Result<ExitCode, String> {
+fn judge_log(a: JudgeArgs) -> Result<ExitCode, String> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let console = read(&a.log)?;
+    let status_file = a.status.unwrap_or_else(|| a.log.with_extension("status"));
+    let status = read(&status_file)?;
+    let expected = a.expect.programs()?;
+    Ok(report(&judge(
+        &console,
+        &status,
+        false,
+        Duration::ZERO,
+        &expected,
+    )))
+}
+
+fn scan_log(log: &Path) -> Result<ExitCode, String> {
     let text =
         std::fs::read_to_string(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
     let f = scan::scan(&text);
@@ -211,6 +306,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Initramfs(a) => initramfs(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Run(a) => run(a),
+        Cmd::Judge(a) => judge_log(a),
         Cmd::Scan { log } => scan_log(&log),
     };
     match result {
