@@ -317,3 +317,93 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The flags scripts/guest.sh passes, exactly as it passes them.
+    #[test]
+    fn the_scripts_flags_parse() {
+        let Cmd::Initramfs(a) = Cli::try_parse_from([
+            "h",
+            "initramfs",
+            "--out",
+            "o.cpio",
+            "--busybox",
+            "/bin/busybox",
+            "--init",
+            "init.sh",
+            "--file",
+            "a:/tests/a",
+            "--file",
+            "b:/tests/mm/b",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not initramfs")
+        };
+        assert_eq!(a.file, ["a:/tests/a", "b:/tests/mm/b"]);
+        let Cmd::Run(r) = Cli::try_parse_from([
+            "h",
+            "run",
+            "--kernel",
+            "bz",
+            "--expect-file",
+            "expect",
+            "--initrd",
+            "i.cpio",
+            "--log",
+            "test.log",
+            "--timeout",
+            "1500",
+            "--cpus",
+            "2",
+            "--memory",
+            "4096",
+            "--cpu",
+            "max,la57=off",
+            "--share",
+            "/s",
+            "--append",
+            "halfproc.mode=test pti=on ",
+            "--quiet",
+            "--expect",
+            "hp_sets",
+            "--qemu",
+            "q",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!((r.timeout, r.cpus, r.memory), (1500, 2, 4096));
+        assert_eq!((r.cpu.as_str(), r.qemu.as_str()), ("max,la57=off", "q"));
+        assert_eq!(r.append, "halfproc.mode=test pti=on ");
+        assert!(r.quiet);
+        assert_eq!(r.expect.expect, ["hp_sets"]);
+        assert_eq!(r.expect.expect_file, Some(PathBuf::from("expect")));
+        assert!(Cli::try_parse_from(["h", "run", "--kernel", "bz"]).is_err());
+    }
+
+    #[test]
+    fn the_expect_file_skips_blanks_and_comments() {
+        let dir = std::env::temp_dir().join(format!("halfproc-expect-{}", std::process::id()));
+        std::fs::write(&dir, "# from guest.sh\nhp_sets\n\n  mm/cow  \n").unwrap();
+        let got = ExpectArgs {
+            expect: vec!["hp_dm".into()],
+            expect_file: Some(dir.clone()),
+        }
+        .programs();
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(got.unwrap(), ["hp_dm", "hp_sets", "mm/cow"]);
+    }
+}

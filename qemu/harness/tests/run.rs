@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `qemu::run` end to end with a stand-in for qemu: a shell script that
+//! prints a console log with `/init`'s markers and writes the status port
+//! file, as a guest would. Checks the verdict and both result files.
+
+use halfproc_harness::qemu::{run, RunOpts};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A fresh directory holding a fake qemu that prints `console` and reports
+/// exit status `status`.
+fn fake_qemu(tag: &str, console: &str, status: i32) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("halfproc-run-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("console"), console).unwrap();
+    for f in ["bzImage", "initrd"] {
+        std::fs::write(dir.join(f), "").unwrap();
+    }
+    // The status port is the argument after the second `-serial`.
+    let script = format!(
+        "#!/bin/sh\ncat '{}'\nfor a; do case \"$a\" in file:*) st=\"${{a#file:}}\" ;; esac; done\n\
+         echo HALFPROC_EXIT={status} >\"$st\"\n",
+        dir.join("console").display()
+    );
+    let q = dir.join("qemu");
+    std::fs::write(&q, script).unwrap();
+    std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn opts(dir: &Path, expected: &[&str]) -> RunOpts {
+    RunOpts {
+        qemu: dir.join("qemu").display().to_string(),
+        kernel: dir.join("bzImage"),
+        initrd: dir.join("initrd"),
+        append: "halfproc.mode=test".into(),
+        timeout: Duration::from_secs(30),
+        log: dir.join("test.log"),
+        share: None,
+        memory_mb: 256,
+        cpus: 1,
+        cpu: "max".into(),
+        echo: false,
+        expected: expected.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+#[test]
+fn a_clean_run_writes_tagged_results() {
+    let console = include_str!("fixtures/guest-suite.log");
+    let dir = fake_qemu("clean", console, 0);
+    let v = run(&opts(&dir, &["hp_sets", "mm/mremap_test"])).unwrap();
+    assert!(v.passed(), "{:#?}", v.causes);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("test.log")).unwrap(),
+        console
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("test.results.json")).unwrap())
+            .unwrap();
+    assert_eq!(j["verdict"], "pass");
+    assert_eq!((&j["passed"], &j["skipped"]), (&26.into(), &2.into()));
+    let tests = j["tests"].as_array().unwrap();
+    let xfail = tests
+        .iter()
+        .find(|t| {
+            t["directive"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("XFAIL"))
+        })
+        .unwrap();
+    assert_eq!(xfail["program"], "mm/mremap_test");
+    assert_eq!(
+        xfail["name"],
+        "mremap - Source and Destination Regions Overlapping"
+    );
+    assert_eq!(
+        (&xfail["status"], &xfail["plan"]),
+        (&"pass".into(), &3.into())
+    );
+    let names: Vec<_> = j["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "init",
+            "hp_sets",
+            "hp_dm",
+            "rt/guest_tests",
+            "mm/madv_populate",
+            "mm/mdwe_test",
+            "mm/mremap_test"
+        ]
+    );
+    let tap = std::fs::read_to_string(dir.join("test.tap")).unwrap();
+    assert!(
+        tap.starts_with("TAP version 13\n1..28\nok 1 init.no_module_errnos\n"),
+        "{tap}"
+    );
+    assert!(
+        tap.contains("ok 16 rt/guest_tests: backend is detected and reported # 4 ms\n"),
+        "{tap}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_missing_program_fails_the_run_and_the_files_say_so() {
+    let dir = fake_qemu("missing", "TAP version 13\nok 1 init.module_loads\n", 0);
+    let v = run(&opts(&dir, &["hp_sets"])).unwrap();
+    assert!(!v.passed());
+    assert!(v
+        .summary_line()
+        .starts_with("1 passed, 1 failed, 0 skipped; 0 kernel reports; FAIL"));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("test.results.json")).unwrap())
+            .unwrap();
+    assert_eq!(j["verdict"], "fail");
+    assert_eq!(
+        j["tests"][1],
+        serde_json::json!({"program": "hp_sets", "status": "fail", "plan": null,
+            "name": "hp_sets.missing: expected program never started", "synthetic": true})
+    );
+    let tap = std::fs::read_to_string(dir.join("test.tap")).unwrap();
+    assert!(
+        tap.ends_with("not ok 2 hp_sets.missing: expected program never started\n"),
+        "{tap}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
