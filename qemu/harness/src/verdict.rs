@@ -128,6 +128,14 @@ mod tests {
 
     const T: Duration = Duration::from_secs(60);
 
+    fn assert_cause(v: &Verdict, want: &str) {
+        assert!(
+            v.causes.iter().any(|c| c.contains(want)),
+            "no cause names {want:?}: {:?}",
+            v.causes
+        );
+    }
+
     #[test]
     fn clean_pass() {
         let v = judge("ok 1 a\nok 2 b\n", "HALFPROC_EXIT=0\n", false, T, &[]);
@@ -146,22 +154,12 @@ mod tests {
     #[test]
     fn panic_without_status() {
         let console = "[    1.0] Kernel panic - not syncing: Attempted to kill init!\n";
-        let v = judge(console, "", false, T, &[]);
-        assert!(
-            v.causes.iter().any(|c| c.contains("panicked")),
-            "{:?}",
-            v.causes
-        );
+        assert_cause(&judge(console, "", false, T, &[]), "panicked");
     }
 
     #[test]
     fn hang_is_reported() {
-        let v = judge("ok 1 a\n", "", true, T, &[]);
-        assert!(
-            v.causes.iter().any(|c| c.contains("hung")),
-            "{:?}",
-            v.causes
-        );
+        assert_cause(&judge("ok 1 a\n", "", true, T, &[]), "hung");
     }
 
     #[test]
@@ -174,19 +172,8 @@ mod tests {
     /// What scripts/selftest.sh greps for in mode `fail`.
     #[test]
     fn self_test_failure_is_named() {
-        let v = judge(
-            "not ok 1 harness.self_test_failure\n",
-            "HALFPROC_EXIT=1\n",
-            false,
-            T,
-            &[],
-        );
-        assert!(
-            v.causes
-                .iter()
-                .any(|c| c.contains("tests failed: harness.self_test_failure")),
-            "{:?}",
-            v.causes
-        );
+        let console = "not ok 1 harness.self_test_failure\n";
+        let v = judge(console, "HALFPROC_EXIT=1\n", false, T, &[]);
+        assert_cause(&v, "tests failed: harness.self_test_failure");
     }
 }
