@@ -31,7 +31,7 @@ struct board {
 };
 
 static int failures;
-static char secret[64];			/* private: one copy per member */
+static char secret[64] = "the creator's own secret";	/* private: one copy each */
 static int private_counter = 1;
 
 #define STEP(n, fmt, ...) printf("\n[%d/4] " fmt "\n", n, ##__VA_ARGS__)

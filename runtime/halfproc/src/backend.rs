@@ -6,7 +6,7 @@
 //!   Detected by `/sys/module/halfproc` (the module is loaded).
 //! - [`BackendKind::Portable`]: any stock Linux. The set's range is one memfd
 //!   mapped `MAP_SHARED` at `2^45` in the creator before any member exists, so
-//!   every member (a `fork` of the spawner) inherits it at the same address.
+//!   every member (a `fork` of a member) inherits it at the same address.
 //!   Freed memory is released for every member by punching holes in the memfd;
 //!   copies use `process_vm_readv`/`process_vm_writev`.
 //!
@@ -261,7 +261,7 @@ const KERNEL_SEMANTICS: &[Semantic] = &[
     Semantic {
         name: "members created at any time",
         holds: true,
-        note: "clone3(CLONE_HALFPROC) from the spawner",
+        note: "libc fork() made a member by prctl(PR_HALFPROC_FORK_MEMBER)",
     },
     Semantic {
         name: "freed memory returned for all members",
@@ -309,7 +309,7 @@ const PORTABLE_SEMANTICS: &[Semantic] = &[
     Semantic {
         name: "members created at any time",
         holds: true,
-        note: "clone3 from the single-threaded spawner",
+        note: "libc fork() inherits the shared mapping",
     },
     Semantic {
         name: "freed memory returned for all members",
