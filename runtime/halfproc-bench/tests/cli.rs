@@ -1,14 +1,39 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
-//! The binary's answers to bad arguments: exit code 2 and a message that
-//! names the problem, before anything is measured.
+//! The binary's exit codes: 2 and a message naming the problem for bad
+//! arguments, before anything is measured; 0 for a good run; 1 for a run a
+//! strategy broke.
 
 use std::process::Command;
 
+fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_halfproc-bench"));
+    cmd.args(args);
+    cmd
+}
+
+/// `bench copy` of `strategies` at `sizes`, one repetition on one core.
+fn tiny_copy<'a>(sizes: &'a str, strategies: &'a str) -> Vec<&'a str> {
+    vec![
+        "copy",
+        "--sizes",
+        sizes,
+        "--strategies",
+        strategies,
+        "--reps",
+        "1",
+        "--placement",
+        "same",
+        "--out",
+        "-",
+    ]
+}
+
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_halfproc-bench"))
-        .args(args)
-        .output()
-        .unwrap();
+    run_command(command(args))
+}
+
+fn run_command(mut cmd: Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -52,20 +77,9 @@ fn unknown_subcommand_and_option() {
 
 #[test]
 fn tiny_run_succeeds() {
-    let (code, out, err) = run(&[
-        "copy",
-        "--sizes",
-        "6,10",
-        "--strategies",
-        "shared,tcp",
-        "--reps",
-        "1",
-        "--placement",
-        "same",
-        "--out",
-        "-",
-        "--quiet",
-    ]);
+    let mut args = tiny_copy("6,10", "shared,tcp");
+    args.push("--quiet");
+    let (code, out, err) = run(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("median time"), "{out}");
 }
@@ -113,26 +127,12 @@ fn deny_cma(cmd: &mut Command) {
 /// "unavailable": the backend offers CMA, the policy forbids it.
 #[test]
 fn permission_denied_mid_run_fails_the_run() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_halfproc-bench"));
-    cmd.args([
-        "copy",
-        "--backend",
-        "portable",
-        "--strategies",
-        "cma",
-        "--sizes",
-        "12",
-        "--reps",
-        "1",
-        "--placement",
-        "same",
-        "--out",
-        "-",
-    ]);
+    let mut args = tiny_copy("12", "cma");
+    args.extend(["--backend", "portable"]);
+    let mut cmd = command(&args);
     deny_cma(&mut cmd);
-    let out = cmd.output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, _, err) = run_command(cmd);
+    assert_eq!(code, 1, "{err}");
     assert!(err.contains("FAILED cma"), "{err}");
     assert!(!err.contains("UNAVAILABLE"), "{err}");
 }
