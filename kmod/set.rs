@@ -389,11 +389,10 @@ impl Set {
         pr_debug!("set {} destroyed\n", self.id);
     }
 
-    /// Flush `[start, end)` in every member mm.
+    /// Flush `[start, end)` in every member mm (the core limits the flush
+    /// to the shared range).
     fn flush_members(&self, start: usize, end: usize) {
-        let start = start.max(bindings::HALFPROC_RANGE_START as usize);
-        let end = end.min(bindings::HALFPROC_RANGE_END as usize);
-        if start >= end || SKIP_MEMBER_FLUSH {
+        if SKIP_MEMBER_FLUSH {
             return;
         }
         for m in self.members.lock().iter() {
