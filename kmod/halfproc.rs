@@ -76,7 +76,9 @@ impl kernel::Module for HalfProc {
         // SAFETY: `ops` lives until `drop`, which unregisters it first.
         to_result(unsafe { bindings::halfproc_register(&*ops) })?;
         if set::SKIP_MEMBER_FLUSH {
-            pr_warn!("TEST BUILD: member TLB flushes are disabled; stale translations will survive\n");
+            pr_warn!(
+                "TEST BUILD: member TLB flushes are disabled; stale translations will survive\n"
+            );
         }
         pr_info!("half-process support loaded\n");
         Ok(HalfProc { ops: Ops(ops) })
@@ -240,7 +242,12 @@ unsafe extern "C" fn hook_dm_copy(
 /// # Safety
 ///
 /// Called by `prctl()` in the context of the calling task.
-unsafe extern "C" fn hook_prctl(op: c_ulong, arg3: c_ulong, arg4: c_ulong, arg5: c_ulong) -> c_long {
+unsafe extern "C" fn hook_prctl(
+    op: c_ulong,
+    arg3: c_ulong,
+    arg4: c_ulong,
+    arg5: c_ulong,
+) -> c_long {
     match prctl(op, arg3, arg4, arg5) {
         Ok(v) => v,
         Err(e) => errno(e) as c_long,

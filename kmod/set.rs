@@ -316,7 +316,10 @@ impl Set {
     /// too many of its threads have one armed already.
     pub(crate) fn set_fork_tid(&self, mm: &Mm, tid: i32, arm: bool) -> Result {
         let mut members = self.members.lock();
-        let m = members.iter_mut().find(|m| m.mm == mm.as_raw()).ok_or(EINVAL)?;
+        let m = members
+            .iter_mut()
+            .find(|m| m.mm == mm.as_raw())
+            .ok_or(EINVAL)?;
         if arm {
             m.fork_tids.arm(tid)
         } else {
@@ -328,7 +331,10 @@ impl Set {
     /// Sets member `mm`'s `PR_HALFPROC_INHERIT` flag.
     pub(crate) fn set_inherit(&self, mm: &Mm, on: bool) -> Result {
         let mut members = self.members.lock();
-        let m = members.iter_mut().find(|m| m.mm == mm.as_raw()).ok_or(EINVAL)?;
+        let m = members
+            .iter_mut()
+            .find(|m| m.mm == mm.as_raw())
+            .ok_or(EINVAL)?;
         m.inherit = on;
         Ok(())
     }
