@@ -145,7 +145,7 @@ pub(crate) fn futex_wake(word: &core::sync::atomic::AtomicU32, n: i32) -> i32 {
 }
 
 /// `prctl` option of the patched kernel for half-process sets
-/// (`<linux/prctl.h>`, patch 0013) and its operations and result bits.
+/// (`<linux/prctl.h>`, patch 0009) and its operations and result bits.
 pub(crate) const PR_HALFPROC: libc::c_int = 0x4850_4353;
 pub(crate) const PR_HALFPROC_FORK_MEMBER: libc::c_ulong = 1;
 pub(crate) const PR_HALFPROC_INHERIT: libc::c_ulong = 2;
