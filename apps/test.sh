@@ -19,7 +19,7 @@ make -s -C "$here" -j "$(nproc)" O="$out" >&2 || { echo "apps: build failed" >&2
 
 passed=0
 failed=()
-# run NAME COMMAND...: the checksum the command printed, or nothing
+# run NAME COMMAND...: "CHECKSUM ITERATIONS TIME_PER_ITER" as printed, or nothing
 run() {
 	local name="$1" log rc=0
 	shift
@@ -29,24 +29,32 @@ run() {
 		echo "apps: $name: exited $rc" >&2
 		return 1
 	fi
-	printf '%s\n' "$log" | awk '$1 == "checksum" { print $2 }'
+	printf '%s\n' "$log" | awk '{ v[$1] = $2 }
+		END { if ("checksum" in v) print v["checksum"], v["iterations"], v["time_per_iter"] }'
 }
 for app in "${apps[@]}"; do
-	ref="$(run "$app serial" "$out/serial/$app" "$size")"
-	if [ -z "$ref" ]; then
+	read -r ref iters secs < <(run "$app serial" "$out/serial/$app" "$size")
+	if [ -z "${ref:-}" ]; then
 		failed+=("$app serial: no checksum")
 		continue
 	fi
-	echo "$app serial: checksum $ref"
+	printf '%-8s serial        %4s iterations, %.2e s/iteration; checksum %s\n' \
+		"$app" "$iters" "$secs" "$ref"
 	for np in "${ranks[@]}"; do
-		val="$(run "$app mpi $np" "$here/mpirun.sh" "$np" "$out/mpi/$app" "$size")"
+		val=""
+		read -r val iters secs < <(run "$app mpi $np" \
+			"$here/mpirun.sh" "$np" "$out/mpi/$app" "$size")
 		if [ -z "$val" ]; then
 			failed+=("$app mpi $np ranks: no checksum")
-		elif verdict="$("$out/cks-cmp" "$app" "$ref" "$val")"; then
-			echo "$app mpi $np ranks: checksum $val; $verdict"
+			continue
+		fi
+		verdict="$("$out/cks-cmp" "$app" "$ref" "$val")"
+		ok=$?
+		printf '%-8s mpi %d ranks   %4s iterations, %.2e s/iteration; checksum %s; %s\n' \
+			"$app" "$np" "$iters" "$secs" "$val" "${verdict#*: }"
+		if ((ok == 0)); then
 			passed=$((passed + 1))
 		else
-			echo "$app mpi $np ranks: checksum $val; $verdict"
 			failed+=("$app mpi $np ranks: checksum $val, serial $ref")
 		fi
 	done
