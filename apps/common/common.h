@@ -12,10 +12,24 @@ static inline int64_t block_lo(int64_t n, int nparts, int p)
 	return (int64_t)((__int128)n * p / nparts);
 }
 
+static inline int64_t block_len(int64_t n, int nparts, int p)
+{
+	return block_lo(n, nparts, p + 1) - block_lo(n, nparts, p);
+}
+
 /* The block that holds element i. */
 int block_owner(int64_t n, int nparts, int64_t i);
 
 double wall_seconds(void);
+
+/* Swaps two arrays: the old and new iterate of a Jacobi-style update. */
+static inline void swap_arrays(double **a, double **b)
+{
+	double *t = *a;
+
+	*a = *b;
+	*b = t;
+}
 
 /* malloc that exits with a message on failure; zeroed. */
 void *xcalloc(size_t count, size_t size);

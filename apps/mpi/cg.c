@@ -30,7 +30,7 @@ int main(int argc, char **argv)
 	struct cg_params p = cg_params(size);
 	int64_t n = cg_n(&p);
 	int64_t lo = block_lo(n, w.size, w.rank);
-	int64_t nloc = block_lo(n, w.size, w.rank + 1) - lo;
+	int64_t nloc = block_len(n, w.size, w.rank);
 	struct csr a;
 	struct halo h;
 

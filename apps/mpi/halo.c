@@ -35,7 +35,7 @@ void halo_setup(struct halo *h, struct csr *a, int64_t n,
 	int64_t *ghost;
 
 	h->lo = block_lo(n, p, w->rank);
-	h->nloc = block_lo(n, p, w->rank + 1) - h->lo;
+	h->nloc = block_len(n, p, w->rank);
 	h->nghost = ghost_columns(a, h->lo, h->lo + h->nloc, &ghost);
 
 	/* renumber: own entries first, then the ghosts in ascending order */

@@ -21,7 +21,7 @@ int main(int argc, char **argv)
 	struct jacobi_params p = jacobi_params(size);
 	int n = p.n;
 	int64_t z0 = block_lo(n, w.size, w.rank);
-	int nz = (int)(block_lo(n, w.size, w.rank + 1) - z0);
+	int nz = (int)block_len(n, w.size, w.rank);
 	int64_t pl = jacobi_plane(n);
 	int down = w.rank > 0 ? w.rank - 1 : MPI_PROC_NULL;
 	int up = w.rank + 1 < w.size ? w.rank + 1 : MPI_PROC_NULL;
@@ -55,10 +55,7 @@ int main(int argc, char **argv)
 		jacobi_sweep(n, 1, 2, u, v);
 		if (nz > 1)
 			jacobi_sweep(n, nz, nz + 1, u, v);
-		double *t = u;
-
-		u = v;
-		v = t;
+		swap_arrays(&u, &v);
 	}
 	double t = MPI_Wtime() - t0;
 	cks_t part = 0.0L;

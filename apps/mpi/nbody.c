@@ -18,13 +18,13 @@ int main(int argc, char **argv)
 	struct nbody_params p = nbody_params(size);
 	int64_t n = nbody_count(&p);
 	int64_t i0 = block_lo(n, w.size, w.rank);
-	int64_t cnt = block_lo(n, w.size, w.rank + 1) - i0;
+	int64_t cnt = block_len(n, w.size, w.rank);
 	int *counts = xcalloc((size_t)w.size, sizeof(int));
 	int *displs = xcalloc((size_t)w.size, sizeof(int));
 
 	for (int q = 0; q < w.size; q++) {
 		displs[q] = (int)(3 * block_lo(n, w.size, q));
-		counts[q] = (int)(3 * block_lo(n, w.size, q + 1)) - displs[q];
+		counts[q] = (int)(3 * block_len(n, w.size, q));
 	}
 	double *pos_all = xcalloc((size_t)(3 * n), sizeof(double));
 	double *mass_all = xcalloc((size_t)n, sizeof(double));

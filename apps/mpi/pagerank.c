@@ -22,7 +22,7 @@ int main(int argc, char **argv)
 	struct pagerank_params p = pagerank_params(size);
 	int64_t n = pagerank_n(&p);
 	int64_t lo = block_lo(n, w.size, w.rank);
-	int64_t nloc = block_lo(n, w.size, w.rank + 1) - lo;
+	int64_t nloc = block_len(n, w.size, w.rank);
 	struct csr a;
 	struct halo h;
 
@@ -34,7 +34,7 @@ int main(int argc, char **argv)
 	int *blocks = xcalloc((size_t)w.size, sizeof(int));
 
 	for (int q = 0; q < w.size; q++)
-		blocks[q] = (int)(block_lo(n, w.size, q + 1) - block_lo(n, w.size, q));
+		blocks[q] = (int)block_len(n, w.size, q);
 	pagerank_count_out(&a, 0, n, count);
 	MPI_Reduce_scatter(count, outdeg, blocks, MPI_INT64_T, MPI_SUM,
 			   MPI_COMM_WORLD);
@@ -60,10 +60,7 @@ int main(int argc, char **argv)
 		diff = pagerank_update(&a, n, c, x, y);
 		MPI_Allreduce(MPI_IN_PLACE, &diff, 1, MPI_DOUBLE, MPI_MAX,
 			      MPI_COMM_WORLD);
-		double *t = x;
-
-		x = y;
-		y = t;
+		swap_arrays(&x, &y);
 		it++;
 		if ((double)n * diff < p.tol)
 			break;

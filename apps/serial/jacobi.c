@@ -39,10 +39,7 @@ int main(int argc, char **argv)
 					v[(z * m + y) * m + x] =
 						(4.0 * sum[1] + 2.0 * sum[2] + sum[3]) / 56.0;
 				}
-		double *t = u;
-
-		u = v;
-		v = t;
+		swap_arrays(&u, &v);
 	}
 	double t = wall_seconds() - t0;
 	cks_t acc = 0.0L;

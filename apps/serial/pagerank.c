@@ -41,10 +41,7 @@ int main(int argc, char **argv)
 			y[i] = 0.15 / (double)n + 0.85 * s;
 			diff = fmax(diff, fabs(y[i] - x[i]));
 		}
-		double *t = x;
-
-		x = y;
-		y = t;
+		swap_arrays(&x, &y);
 		it++;
 		if ((double)n * diff < p.tol)
 			break;
