@@ -17,7 +17,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 use nix::sys::memfd::{memfd_create, MFdFlags};
-use nix::sys::mman::{self, MapFlags, MmapAdvise, ProtFlags};
+use nix::sys::mman::{self, ProtFlags};
+/// `nix`'s flag and advice types, so that callers need no `nix` of their own.
+pub use nix::sys::mman::{MapFlags, MmapAdvise};
 
 use crate::error::{Error, Result};
 use crate::range::in_shared_range;

@@ -2,10 +2,12 @@
 //! The shared range `[2^45, 2^46)` and the one Rust copy of its bounds check.
 //!
 //! The bounds come from `halfproc-uapi` (which checks them against the patch
-//! series). The kernel side has its own check in C (`mm/halfproc.c`) and in
-//! the module; C programs in `tests/` use `in_range()` of
-//! `tests/lib/halfproc_test.h`. Both predicates compute `addr + len` with
-//! overflow checked, so a huge `len` cannot wrap into the range.
+//! series). This is the one Rust copy of the check in user space; C
+//! programs in `tests/` use `in_range()` of `tests/lib/halfproc_test.h`
+//! (`tests/c_range.rs` checks that the two agree), and the kernel keeps its
+//! own (`include/linux/halfproc.h` of patch 0002, `kmod/halfproc.rs`). Both
+//! predicates here compute `addr + len` with overflow checked, so a huge
+//! `len` cannot wrap around into the range.
 //!
 //! C header: `include/uapi/linux/halfproc.h`.
 
