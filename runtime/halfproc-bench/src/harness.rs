@@ -21,6 +21,7 @@ use crate::os;
 use crate::pattern;
 use crate::strategy::{self, Link, Reader, Strategy};
 use halfproc::BackendKind;
+use halfproc_sys::task;
 use std::cell::Cell;
 use std::sync::atomic::Ordering::*;
 
@@ -82,8 +83,7 @@ pub fn run_with(job: &Job<'_>, halves: strategy::Halves) -> Result<Vec<Vec<u64>>
         .ok_or_else(|| Error::usage("no sizes"))?;
     let ctl_mem = SharedControl::new()?;
     let ctl = ctl_mem.get();
-    ctl.writer_pid
-        .store(halfproc_sys::task::getpid() as u64, Release);
+    ctl.writer_pid.store(task::getpid() as u64, Release);
     let same = job.cpus.0 == job.cpus.1;
     let policy = WaitPolicy::for_same_core(same);
 
@@ -138,9 +138,8 @@ fn writer_main(
     let ctl = ctl_mem.get();
     ctl.reader_pid.store(reader_pid as u64, Release);
     // Under Yama ptrace_scope=1 a child may not process_vm_readv its
-    // parent unless the parent names it; harmless (EINVAL) without Yama.
-    // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_PTRACER, reader_pid as libc::c_ulong, 0, 0, 0) };
+    // parent unless the parent names it; harmless without Yama.
+    task::allow_ptrace_from(reader_pid);
     os::pin_to(job.cpus.0)?;
     let link = Link {
         ctl,
@@ -221,8 +220,8 @@ fn reader_main(
     let parent = ctl.writer_pid.load(Acquire) as i32;
     // SAFETY: no preconditions.
     let alive = || unsafe { libc::getppid() } == parent;
-    // SAFETY: prctl with integer arguments (see writer_main).
-    unsafe { libc::prctl(libc::PR_SET_PTRACER, parent as libc::c_ulong, 0, 0, 0) };
+    // See writer_main.
+    task::allow_ptrace_from(parent);
     let link = Link {
         ctl,
         policy,

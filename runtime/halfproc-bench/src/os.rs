@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 //! The benchmarks' own system calls: the clock, CPU affinity, pipes and
-//! `vmsplice`, waiting for children. Half-process calls (mappings in the shared range, members,
-//! `dmread`/`dmwrite`, futexes) come from `halfproc-sys`.
+//! `vmsplice`, waiting for children. Half-process calls (mappings in the
+//! shared range, members, `dmread`/`dmwrite`, futexes) come from
+//! `halfproc-sys`.
 //!
 //! C headers: `time.h`, `sched.h`, `unistd.h`, `fcntl.h` (`vmsplice`),
 //! `sys/wait.h`.
