@@ -14,16 +14,15 @@
 //!   `process_vm_readv`, which this benchmark measures under its own name
 //!   (`cma`) rather than twice.
 //!
-//! The `halfproc` runtime crate (runtime/halfproc) offers the same services,
-//! but its members are cloned by a spawner process started at `Set::init`,
-//! so they do not inherit what the caller creates later (sockets, pipes,
-//! bounce buffers, private buffers), which this benchmark creates afresh for
-//! every strategy. The benchmark therefore makes the system calls itself,
-//! through `halfproc-sys` (the layer under the runtime): on the kernel backend the writer's
-//! first `mmap(MAP_HALFPROC)` or `clone3(CLONE_HALFPROC)` creates its set
-//! with the writer as first member, and each reader is cloned into it; on
-//! the portable backend it does what the runtime's portable backend does
-//! (memfd at `2^45`, `fork`, `process_vm_readv` for copies).
+//! The benchmark measures the bare mechanisms rather than the runtime's
+//! (no arena, no member table, no reaper), so it makes the system calls
+//! itself, through `halfproc-sys`, the layer under the runtime: on the
+//! kernel backend the writer's first `mmap(MAP_HALFPROC)` or
+//! `clone3(CLONE_HALFPROC)` creates its set with the writer as first member,
+//! and each reader is cloned into it; on the portable backend it does what
+//! the runtime's portable backend does (memfd at `2^45`, `fork`,
+//! `process_vm_readv` for copies). From the runtime it takes only the
+//! backend's name and selection ([`BackendKind`], [`Backend::select`]).
 
 use crate::error::{Error, Result};
 use halfproc::backend::{Backend, BackendKind, Request};
