@@ -70,22 +70,20 @@ pub struct Region {
 unsafe impl Send for Region {}
 
 impl Region {
-    /// Maps `len` bytes (rounded up to pages) with `flags`, of `fd` or
-    /// anonymous, at `fixed` (with `MAP_FIXED_NOREPLACE`) or anywhere.
-    fn map(
+    /// `mmap(addr, len, PROT_READ|PROT_WRITE, flags, fd)`, `len` rounded up
+    /// to pages, of `fd` or anonymous; `addr` is a hint unless `flags` say
+    /// `MAP_FIXED_NOREPLACE`.
+    fn raw(
         what: &'static str,
-        fixed: Option<usize>,
+        addr: Option<usize>,
         len: usize,
-        mut flags: MapFlags,
+        flags: MapFlags,
         fd: Option<BorrowedFd<'_>>,
     ) -> Result<Self> {
         debug_assert!(!flags.contains(MapFlags::MAP_FIXED));
         let len = page_round(len);
         let nz_len = NonZeroUsize::new(len).expect("page_round gives at least a page");
-        let addr = fixed.and_then(NonZeroUsize::new);
-        if addr.is_some() {
-            flags |= MapFlags::MAP_FIXED_NOREPLACE;
-        }
+        let addr = addr.and_then(NonZeroUsize::new);
         let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
         // SAFETY: a new mapping without MAP_FIXED (checked above): the
         // kernel replaces no existing mapping, so no live object can be
@@ -98,15 +96,31 @@ impl Region {
         }
         .map_err(|e| Error::nix(format!("mmap({what}, {len} bytes)"), e))?;
         // INVARIANT: a live RW mapping of `len` bytes that we own.
-        let r = Region { ptr: p.cast(), len };
-        if let Some(want) = fixed.filter(|&a| a != r.addr()) {
-            return Err(Error::Misplaced {
+        Ok(Region { ptr: p.cast(), len })
+    }
+
+    /// [`Region::raw`] at exactly `fixed` (`MAP_FIXED_NOREPLACE`), or
+    /// anywhere.
+    fn map(
+        what: &'static str,
+        fixed: Option<usize>,
+        len: usize,
+        mut flags: MapFlags,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Result<Self> {
+        if fixed.is_some() {
+            flags |= MapFlags::MAP_FIXED_NOREPLACE;
+        }
+        let r = Self::raw(what, fixed, len, flags, fd)?;
+        match fixed {
+            // Dropping `r` unmaps it.
+            Some(want) if want != r.addr() => Err(Error::Misplaced {
                 what,
                 addr: r.addr() as u64,
                 wanted: Some(want as u64),
-            });
+            }),
+            _ => Ok(r),
         }
-        Ok(r)
     }
 
     /// Private anonymous memory, as `malloc` gives for large sizes, marked
@@ -151,17 +165,8 @@ impl Region {
     /// [`Error::Misplaced`] when the kernel put it outside the shared range.
     pub fn halfproc(len: usize, hint: Option<usize>, extra: MapFlags) -> Result<Self> {
         let flags = MapFlags::MAP_PRIVATE | MAP_HALFPROC | extra;
-        let len = page_round(len);
-        let hint = hint.and_then(NonZeroUsize::new);
-        let nz_len = NonZeroUsize::new(len).expect("page_round gives at least a page");
-        let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
-        // SAFETY: an anonymous mapping with at most a hint (no MAP_FIXED):
-        // it replaces nothing.
-        let p = unsafe { mman::mmap_anonymous(hint, nz_len, prot, flags) }
-            .map_err(|e| Error::nix("mmap(MAP_HALFPROC)", e))?;
-        // INVARIANT: a live RW mapping of `len` bytes that we own.
-        let r = Region { ptr: p.cast(), len };
-        if !in_shared_range(r.addr() as u64, len as u64) {
+        let r = Self::raw("MAP_HALFPROC", hint, len, flags, None)?;
+        if !in_shared_range(r.addr() as u64, r.len as u64) {
             // Dropping `r` unmaps it.
             return Err(Error::Misplaced {
                 what: "mmap(MAP_HALFPROC)",
