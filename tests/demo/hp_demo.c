@@ -64,8 +64,7 @@ static void show_maps_line(pid_t pid)
 	if (!f)
 		return;
 	while (fgets(line, sizeof(line), f))
-		if (strtoull(line, NULL, 16) >= HALFPROC_RANGE_START &&
-		    strtoull(line, NULL, 16) < HALFPROC_RANGE_END)
+		if (in_range((void *)(uintptr_t)strtoull(line, NULL, 16), 1))
 			printf("      /proc/%d/maps: %s", pid, line);
 	fclose(f);
 }

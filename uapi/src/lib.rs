@@ -3,7 +3,8 @@
 //!
 //! This crate mirrors `include/uapi/linux/halfproc.h` from the patch series
 //! (`patches/`) and is the only place user-space crates take these numbers
-//! from. A unit test parses the header out of the patch series and checks
+//! from (through `halfproc-sys`, which also holds the bounds check of the
+//! range). A unit test parses the header out of the patch series and checks
 //! that every constant here matches it, so the two cannot drift apart.
 //!
 //! C header: `include/uapi/linux/halfproc.h` (added by `patches/0001-*`).
@@ -25,7 +26,8 @@ pub const CLONE_HALFPROC: u64 = 1 << 40;
 ///
 /// An unpatched kernel silently ignores unknown `mmap` flags on anonymous
 /// mappings, so callers must check that the result lies in the shared range
-/// (see [`in_shared_range`]).
+/// (`halfproc_sys::range::in_shared_range`, which `halfproc_sys::Region`
+/// applies to every such mapping).
 pub const MAP_HALFPROC: i32 = 0x0020_0000;
 
 /// x86_64 system call numbers added by the patch series.
@@ -44,40 +46,6 @@ pub mod nr {
 /// The largest number of `iovec`s one `dmreadv`/`dmwritev` call accepts
 /// (the same limit as `process_vm_readv`: `UIO_MAXIOV`).
 pub const DM_IOV_MAX: usize = 1024;
-
-/// Whether `[addr, addr + len)` lies entirely inside the shared range.
-///
-/// # Examples
-///
-/// ```
-/// use halfproc_uapi::{in_shared_range, HALFPROC_RANGE_START};
-/// assert!(in_shared_range(HALFPROC_RANGE_START, 4096));
-/// assert!(!in_shared_range(HALFPROC_RANGE_START - 4096, 8192));
-/// assert!(!in_shared_range(u64::MAX, 2));
-/// ```
-pub const fn in_shared_range(addr: u64, len: u64) -> bool {
-    match addr.checked_add(len) {
-        Some(end) => addr >= HALFPROC_RANGE_START && end <= HALFPROC_RANGE_END,
-        None => false,
-    }
-}
-
-/// Whether `[addr, addr + len)` touches the shared range at all.
-///
-/// # Examples
-///
-/// ```
-/// use halfproc_uapi::{overlaps_shared_range, HALFPROC_RANGE_END};
-/// assert!(overlaps_shared_range(HALFPROC_RANGE_END - 1, 2));
-/// assert!(!overlaps_shared_range(HALFPROC_RANGE_END, 4096));
-/// ```
-pub const fn overlaps_shared_range(addr: u64, len: u64) -> bool {
-    let end = match addr.checked_add(len) {
-        Some(end) => end,
-        None => u64::MAX,
-    };
-    len != 0 && addr < HALFPROC_RANGE_END && end > HALFPROC_RANGE_START
-}
 
 /// `struct clone_args` of `clone3()` (`include/uapi/linux/sched.h`), version 2
 /// (`CLONE_ARGS_SIZE_VER2`, 88 bytes).
@@ -142,20 +110,6 @@ mod tests {
         // mmap: bits 26.. carry MAP_HUGE_*; MAP_FIXED_NOREPLACE is 0x100000.
         assert_eq!(MAP_HALFPROC & !0x03e0_0000, 0);
         assert_eq!(MAP_HALFPROC.count_ones(), 1);
-    }
-
-    #[test]
-    fn range_predicates() {
-        let s = HALFPROC_RANGE_START;
-        let e = HALFPROC_RANGE_END;
-        assert!(in_shared_range(s, e - s));
-        assert!(!in_shared_range(s, e - s + 1));
-        assert!(!in_shared_range(s - 1, 1));
-        assert!(overlaps_shared_range(s - 1, 2));
-        assert!(!overlaps_shared_range(s - 1, 1));
-        assert!(!overlaps_shared_range(s, 0));
-        assert!(overlaps_shared_range(0, u64::MAX));
-        assert!(!overlaps_shared_range(e, u64::MAX));
     }
 
     /// Every constant above must equal the `#define` of the same name in the

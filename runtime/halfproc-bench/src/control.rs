@@ -28,7 +28,8 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::sys::{self, Region};
+use crate::os;
+use halfproc_sys::{futex, Region};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 /// How long a waiter spins before it sleeps.
@@ -83,7 +84,7 @@ impl Bell {
 
     #[cold]
     fn wake(&self) {
-        sys::futex_wake(&self.value);
+        futex::wake(&self.value, 1);
     }
 
     /// Wait until `ok(value)` holds; `alive` is asked whenever a sleep
@@ -116,7 +117,7 @@ impl Bell {
                 return Ok(v);
             }
         }
-        let start = sys::now_ns();
+        let start = os::now_ns();
         loop {
             self.waiters.store(1, SeqCst);
             let v = self.value.load(SeqCst);
@@ -124,7 +125,7 @@ impl Bell {
                 self.waiters.store(0, Relaxed);
                 return Ok(v);
             }
-            sys::futex_wait(&self.value, v, 100_000_000);
+            futex::wait(&self.value, v, Some(std::time::Duration::from_millis(100)));
             self.waiters.store(0, Relaxed);
             let v = self.value.load(Acquire);
             if ok(v) {
@@ -133,7 +134,7 @@ impl Bell {
             if self.value.load(Relaxed) == v && !alive() {
                 return Err(Error::Verify("the peer process died".into()));
             }
-            if sys::now_ns() - start > policy.timeout_ns {
+            if os::now_ns() - start > policy.timeout_ns {
                 return Err(Error::Verify(format!(
                     "the peer did not answer within {} s",
                     policy.timeout_ns / 1_000_000_000

@@ -10,16 +10,15 @@
 //! other core) land on all strategies alike, so side-by-side ratios are
 //! fair even when absolute times wander.
 
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::harness::{self, Job};
 use crate::opts::{CopyOpts, Placement};
+use crate::os;
 use crate::plot::{self, Chart, Line, Rgb, PALETTE, SHAPES};
 use crate::reference;
 use crate::report::{CopyReport, Machine, Outcome, PlacementReport, Series};
 use crate::stats::{fmt_size, Stats};
 use crate::strategy::Strategy;
-use crate::sys;
 use std::path::{Path, PathBuf};
 
 /// Run `bench copy` with `opts`: measure, then write the files if
@@ -32,8 +31,8 @@ use std::path::{Path, PathBuf};
 /// what the backend lacks, decided before the run starts.
 pub fn run_copy(opts: &CopyOpts) -> Result<CopyReport> {
     opts.validate()?;
-    let backend = Backend::choose(&opts.backend)?;
-    let cpus = sys::allowed_cpus()?;
+    let backend = crate::backend::choose(&opts.backend)?;
+    let cpus = os::allowed_cpus()?;
     let a = *cpus.first().ok_or_else(|| Error::usage("no CPU allowed"))?;
     let b = cpus.get(1).copied();
     let sizes: Vec<usize> = opts.sizes.iter().map(|&e| 1usize << e).collect();
@@ -137,7 +136,7 @@ pub fn run_copy(opts: &CopyOpts) -> Result<CopyReport> {
                     chunk: opts.chunk,
                     salt: round as u64,
                 };
-                let t = sys::now_ns();
+                let t = os::now_ns();
                 match harness::run(&job) {
                     Ok(samples) => {
                         for (cell, new) in raw[pi][si].iter_mut().zip(samples) {
@@ -149,7 +148,7 @@ pub fn run_copy(opts: &CopyOpts) -> Result<CopyReport> {
                             opts.rounds,
                             p.placement.name(),
                             s.strategy.name(),
-                            (sys::now_ns() - t) as f64 / 1e9
+                            (os::now_ns() - t) as f64 / 1e9
                         ));
                     }
                     // Whatever the errno: what the backend lacks was
@@ -167,7 +166,7 @@ pub fn run_copy(opts: &CopyOpts) -> Result<CopyReport> {
             }
         }
     }
-    sys::set_cpus(&cpus)?;
+    os::set_cpus(&cpus)?;
     for (pi, p) in placements.iter_mut().enumerate() {
         for (si, s) in p.series.iter_mut().enumerate() {
             if let Outcome::Measured(cells) = &mut s.outcome {
@@ -278,19 +277,13 @@ pub fn chart(report: &CopyReport, p: &PlacementReport) -> Option<Chart> {
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| Error::Sys {
-        what: format!("write {}", path.display()),
-        err: e,
-    })
+    std::fs::write(path, bytes).map_err(|e| Error::io(format!("write {}", path.display()), e))
 }
 
 /// Write `copy.json`, `copy.txt` and `copy-<placement>.svg`/`.png` into
 /// `dir` (created if needed); returns the paths.
 pub fn write_files(report: &CopyReport, dir: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::Sys {
-        what: format!("mkdir {}", dir.display()),
-        err: e,
-    })?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
     let mut files = Vec::new();
     let json = serde_json::to_string_pretty(&report.to_json()).expect("JSON of plain values");
     let p = dir.join("copy.json");

@@ -3,10 +3,11 @@
 //!
 //! Three kinds matter to a user and are kept apart: a bad argument
 //! ([`Error::Usage`], exit code 2 in the binary), a system call that failed
-//! ([`Error::Sys`], with the call named and `errno` kept), and a measurement
-//! that cannot be trusted ([`Error::Verify`]: the reader's checksum did not
+//! ([`Error::Sys`]: `halfproc-sys`'s error, with the call named and `errno`
+//! kept), and a measurement that cannot be trusted ([`Error::Verify`]: the reader's checksum did not
 //! match the data the writer wrote, or a peer died or stalled).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
 
@@ -15,13 +16,8 @@ use std::io;
 pub enum Error {
     /// The arguments are wrong; the message says which and what is allowed.
     Usage(String),
-    /// A system call failed.
-    Sys {
-        /// The call and what it was for, e.g. `"mmap(shared range, 1 MiB)"`.
-        what: String,
-        /// The error the kernel returned.
-        err: io::Error,
-    },
+    /// A system call failed, or a mapping missed the shared range.
+    Sys(halfproc_sys::Error),
     /// A result cannot be trusted: wrong checksum, short transfer, a peer
     /// that died or did not answer.
     Verify(String),
@@ -33,20 +29,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A [`Error::Sys`] from `errno`, right after the failing call.
     #[cold]
-    pub fn last_os(what: impl Into<String>) -> Self {
-        Error::Sys {
-            what: what.into(),
-            err: io::Error::last_os_error(),
-        }
+    pub fn last_os(what: impl Into<Cow<'static, str>>) -> Self {
+        Error::Sys(halfproc_sys::Error::last_os(what))
     }
 
     /// A [`Error::Sys`] from an explicit `errno` value.
     #[cold]
-    pub fn from_errno(what: impl Into<String>, errno: i32) -> Self {
-        Error::Sys {
-            what: what.into(),
-            err: io::Error::from_raw_os_error(errno),
-        }
+    pub fn from_errno(what: impl Into<Cow<'static, str>>, errno: i32) -> Self {
+        Error::Sys(halfproc_sys::Error::from_errno(what, errno))
+    }
+
+    /// A [`Error::Sys`] from an [`io::Error`] (of `std::fs`, `std::net`).
+    #[cold]
+    pub fn io(what: impl Into<Cow<'static, str>>, err: io::Error) -> Self {
+        Error::Sys(halfproc_sys::Error::io(what, err))
     }
 
     /// A [`Error::Usage`].
@@ -58,7 +54,7 @@ impl Error {
     /// The `errno` of a [`Error::Sys`], if any.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Sys { err, .. } => err.raw_os_error(),
+            Error::Sys(e) => Some(e.errno()),
             _ => None,
         }
     }
@@ -66,10 +62,13 @@ impl Error {
     /// Whether this error means "this machine or kernel cannot do that"
     /// (the strategy is unavailable) rather than "the benchmark is broken".
     pub fn is_unsupported(&self) -> bool {
-        matches!(
-            self.errno(),
-            Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM | libc::EACCES)
-        )
+        matches!(self, Error::Sys(e) if e.is_unsupported())
+    }
+}
+
+impl From<halfproc_sys::Error> for Error {
+    fn from(e: halfproc_sys::Error) -> Self {
+        Error::Sys(e)
     }
 }
 
@@ -77,7 +76,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Usage(m) => write!(f, "usage: {m}"),
-            Error::Sys { what, err } => write!(f, "{what}: {err}"),
+            Error::Sys(e) => e.fmt(f),
             Error::Verify(m) => write!(f, "verification failed: {m}"),
         }
     }
@@ -86,7 +85,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Sys { err, .. } => Some(err),
+            Error::Sys(e) => e.source(),
             _ => None,
         }
     }

@@ -15,12 +15,13 @@
 //! (the binary is); the portable backend uses `fork`, which is safe from
 //! multi-threaded test programs.
 
-use crate::backend::Backend;
 use crate::control::{SharedControl, WaitPolicy, CMD_MEASURE, CMD_QUIT};
 use crate::error::{Error, Result};
+use crate::os;
 use crate::pattern;
 use crate::strategy::{self, Link, Reader, Strategy};
-use crate::sys;
+use halfproc::BackendKind;
+use halfproc_sys::task;
 use std::cell::Cell;
 use std::sync::atomic::Ordering::*;
 
@@ -30,7 +31,7 @@ pub struct Job<'a> {
     /// The strategy.
     pub strategy: Strategy,
     /// The backend.
-    pub backend: Backend,
+    pub backend: BackendKind,
     /// Transfer sizes in bytes.
     pub sizes: &'a [usize],
     /// Untimed repetitions per size.
@@ -82,11 +83,11 @@ pub fn run_with(job: &Job<'_>, halves: strategy::Halves) -> Result<Vec<Vec<u64>>
         .ok_or_else(|| Error::usage("no sizes"))?;
     let ctl_mem = SharedControl::new()?;
     let ctl = ctl_mem.get();
-    ctl.writer_pid.store(sys::getpid() as u64, Release);
+    ctl.writer_pid.store(task::getpid() as u64, Release);
     let same = job.cpus.0 == job.cpus.1;
     let policy = WaitPolicy::for_same_core(same);
 
-    let pid = job.backend.spawn_member()?;
+    let pid = crate::backend::spawn_member(job.backend)?;
     if pid == 0 {
         // The reader. Never return into the caller's stack frames.
         drop(halves.writer);
@@ -102,7 +103,7 @@ pub fn run_with(job: &Job<'_>, halves: strategy::Halves) -> Result<Vec<Vec<u64>>
     drop(halves.reader);
     let reaped = Cell::new(false);
     let alive = || {
-        if !reaped.get() && sys::child_exited(pid) {
+        if !reaped.get() && os::child_exited(pid) {
             reaped.set(true);
         }
         !reaped.get()
@@ -113,13 +114,13 @@ pub fn run_with(job: &Job<'_>, halves: strategy::Halves) -> Result<Vec<Vec<u64>>
             ctl.op.store(CMD_QUIT, Release);
             ctl.cmd.ring();
             if !reaped.get() {
-                let st = sys::wait_child(pid)?;
+                let st = os::wait_child(pid)?;
                 if st != 0 {
                     return Err(Error::Verify(format!("reader exited with status {st}")));
                 }
             }
         }
-        Err(_) if !reaped.get() => sys::kill_and_reap(pid),
+        Err(_) if !reaped.get() => os::kill_and_reap(pid),
         Err(_) => {}
     }
     result
@@ -137,10 +138,9 @@ fn writer_main(
     let ctl = ctl_mem.get();
     ctl.reader_pid.store(reader_pid as u64, Release);
     // Under Yama ptrace_scope=1 a child may not process_vm_readv its
-    // parent unless the parent names it; harmless (EINVAL) without Yama.
-    // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_PTRACER, reader_pid as libc::c_ulong, 0, 0, 0) };
-    sys::pin_to(job.cpus.0)?;
+    // parent unless the parent names it; harmless without Yama.
+    task::allow_ptrace_from(reader_pid);
+    os::pin_to(job.cpus.0)?;
     let link = Link {
         ctl,
         policy,
@@ -162,7 +162,7 @@ fn writer_main(
             count += 1;
             ctl.cmd.set(count);
             ctl.ready.wait_until(policy, alive, |v| v >= count)?;
-            let t0 = sys::now_ns();
+            let t0 = os::now_ns();
             ctl.t0.store(t0, Relaxed);
             ctl.go.set(count);
             let sent = w
@@ -220,8 +220,8 @@ fn reader_main(
     let parent = ctl.writer_pid.load(Acquire) as i32;
     // SAFETY: no preconditions.
     let alive = || unsafe { libc::getppid() } == parent;
-    // SAFETY: prctl with integer arguments (see writer_main).
-    unsafe { libc::prctl(libc::PR_SET_PTRACER, parent as libc::c_ulong, 0, 0, 0) };
+    // See writer_main.
+    task::allow_ptrace_from(parent);
     let link = Link {
         ctl,
         policy,
@@ -233,7 +233,7 @@ fn reader_main(
         ctl.reader_errno
             .store(e.errno().map_or(u64::MAX, |n| n as u64), Release);
     };
-    if let Err(e) = sys::pin_to(cpu).and_then(|()| r.init(max, &link)) {
+    if let Err(e) = os::pin_to(cpu).and_then(|()| r.init(max, &link)) {
         // Report through the first command's `done`.
         fail(e);
     }
@@ -265,7 +265,7 @@ fn reader_main(
             return 3;
         }
         let got = r.receive(size, &link);
-        let t1 = sys::now_ns();
+        let t1 = os::now_ns();
         let t0 = ctl.t0.load(Relaxed);
         match got {
             Ok(sum) => {

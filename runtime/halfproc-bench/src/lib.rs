@@ -32,7 +32,7 @@
 //! | `report.rs` | the copy report: table, ratios, JSON |
 //! | `plot/` | log-log charts to SVG and PNG |
 //! | `mm.rs` | `bench mm` |
-//! | `sys.rs` | checked system-call wrappers |
+//! | `os.rs` | the benchmarks' own system calls (clock, affinity, pipes, children); the rest is `halfproc-sys` |
 //!
 //! # Examples
 //!
@@ -51,13 +51,13 @@ pub mod error;
 pub mod harness;
 pub mod mm;
 pub mod opts;
+pub mod os;
 pub mod pattern;
 pub mod plot;
 pub mod reference;
 pub mod report;
 pub mod stats;
 pub mod strategy;
-pub mod sys;
 
 pub use copy::run_copy;
 pub use error::{Error, Result};

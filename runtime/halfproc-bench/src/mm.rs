@@ -20,15 +20,17 @@
 //! disabled on both sides; only the touches are timed. Private and shared
 //! alternate in every repetition.
 
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::opts::MmOpts;
+use crate::os;
 use crate::report::{write_grid, Machine};
 use crate::stats::{fmt_ns, Stats};
-use crate::sys::{self, Region};
-use halfproc_uapi::{in_shared_range, HALFPROC_RANGE_START, MAP_HALFPROC};
+use halfproc::BackendKind;
+use halfproc_sys::mem::{self, MapFlags, MmapAdvise, Region};
+use halfproc_sys::range::HALFPROC_RANGE_START;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Pages per fault batch (64 MiB with 4 KiB pages).
@@ -57,7 +59,7 @@ impl Pair {
 #[derive(Clone, Debug)]
 pub struct MmReport {
     /// Backend used.
-    pub backend: Backend,
+    pub backend: BackendKind,
     /// Where it ran.
     pub machine: Machine,
     /// `mmap`+`munmap` pairs per repetition.
@@ -73,110 +75,72 @@ pub struct MmReport {
 }
 
 /// What the shared side is on this backend, for tables and JSON.
-fn shared_meaning(b: Backend) -> &'static str {
+fn shared_meaning(b: BackendKind) -> &'static str {
     match b {
-        Backend::Kernel => "MAP_HALFPROC anonymous memory in a member (address-space switching, page-table redirection)",
-        Backend::Portable => "memfd MAP_SHARED mapping at a fixed address in the range (the portable emulation; not the paper's quantity)",
+        BackendKind::Kernel => "MAP_HALFPROC anonymous memory in a member (address-space switching, page-table redirection)",
+        BackendKind::Portable => "memfd MAP_SHARED mapping at a fixed address in the range (the portable emulation; not the paper's quantity)",
     }
 }
 
 /// The shared-range side's resources in the member.
 struct SharedSide {
-    backend: Backend,
-    fd: Option<sys::Fd>,
+    /// The portable backend's memfd; `None` on the kernel backend.
+    fd: Option<OwnedFd>,
 }
 
+/// Where the portable backend maps its memfd: 1 TiB into the range.
+const MEMFD_AT: usize = HALFPROC_RANGE_START as usize + (1 << 40);
+
 impl SharedSide {
-    fn new(backend: Backend) -> Result<SharedSide> {
+    fn new(backend: BackendKind) -> Result<SharedSide> {
         let fd = match backend {
-            Backend::Portable => Some(sys::memfd(
-                "halfproc-bench-mm",
-                FAULT_BATCH * sys::page_size(),
+            BackendKind::Portable => Some(mem::memfd(
+                c"halfproc-bench-mm",
+                FAULT_BATCH * mem::page_size(),
             )?),
-            Backend::Kernel => None,
+            BackendKind::Kernel => None,
         };
-        Ok(SharedSide { backend, fd })
+        Ok(SharedSide { fd })
     }
 
-    /// Map `len` bytes in the shared range.
+    /// Map `len` bytes in the shared range (checked by `halfproc-sys`).
     fn map(&self, len: usize) -> Result<Region> {
-        let r = match (&self.fd, self.backend) {
-            (Some(fd), _) => Region::shared_fd(
-                "memfd in range",
-                fd.0,
-                len,
-                Some(HALFPROC_RANGE_START as usize + (1 << 40)),
-            )?,
-            (None, _) => Region::anon_with("MAP_HALFPROC", len, libc::MAP_PRIVATE | MAP_HALFPROC)?,
-        };
-        if !in_shared_range(r.addr() as u64, len as u64) {
-            return Err(Error::from_errno(
-                format!(
-                    "shared-range mmap landed at {:#x} (MAP_HALFPROC ignored?)",
-                    r.addr()
-                ),
-                libc::EOPNOTSUPP,
-            ));
-        }
-        Ok(r)
+        Ok(match &self.fd {
+            Some(fd) => Region::shared_fd("memfd in range", fd.as_fd(), len, Some(MEMFD_AT))?,
+            None => Region::halfproc(len, None, MapFlags::empty())?,
+        })
     }
 
     /// Drop the pages the last batch allocated, so the next batch faults
     /// fresh pages again (memfd only; anonymous pages go with munmap).
     fn reset(&self, len: usize) -> Result<()> {
         if let Some(fd) = &self.fd {
-            sys::ftruncate(fd, 0)?;
-            sys::ftruncate(fd, len)?;
+            mem::truncate(fd.as_fd(), 0)?;
+            mem::truncate(fd.as_fd(), len)?;
         }
         Ok(())
     }
 }
 
 fn mmap_loop(n: usize, side: Option<&SharedSide>) -> Result<u64> {
-    let page = sys::page_size();
-    // One checked mapping first, so a wrong placement fails loudly.
-    drop(match side {
-        Some(s) => s.map(page)?,
-        None => Region::anon_with("private", page, libc::MAP_PRIVATE)?,
-    });
-    let (addr, flags, fd) = match side {
-        Some(SharedSide { fd: Some(fd), .. }) => (
-            HALFPROC_RANGE_START as usize + (1 << 40),
-            libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
-            fd.0,
-        ),
-        Some(SharedSide { fd: None, .. }) => (
-            0,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | MAP_HALFPROC,
-            -1,
-        ),
-        None => (0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
+    let page = mem::page_size();
+    // Each mapping is checked (a comparison or two next to the system
+    // calls), so a wrong placement fails loudly.
+    let map = || match side {
+        Some(s) => s.map(page),
+        None => Ok(Region::anon("private", page, MapFlags::MAP_PRIVATE)?),
     };
-    let t = sys::now_ns();
+    drop(map()?);
+    let t = os::now_ns();
     for _ in 0..n {
-        // SAFETY: a fresh mapping that replaces nothing (no MAP_FIXED, or
-        // MAP_FIXED_NOREPLACE), unmapped right away; no reference into it
-        // is ever made.
-        unsafe {
-            let p = libc::mmap(
-                addr as *mut libc::c_void,
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return Err(Error::last_os("mmap (mm loop)"));
-            }
-            libc::munmap(p, page);
-        }
+        // Dropping the region unmaps it.
+        drop(map()?);
     }
-    Ok(sys::now_ns() - t)
+    Ok(os::now_ns() - t)
 }
 
 fn fault_loop(n: usize, side: Option<&SharedSide>) -> Result<u64> {
-    let page = sys::page_size();
+    let page = mem::page_size();
     let mut left = n;
     let mut total = 0;
     while left > 0 {
@@ -187,19 +151,14 @@ fn fault_loop(n: usize, side: Option<&SharedSide>) -> Result<u64> {
                 s.reset(FAULT_BATCH * page)?;
                 s.map(len)?
             }
-            None => Region::anon_with("private", len, libc::MAP_PRIVATE)?,
+            None => Region::anon("private", len, MapFlags::MAP_PRIVATE)?,
         };
-        // SAFETY: advice on our own fresh mapping; contents unchanged.
-        unsafe {
-            libc::madvise(
-                r.addr() as *mut libc::c_void,
-                r.len(),
-                libc::MADV_NOHUGEPAGE,
-            )
-        };
-        let t = sys::now_ns();
+        // Best effort: kernels without THP refuse it, and then there are
+        // no huge pages to avoid anyway.
+        let _ = r.advise(MmapAdvise::MADV_NOHUGEPAGE);
+        let t = os::now_ns();
         r.prefault_write();
-        total += sys::now_ns() - t;
+        total += os::now_ns() - t;
         left -= pages;
     }
     Ok(total)
@@ -208,7 +167,7 @@ fn fault_loop(n: usize, side: Option<&SharedSide>) -> Result<u64> {
 /// Run `bench mm` with `opts`; writes `mm.json` and `mm.txt` if `opts.out`
 /// is set. Same threading rule as [`crate::run_copy`].
 pub fn run_mm(opts: &MmOpts) -> Result<MmReport> {
-    let backend = Backend::choose(&opts.backend)?;
+    let backend = crate::backend::choose(&opts.backend)?;
     let reps = opts.reps.max(1);
     // Results: 4 x reps u64 + status, written by the member.
     let results = Region::shared_anon((4 * reps + 2) * 8)?;
@@ -222,7 +181,7 @@ pub fn run_mm(opts: &MmOpts) -> Result<MmReport> {
             reps
         );
     }
-    let pid = backend.spawn_member()?;
+    let pid = crate::backend::spawn_member(backend)?;
     if pid == 0 {
         let code = std::panic::catch_unwind(|| {
             let run = || -> Result<()> {
@@ -264,7 +223,7 @@ pub fn run_mm(opts: &MmOpts) -> Result<MmReport> {
         // SAFETY: end the member without unwinding into the caller.
         unsafe { libc::_exit(code) };
     }
-    let st = sys::wait_child(pid)?;
+    let st = os::wait_child(pid)?;
     // SAFETY: the member has exited; the region is ours and initialised
     // (zero-filled, then written by the member).
     let read = |i: usize| unsafe { slots.add(i).read_volatile() };
@@ -365,10 +324,8 @@ impl MmReport {
 
     /// Write `mm.json` and `mm.txt` into `dir`.
     pub fn write_files(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Sys {
-            what: format!("mkdir {}", dir.display()),
-            err: e,
-        })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
         let mut files = Vec::new();
         for (name, body) in [
             (
@@ -378,10 +335,7 @@ impl MmReport {
             ("mm.txt", self.table()),
         ] {
             let p = dir.join(name);
-            std::fs::write(&p, body).map_err(|e| Error::Sys {
-                what: format!("write {}", p.display()),
-                err: e,
-            })?;
+            std::fs::write(&p, body).map_err(|e| Error::io(format!("write {}", p.display()), e))?;
             files.push(p);
         }
         Ok(files)

@@ -199,18 +199,6 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u32>> {
     Ok(out)
 }
 
-/// Parse a byte count with an optional `K`/`M`/`G` suffix (powers of 1024).
-pub fn parse_bytes(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(mul)
-}
-
 /// A tiny `--flag value` / `--flag=value` scanner.
 struct Args<'a> {
     items: std::iter::Peekable<std::slice::Iter<'a, String>>,
@@ -346,7 +334,8 @@ impl CopyOpts {
                 "placement" => o.placements = Placement::parse_list(&a.value(&flag, inline)?)?,
                 "chunk" => {
                     let v = a.value(&flag, inline)?;
-                    o.chunk = parse_bytes(&v)
+                    o.chunk = halfproc_sys::parse_size(&v)
+                        .and_then(|c| usize::try_from(c).ok())
                         .filter(|c| c.is_power_of_two() && (4096..=1 << 24).contains(c))
                         .ok_or_else(|| {
                             Error::usage(format!("--chunk `{v}`: a power of two from 4K to 16M"))

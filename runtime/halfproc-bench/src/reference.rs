@@ -17,9 +17,10 @@
 //! strategies.
 
 use crate::error::Result;
+use crate::os;
 use crate::pattern;
 use crate::stats::Stats;
-use crate::sys::{self, Region};
+use halfproc_sys::Region;
 
 /// Reference timings for one size.
 #[derive(Clone, Debug)]
@@ -78,8 +79,8 @@ pub fn measure(cpu: usize, sizes: &[usize], warmup: usize, reps: usize) -> Resul
     let mut dst = Region::private(max)?;
     src.prefault_write();
     dst.prefault_write();
-    let prior = sys::allowed_cpus()?;
-    sys::pin_to(cpu)?;
+    let prior = os::allowed_cpus()?;
+    os::pin_to(cpu)?;
     let mut points = Vec::new();
     for &size in sizes {
         let (mut c, mut mc, mut m) = (Vec::new(), Vec::new(), Vec::new());
@@ -88,23 +89,23 @@ pub fn measure(cpu: usize, sizes: &[usize], warmup: usize, reps: usize) -> Resul
             let want = pattern::expected(seed, size);
 
             pattern::fill(&mut src.bytes_mut()[..size], seed);
-            let t = sys::now_ns();
+            let t = os::now_ns();
             let sum = pattern::checksum(&src.bytes()[..size]);
-            let t_c = sys::now_ns() - t;
+            let t_c = os::now_ns() - t;
             assert_eq!(sum, want, "reference checksum");
 
             pattern::fill(&mut src.bytes_mut()[..size], seed);
-            let t = sys::now_ns();
+            let t = os::now_ns();
             dst.bytes_mut()[..size].copy_from_slice(&src.bytes()[..size]);
             let sum = pattern::checksum(&dst.bytes()[..size]);
-            let t_mc = sys::now_ns() - t;
+            let t_mc = os::now_ns() - t;
             assert_eq!(sum, want, "reference memcpy+checksum");
 
             pattern::fill(&mut src.bytes_mut()[..size], seed);
-            let t = sys::now_ns();
+            let t = os::now_ns();
             dst.bytes_mut()[..size].copy_from_slice(&src.bytes()[..size]);
             std::hint::black_box(dst.bytes()[size - 1]);
-            let t_m = sys::now_ns() - t;
+            let t_m = os::now_ns() - t;
 
             if rep >= warmup {
                 c.push(t_c);
@@ -119,6 +120,6 @@ pub fn measure(cpu: usize, sizes: &[usize], warmup: usize, reps: usize) -> Resul
             memcpy: Stats::new(m),
         });
     }
-    sys::set_cpus(&prior)?;
+    os::set_cpus(&prior)?;
     Ok(Reference { cpu, points })
 }

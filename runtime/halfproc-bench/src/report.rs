@@ -2,11 +2,11 @@
 //! What `bench copy` found: the data model, the terminal table, the
 //! headline ratios next to the paper's, and the JSON for machines.
 
-use crate::backend::Backend;
 use crate::opts::Placement;
 use crate::reference::Reference;
 use crate::stats::{fmt_ns, fmt_size, Stats};
 use crate::strategy::Strategy;
+use halfproc::BackendKind;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -84,7 +84,7 @@ impl Machine {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
-        let cpus = crate::sys::allowed_cpus().map(|c| c.len()).unwrap_or(0);
+        let cpus = crate::os::allowed_cpus().map(|c| c.len()).unwrap_or(0);
         Machine {
             label: label.to_string(),
             cpu_model,
@@ -95,7 +95,7 @@ impl Machine {
 
     /// The first line of a text report: `halfproc bench <bench> [label] —
     /// backend <b>, <cpu> (<n> CPUs), kernel <k>`.
-    pub fn headline(&self, bench: &str, backend: Backend) -> String {
+    pub fn headline(&self, bench: &str, backend: BackendKind) -> String {
         format!(
             "halfproc bench {}{} — backend {}, {} ({} CPUs), kernel {}",
             bench,
@@ -126,7 +126,7 @@ impl Machine {
 #[derive(Clone, Debug)]
 pub struct CopyReport {
     /// Backend used.
-    pub backend: Backend,
+    pub backend: BackendKind,
     /// Where it ran.
     pub machine: Machine,
     /// Sizes in bytes, ascending.

@@ -84,7 +84,7 @@ fn copy_writes_json_table_and_plots() {
     for s in ["shared", "pipe", "cma-push-pipelined"] {
         assert!(table.contains(s));
     }
-    if halfproc_bench::backend::Backend::detect() == halfproc_bench::backend::Backend::Portable {
+    if halfproc_bench::backend::detect() == halfproc::BackendKind::Portable {
         assert!(table.contains("UNAVAILABLE dmread:"), "{table}");
     }
 

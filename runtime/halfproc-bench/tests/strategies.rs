@@ -6,24 +6,25 @@
 //! last test proves that check bites: a transport that corrupts one byte,
 //! or delivers the previous repetition's data, is rejected.
 
-use halfproc_bench::backend::Backend;
+use halfproc::BackendKind;
+use halfproc_bench::backend;
 use halfproc_bench::harness::{self, Job};
+use halfproc_bench::os;
 use halfproc_bench::strategy::{self, Halves, Link, Reader, Strategy, Writer};
-use halfproc_bench::sys;
 
 /// Sizes: tiny, not a multiple of the chunk or of 32, several chunks.
 const SIZES: [usize; 4] = [64, 4096, 200_000 + 8, 1 << 20];
 const CHUNK: usize = 64 << 10;
 
 fn cpus() -> (usize, Option<usize>) {
-    let c = sys::allowed_cpus().unwrap();
+    let c = os::allowed_cpus().unwrap();
     (c[0], c.get(1).copied())
 }
 
 fn job(strategy: Strategy, cpus: (usize, usize)) -> Job<'static> {
     Job {
         strategy,
-        backend: Backend::detect(),
+        backend: backend::detect(),
         sizes: &SIZES,
         warmup: 1,
         reps: 2,
@@ -34,12 +35,12 @@ fn job(strategy: Strategy, cpus: (usize, usize)) -> Job<'static> {
 }
 
 fn check(strategy: Strategy) {
-    let backend = Backend::detect();
+    let backend = backend::detect();
     if let Some(why) = strategy.unavailable_on(backend) {
         // The portable backend must say so, and prepare must refuse.
         assert_eq!(
             backend,
-            Backend::Portable,
+            BackendKind::Portable,
             "{strategy} unavailable on the kernel backend: {why}"
         );
         let err = strategy::prepare(strategy, backend, 4096, CHUNK)
@@ -143,7 +144,7 @@ impl Reader for BadReader {
 }
 
 fn bad_run(damage: Damage) -> halfproc_bench::Error {
-    let h = strategy::prepare(Strategy::Pipe, Backend::Portable, 4096, CHUNK).unwrap();
+    let h = strategy::prepare(Strategy::Pipe, BackendKind::Portable, 4096, CHUNK).unwrap();
     let halves = Halves {
         writer: h.writer as Box<dyn Writer>,
         reader: Box::new(BadReader {
@@ -155,7 +156,7 @@ fn bad_run(damage: Damage) -> halfproc_bench::Error {
     let (a, _) = cpus();
     let mut j = job(Strategy::Pipe, (a, a));
     j.sizes = &[4096];
-    j.backend = Backend::Portable;
+    j.backend = BackendKind::Portable;
     harness::run_with(&j, halves).expect_err("damaged data must not be measured")
 }
 

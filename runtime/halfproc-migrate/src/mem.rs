@@ -29,21 +29,8 @@ impl PortableReader {
     }
 
     fn vm_readv(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: `local` describes `buf`, which we own mutably for the call;
-        // the remote iovec is only interpreted in the target's address space.
-        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n as usize != buf.len() {
+        let n = halfproc_sys::copy::vm_read(self.pid, addr as usize, buf)?;
+        if n != buf.len() {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "short process_vm_readv",

@@ -16,15 +16,10 @@
 //! C header: `<linux/halfproc.h>` (see the `halfproc-uapi` crate).
 
 use std::fmt;
-use std::path::Path;
+
+pub use halfproc_sys::backend::{BACKEND_ENV, KERNEL_MODULE_PATH};
 
 use crate::error::{Error, Result};
-
-/// Where the module announces itself.
-pub const KERNEL_MODULE_PATH: &str = "/sys/module/halfproc";
-
-/// Environment variable that selects the backend.
-pub const BACKEND_ENV: &str = "HALFPROC_BACKEND";
 
 /// Which implementation of half-processes is in use.
 ///
@@ -133,7 +128,7 @@ pub struct Backend {
 impl Backend {
     /// Whether the kernel backend is present (the module is loaded).
     pub fn kernel_available() -> bool {
-        Path::new(KERNEL_MODULE_PATH).exists()
+        halfproc_sys::backend::kernel_available()
     }
 
     /// Detects the backend honouring `HALFPROC_BACKEND`; falls back to the
@@ -349,7 +344,7 @@ mod tests {
 
     #[test]
     fn kernel_request_matches_module_presence() {
-        let present = Path::new(KERNEL_MODULE_PATH).exists();
+        let present = std::path::Path::new(KERNEL_MODULE_PATH).exists();
         match Backend::select(Request::Exactly(BackendKind::Kernel)) {
             Ok(b) => {
                 assert!(present);

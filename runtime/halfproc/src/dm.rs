@@ -15,6 +15,8 @@
 
 use std::io;
 
+use halfproc_sys::copy::{self, iovec, Dir};
+
 use crate::backend::BackendKind;
 use crate::set::Set;
 
@@ -43,14 +45,6 @@ fn check_len(len: usize, buf_len: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// A one-element iovec array: `len` bytes at `base`.
-fn iov1(base: *mut libc::c_void, len: usize) -> [libc::iovec; 1] {
-    [libc::iovec {
-        iov_base: base,
-        iov_len: len,
-    }]
-}
-
 /// Copies `len` bytes at `remote_ptr` in member `pid` into `local_buf`.
 ///
 /// # Examples
@@ -66,8 +60,8 @@ fn iov1(base: *mut libc::c_void, len: usize) -> [libc::iovec; 1] {
 pub fn dmread(pid: i32, remote_ptr: usize, len: usize, local_buf: &mut [u8]) -> io::Result<usize> {
     check_len(len, local_buf.len())?;
     let set = set_for_dm(pid)?;
-    let local = iov1(local_buf.as_mut_ptr().cast(), len);
-    let remote = iov1(remote_ptr as *mut libc::c_void, len);
+    let local = [iovec(local_buf.as_mut_ptr() as usize, len)];
+    let remote = [iovec(remote_ptr, len)];
     // SAFETY: `local` describes memory we own for `len` bytes (checked);
     // the kernel validates the remote side.
     unsafe { copy(set, pid, &local, &remote, false) }
@@ -87,8 +81,8 @@ pub fn dmread(pid: i32, remote_ptr: usize, len: usize, local_buf: &mut [u8]) -> 
 pub fn dmwrite(pid: i32, remote_ptr: usize, len: usize, local_buf: &[u8]) -> io::Result<usize> {
     check_len(len, local_buf.len())?;
     let set = set_for_dm(pid)?;
-    let local = iov1(local_buf.as_ptr().cast_mut().cast(), len);
-    let remote = iov1(remote_ptr as *mut libc::c_void, len);
+    let local = [iovec(local_buf.as_ptr() as usize, len)];
+    let remote = [iovec(remote_ptr, len)];
     // SAFETY: the kernel only reads `local` (our buffer, `len` bytes).
     unsafe { copy(set, pid, &local, &remote, true) }
 }
@@ -133,57 +127,13 @@ unsafe fn copy(
     remote: &[libc::iovec],
     write: bool,
 ) -> io::Result<usize> {
-    if local.len() > halfproc_uapi::DM_IOV_MAX || remote.len() > halfproc_uapi::DM_IOV_MAX {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    use halfproc_uapi::nr;
-    let (nr_one, nr_vec) = if write {
-        (nr::DMWRITE, nr::DMWRITEV)
-    } else {
-        (nr::DMREAD, nr::DMREADV)
-    };
-    let r = match set.backend().kind() {
-        // SAFETY: dmread(pid, ptr, size, buf) / dmwrite(pid, ptr, size, buf);
-        // the local buffer is valid per the contract.
-        BackendKind::Kernel if local.len() == 1 && remote.len() == 1 => unsafe {
-            libc::syscall(
-                nr_one as libc::c_long,
-                pid as libc::c_long,
-                remote[0].iov_base,
-                remote[0].iov_len,
-                local[0].iov_base,
-            )
-        },
-        // SAFETY: same arguments as process_vm_readv; iovecs are valid.
-        BackendKind::Kernel => unsafe {
-            libc::syscall(
-                nr_vec as libc::c_long,
-                pid as libc::c_long,
-                local.as_ptr(),
-                local.len(),
-                remote.as_ptr(),
-                remote.len(),
-                0usize,
-            )
-        },
-        BackendKind::Portable => {
-            let vm_copy = if write {
-                libc::process_vm_writev
-            } else {
-                libc::process_vm_readv
-            };
-            // SAFETY: iovecs are valid per the contract; flags must be 0.
-            unsafe {
-                vm_copy(
-                    pid,
-                    local.as_ptr(),
-                    local.len() as _,
-                    remote.as_ptr(),
-                    remote.len() as _,
-                    0,
-                ) as libc::c_long
-            }
+    let dir = if write { Dir::Write } else { Dir::Read };
+    // SAFETY: forwarded contract.
+    let r = unsafe {
+        match set.backend().kind() {
+            BackendKind::Kernel => copy::dm(dir, pid, local, remote),
+            BackendKind::Portable => copy::cma(dir, pid, local, remote),
         }
     };
-    crate::sys::cvt(r).map(|n| n as usize)
+    r.map_err(io::Error::from)
 }

@@ -71,6 +71,19 @@ impl Error {
         }
     }
 
+    /// An error of the low-level layer, while doing `what`: a failed call
+    /// keeps its errno, a mapping outside the shared range becomes
+    /// [`Error::NotInSharedRange`].
+    #[cold]
+    pub(crate) fn sys(what: &'static str, e: halfproc_sys::Error) -> Self {
+        match e {
+            halfproc_sys::Error::Misplaced {
+                addr, wanted: None, ..
+            } => Error::NotInSharedRange { addr },
+            other => Error::os(what, other.into_io()),
+        }
+    }
+
     /// The errno value that stands for this error at the C boundary.
     pub fn errno(&self) -> i32 {
         match self {

@@ -17,10 +17,10 @@
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU8, Ordering};
 
-use halfproc_uapi::in_shared_range;
+use halfproc_sys::in_shared_range;
 
 use crate::error::{Error, Result};
-use crate::sys;
+use halfproc_sys::task;
 
 thread_local! {
     static TID: Cell<i32> = const { Cell::new(0) };
@@ -34,7 +34,7 @@ pub(crate) fn current_tid() -> i32 {
         if v != 0 {
             v
         } else {
-            let v = sys::gettid();
+            let v = task::gettid();
             t.set(v);
             v
         }
@@ -48,7 +48,7 @@ pub(crate) fn reset_tid_after_fork() {
 
 /// Whether the caller is its process's main thread.
 pub(crate) fn is_main_thread() -> bool {
-    current_tid() == sys::getpid()
+    current_tid() == task::getpid()
 }
 
 const NO_SET: u8 = 0;

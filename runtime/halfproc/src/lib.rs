@@ -56,8 +56,6 @@ pub mod set;
 #[cfg(not(loom))]
 mod slots;
 pub mod sync;
-#[cfg(not(loom))]
-mod sys;
 
 #[cfg(not(loom))]
 pub use alloc::{SharedAlloc, SharedBox, SharedVec};

@@ -22,7 +22,8 @@
 use core::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
-use halfproc_uapi::{in_shared_range, HALFPROC_RANGE_END, HALFPROC_RANGE_START, MAP_HALFPROC};
+use halfproc_sys::mem::{madvise, MapFlags, MmapAdvise, Region};
+use halfproc_sys::range::{HALFPROC_RANGE_END, HALFPROC_RANGE_START};
 
 use crate::alloc::arena::{ArenaHeader, PAGE_SIZE};
 use crate::alloc::heap::HeapTable;
@@ -30,7 +31,7 @@ use crate::backend::{Backend, BackendKind, Request};
 use crate::error::{Error, Result};
 use crate::identity;
 use crate::slots::MemberTable;
-use crate::sys;
+use halfproc_sys::task;
 
 /// Magic number at the start of the arena (`"HALFPROC"`).
 pub const SET_MAGIC: u64 = u64::from_le_bytes(*b"HALFPROC");
@@ -116,24 +117,8 @@ impl SetConfig {
     }
 }
 
-/// Parses `123`, `64K`, `512M`, `16G`.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(halfproc::set::parse_size("64M"), Some(64 << 20));
-/// assert_eq!(halfproc::set::parse_size("x"), None);
-/// ```
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, shift) = match s.as_bytes().last()? {
-        b'K' | b'k' => (&s[..s.len() - 1], 10),
-        b'M' | b'm' => (&s[..s.len() - 1], 20),
-        b'G' | b'g' => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    num.parse::<u64>().ok()?.checked_mul(1 << shift)
-}
+/// Parses `123`, `64K`, `512M`, `16G` (`HALFPROC_ARENA_SIZE`).
+pub use halfproc_sys::parse_size;
 
 /// The process's handle on its half-process set.
 ///
@@ -165,7 +150,8 @@ extern "C" fn atfork_child() {
         let member = SET
             .get()
             .is_some_and(|s| s.backend.kind() == BackendKind::Kernel)
-            && sys::halfproc_prctl_get().is_ok_and(|bits| bits & sys::PR_HALFPROC_IS_MEMBER != 0);
+            && task::halfproc_prctl(task::PR_HALFPROC_GET, 0)
+                .is_ok_and(|bits| bits & task::PR_HALFPROC_IS_MEMBER != 0);
         if !member {
             identity::mark_outsider();
         }
@@ -239,9 +225,7 @@ impl Set {
             (*h).backend = backend.kind() as u32;
             (*h).size = size;
         }
-        header
-            .creator_pid
-            .store(crate::sys::getpid(), Ordering::Relaxed);
+        header.creator_pid.store(task::getpid(), Ordering::Relaxed);
         header.arena.init(base, size)?;
         // SAFETY: registering a plain extern "C" handler is always allowed.
         let rc = unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
@@ -256,7 +240,7 @@ impl Set {
             header,
             backend: backend.clone(),
         });
-        sys::allow_ptrace_from(set.creator_pid());
+        task::allow_ptrace_from(set.creator_pid());
         Ok(set)
     }
 
@@ -322,17 +306,17 @@ impl Set {
             ));
         }
         identity::check_member_for(self.base() as usize)?;
-        sys::halfproc_prctl(sys::PR_HALFPROC_INHERIT, on as libc::c_ulong)
+        task::halfproc_prctl(task::PR_HALFPROC_INHERIT, on as libc::c_ulong)
             .map(drop)
-            .map_err(|e| Error::os("prctl(PR_HALFPROC_INHERIT)", e))
+            .map_err(|e| Error::sys("prctl(PR_HALFPROC_INHERIT)", e))
     }
 
     /// Whether children of this process become members
     /// ([`Set::inherit_children`]).
     pub fn inherits_children(&self) -> bool {
         self.backend.kind() == BackendKind::Kernel
-            && sys::halfproc_prctl_get()
-                .is_ok_and(|bits| bits & sys::PR_HALFPROC_IS_INHERITING != 0)
+            && task::halfproc_prctl(task::PR_HALFPROC_GET, 0)
+                .is_ok_and(|bits| bits & task::PR_HALFPROC_IS_INHERITING != 0)
     }
 
     /// Returns `[addr, addr + len)` of the arena to the operating system, for
@@ -346,101 +330,46 @@ impl Set {
         debug_assert!(addr % 4096 == 0 && len % 4096 == 0 && self.contains(addr));
         let advice = match self.backend.kind() {
             // Punches a hole in the memfd: freed for every process mapping it.
-            BackendKind::Portable => libc::MADV_REMOVE,
+            BackendKind::Portable => MmapAdvise::MADV_REMOVE,
             // Private anonymous memory of the set's mm: the kernel applies the
             // advice to the set, not to the calling member alone.
-            BackendKind::Kernel => libc::MADV_DONTNEED,
+            BackendKind::Kernel => MmapAdvise::MADV_DONTNEED,
         };
         // SAFETY: per the contract the range is ours and unused; madvise does
         // not unmap anything.
-        let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) };
-        debug_assert_eq!(r, 0, "madvise: {}", std::io::Error::last_os_error());
+        let r = unsafe { madvise(addr, len, advice) };
+        debug_assert!(r.is_ok(), "madvise: {r:?}");
     }
 }
 
-/// Maps the arena at the start of the shared range.
+/// Maps the arena at the start of the shared range, for good.
 fn map_arena(kind: BackendKind, size: u64) -> Result<usize> {
-    let len = size as usize;
-    match kind {
-        BackendKind::Portable => {
-            // SAFETY: the name is NUL-terminated; flags are valid.
-            let fd = unsafe { libc::memfd_create(c"halfproc-set".as_ptr(), libc::MFD_CLOEXEC) };
-            if fd < 0 {
-                return Err(Error::last_os("memfd_create"));
-            }
-            // SAFETY: `fd` is a fresh memfd we own.
-            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
-                let e = Error::last_os("ftruncate(memfd)");
-                // SAFETY: closing our own fd.
-                unsafe { libc::close(fd) };
-                return Err(e);
-            }
-            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping;
-            // the fd is valid and sized.
-            let p = unsafe {
-                libc::mmap(
-                    HALFPROC_RANGE_START as *mut libc::c_void,
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE,
-                    fd,
-                    0,
-                )
-            };
-            let err = std::io::Error::last_os_error();
-            // SAFETY: the mapping keeps the memfd alive; we no longer need the fd
-            // (hole punching goes through madvise(MADV_REMOVE)).
-            unsafe { libc::close(fd) };
-            if p == libc::MAP_FAILED {
-                return Err(Error::os("mmap of the arena at 2^45", err));
-            }
-            if p as u64 != HALFPROC_RANGE_START {
-                // Pre-4.17 kernels treat MAP_FIXED_NOREPLACE as a hint.
-                // SAFETY: unmapping the mapping we just made.
-                unsafe { libc::munmap(p, len) };
-                return Err(Error::InvalidArgument(
-                    "could not map the arena at 2^45 (address in use)",
-                ));
-            }
-            Ok(p as usize)
-        }
-        BackendKind::Kernel => {
-            // SAFETY: an anonymous mapping with a hint; the result is checked.
-            let p = unsafe {
-                libc::mmap(
-                    HALFPROC_RANGE_START as *mut libc::c_void,
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | MAP_HALFPROC,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(Error::last_os("mmap(MAP_HALFPROC)"));
-            }
-            if !in_shared_range(p as u64, size) {
-                // SAFETY: unmapping the mapping we just made.
-                unsafe { libc::munmap(p, len) };
-                return Err(Error::NotInSharedRange { addr: p as u64 });
-            }
-            Ok(p as usize)
-        }
+    let (len, start) = (size as usize, HALFPROC_RANGE_START as usize);
+    let (arena, what) = match kind {
+        BackendKind::Portable => (
+            Region::memfd_at(c"halfproc-set", len, start, MapFlags::MAP_NORESERVE),
+            "memfd arena at 2^45",
+        ),
+        BackendKind::Kernel => (
+            Region::halfproc(len, Some(start), MapFlags::MAP_NORESERVE),
+            "mmap(MAP_HALFPROC)",
+        ),
+    };
+    match arena {
+        // The arena lives as long as the process.
+        Ok(r) => Ok(r.into_raw().0),
+        Err(halfproc_sys::Error::Misplaced {
+            wanted: Some(_), ..
+        }) => Err(Error::InvalidArgument(
+            "could not map the arena at 2^45 (address in use)",
+        )),
+        Err(e) => Err(Error::sys(what, e)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("1k"), Some(1024));
-        assert_eq!(parse_size("16G"), Some(16 << 30));
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("99999999999999999999G"), None);
-    }
 
     #[test]
     fn header_fits_before_first_data_page() {

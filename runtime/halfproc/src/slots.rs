@@ -15,7 +15,6 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
-use crate::sys;
 
 /// Maximum number of members alive (or unjoined) at once.
 pub const MAX_MEMBERS: usize = 1024;
@@ -80,7 +79,7 @@ impl MemberTable {
         slot.pid.store(pid, Ordering::Release);
         self.running.fetch_add(1, Ordering::Relaxed);
         slot.state.store(RUNNING, Ordering::Release);
-        sys::futex_wake(&slot.state, i32::MAX);
+        halfproc_sys::futex::wake(&slot.state, i32::MAX);
     }
 
     /// The fork for a claimed slot failed: free it.
@@ -101,7 +100,7 @@ impl MemberTable {
         self.running.fetch_sub(1, Ordering::Relaxed);
         let state = if raw.is_some() { EXITED } else { LOST };
         slot.state.store(state, Ordering::Release);
-        sys::futex_wake(&slot.state, i32::MAX);
+        halfproc_sys::futex::wake(&slot.state, i32::MAX);
         if slot.detached.load(Ordering::Acquire) != 0 {
             self.release(slot, gen);
         }

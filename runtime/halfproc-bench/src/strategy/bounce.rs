@@ -17,7 +17,7 @@
 use super::{private_buffer, Halves, Link, Reader, Writer, POISON};
 use crate::error::Result;
 use crate::pattern::{checksum, Checksum};
-use crate::sys::Region;
+use halfproc_sys::Region;
 use std::rc::Rc;
 
 /// Slots of the pipelined ring.

@@ -35,9 +35,9 @@ mod shared;
 mod single_copy;
 mod stream;
 
-use crate::backend::Backend;
 use crate::control::{Control, WaitPolicy};
 use crate::error::{Error, Result};
+use halfproc::BackendKind;
 
 /// One way of moving `d` from `p` to `p'`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -254,12 +254,12 @@ impl Strategy {
     /// Why this strategy cannot run on `backend`, if it cannot (checked
     /// before anything is spawned; failures found later are reported by the
     /// harness the same way).
-    pub fn unavailable_on(self, backend: Backend) -> Option<String> {
+    pub fn unavailable_on(self, backend: BackendKind) -> Option<String> {
         match self {
             Strategy::Dmread
             | Strategy::DmreadPipelined
             | Strategy::DmwritePipelined
-            | Strategy::DmPushPull => backend.dm_unavailable(),
+            | Strategy::DmPushPull => crate::backend::dm_unavailable(backend),
             _ => None,
         }
     }
@@ -346,7 +346,12 @@ pub struct Halves {
 
 /// Create both halves of `strategy` for transfers of up to `max` bytes.
 /// Call before spawning the reader.
-pub fn prepare(strategy: Strategy, backend: Backend, max: usize, chunk: usize) -> Result<Halves> {
+pub fn prepare(
+    strategy: Strategy,
+    backend: BackendKind,
+    max: usize,
+    chunk: usize,
+) -> Result<Halves> {
     use single_copy::Engine;
     if let Some(why) = strategy.unavailable_on(backend) {
         return Err(Error::from_errno(why, libc::EOPNOTSUPP));
@@ -372,8 +377,8 @@ pub fn prepare(strategy: Strategy, backend: Backend, max: usize, chunk: usize) -
 }
 
 /// Private buffer helper shared by the halves: `max` bytes, pre-faulted.
-pub(crate) fn private_buffer(max: usize) -> Result<crate::sys::Region> {
-    let mut r = crate::sys::Region::private(max)?;
+pub(crate) fn private_buffer(max: usize) -> Result<halfproc_sys::Region> {
+    let mut r = halfproc_sys::Region::private(max)?;
     r.prefault_write();
     Ok(r)
 }

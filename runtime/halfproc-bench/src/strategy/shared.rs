@@ -13,10 +13,12 @@
 //! as they did in the paper (Figs. 7/8: "perform equally well").
 
 use super::{Halves, Link, Reader, Writer};
-use crate::backend::{Backend, SharedArea};
+use crate::backend::SharedArea;
 use crate::error::{Error, Result};
 use crate::pattern::checksum;
-use crate::sys::{Fd, Region};
+use halfproc::BackendKind;
+use halfproc_sys::mem::{page_round, truncate, Region};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -48,7 +50,7 @@ fn halves(mem: Mem) -> Halves {
 }
 
 /// `d` in the half-process shared range.
-pub fn shared_range(backend: Backend, max: usize) -> Result<Halves> {
+pub fn shared_range(backend: BackendKind, max: usize) -> Result<Halves> {
     let mut area = SharedArea::new(backend, max, 0)?;
     area.region_mut().prefault_write();
     Ok(halves(Mem::Area(area)))
@@ -59,7 +61,7 @@ pub fn posix_shm(max: usize) -> Result<Halves> {
     static SEQ: AtomicU32 = AtomicU32::new(0);
     let name = format!(
         "/halfproc-bench-{}-{}",
-        crate::sys::getpid(),
+        halfproc_sys::task::getpid(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
     let cname = std::ffi::CString::new(name.clone()).expect("no NUL");
@@ -76,11 +78,12 @@ pub fn posix_shm(max: usize) -> Result<Halves> {
             "shm_open({name}) (is tmpfs mounted on /dev/shm?)"
         )));
     }
-    let fd = Fd(fd);
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: `cname` is valid; unlinking our own object.
     unsafe { libc::shm_unlink(cname.as_ptr()) };
-    crate::sys::ftruncate(&fd, crate::sys::page_round(max))?;
-    let mut region = Region::shared_fd("POSIX shm", fd.0, max, None)?;
+    truncate(fd.as_fd(), page_round(max))?;
+    let mut region = Region::shared_fd("POSIX shm", fd.as_fd(), max, None)?;
     region.prefault_write();
     Ok(halves(Mem::Shm(region)))
 }

@@ -25,9 +25,10 @@
 //! buffer in the control block during `init`.
 
 use super::{private_buffer, Halves, Link, Reader, Writer, POISON};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pattern::{checksum, Checksum};
-use crate::sys::{self, Dir, Region};
+use halfproc_sys::copy::{self, Dir};
+use halfproc_sys::Region;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -41,7 +42,8 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// Copy `len` bytes between our `local` and `remote` in `pid`.
+    /// Copy `len` bytes between our `local` and `remote` in `pid`, looping
+    /// over partial transfers and retrying after `EINTR`.
     ///
     /// # Safety
     ///
@@ -54,13 +56,26 @@ impl Engine {
         local: *mut u8,
         len: usize,
     ) -> Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe {
-            match self {
-                Engine::Cma => sys::cma(dir, pid, remote, local, len),
-                Engine::Dm => sys::dm(dir, pid, remote, local, len),
+        let mut done = 0usize;
+        while done < len {
+            let l = [copy::iovec(local as usize + done, len - done)];
+            let r = [copy::iovec(remote + done, len - done)];
+            // SAFETY: `l` is the rest of the caller's buffer, valid by our
+            // contract; the kernel checks the remote side.
+            let n = unsafe {
+                match self {
+                    Engine::Cma => copy::cma(dir, pid, &l, &r),
+                    Engine::Dm => copy::dm(dir, pid, &l, &r),
+                }
+            };
+            match n {
+                Err(e) if e.errno() == libc::EINTR => continue,
+                Err(e) => return Err(e.into()),
+                Ok(0) => return Err(Error::Verify(format!("{self:?} {dir:?}: copied 0 bytes"))),
+                Ok(n) => done += n,
             }
         }
+        Ok(())
     }
 }
 

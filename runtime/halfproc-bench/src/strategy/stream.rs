@@ -9,35 +9,36 @@
 
 use super::{private_buffer, Halves, Link, Reader, Writer, POISON};
 use crate::error::{Error, Result};
+use crate::os;
 use crate::pattern::Checksum;
-use crate::sys::{self, Fd, Region};
-use std::os::fd::IntoRawFd;
+use halfproc_sys::Region;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// The pipe buffer the pipe strategies ask for (`F_SETPIPE_SZ`), capped by
 /// `/proc/sys/fs/pipe-max-size`.
 pub const PIPE_BUFFER: usize = 1 << 20;
 
 struct StreamWriter {
-    fd: Fd,
+    fd: OwnedFd,
     vmsplice: bool,
     buf: Option<Region>,
 }
 
 struct StreamReader {
-    fd: Fd,
+    fd: OwnedFd,
     what: &'static str,
     buf: Option<Region>,
 }
 
-fn halves(wfd: i32, rfd: i32, what: &'static str, vmsplice: bool) -> Halves {
+fn halves(wfd: OwnedFd, rfd: OwnedFd, what: &'static str, vmsplice: bool) -> Halves {
     Halves {
         writer: Box::new(StreamWriter {
-            fd: Fd(wfd),
+            fd: wfd,
             vmsplice,
             buf: None,
         }),
         reader: Box::new(StreamReader {
-            fd: Fd(rfd),
+            fd: rfd,
             what,
             buf: None,
         }),
@@ -46,10 +47,7 @@ fn halves(wfd: i32, rfd: i32, what: &'static str, vmsplice: bool) -> Halves {
 
 /// A connected loopback TCP pair (writer side has `TCP_NODELAY`).
 pub fn tcp() -> Result<Halves> {
-    let io = |what: &str, e: std::io::Error| Error::Sys {
-        what: what.into(),
-        err: e,
-    };
+    let io = |what: &'static str, e: std::io::Error| Error::io(what, e);
     // A literal address: no resolver (static binaries, minimal guests).
     let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let listener = std::net::TcpListener::bind(any).map_err(|e| io("bind(127.0.0.1:0)", e))?;
@@ -57,21 +55,14 @@ pub fn tcp() -> Result<Halves> {
     let w = std::net::TcpStream::connect(addr).map_err(|e| io("connect(loopback)", e))?;
     let (r, _) = listener.accept().map_err(|e| io("accept", e))?;
     w.set_nodelay(true).map_err(|e| io("TCP_NODELAY", e))?;
-    Ok(halves(w.into_raw_fd(), r.into_raw_fd(), "tcp", false))
+    Ok(halves(w.into(), r.into(), "tcp", false))
 }
 
 /// A connected `AF_UNIX` stream pair.
 pub fn unix() -> Result<Halves> {
-    let (w, r) = std::os::unix::net::UnixStream::pair().map_err(|e| Error::Sys {
-        what: "socketpair(AF_UNIX)".into(),
-        err: e,
-    })?;
-    Ok(halves(
-        w.into_raw_fd(),
-        r.into_raw_fd(),
-        "unix socket",
-        false,
-    ))
+    let (w, r) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| Error::io("socketpair(AF_UNIX)", e))?;
+    Ok(halves(w.into(), r.into(), "unix socket", false))
 }
 
 /// An anonymous pipe with a [`PIPE_BUFFER`] buffer; `vmsplice` selects how
@@ -82,6 +73,8 @@ pub fn pipe(vmsplice: bool) -> Result<Halves> {
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(Error::last_os("pipe2"));
     }
+    // SAFETY: two fresh descriptors from pipe2 that nothing else owns.
+    let (w, r) = unsafe { (OwnedFd::from_raw_fd(fds[1]), OwnedFd::from_raw_fd(fds[0])) };
     let max = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
         .ok()
         .and_then(|s| s.trim().parse::<usize>().ok())
@@ -91,13 +84,13 @@ pub fn pipe(vmsplice: bool) -> Result<Halves> {
     // SAFETY: fcntl on a descriptor we own.
     unsafe {
         libc::fcntl(
-            fds[1],
+            w.as_raw_fd(),
             libc::F_SETPIPE_SZ,
             PIPE_BUFFER.min(max) as libc::c_int,
         )
     };
     let what = if vmsplice { "vmsplice pipe" } else { "pipe" };
-    Ok(halves(fds[1], fds[0], what, vmsplice))
+    Ok(halves(w, r, what, vmsplice))
 }
 
 impl Writer for StreamWriter {
@@ -115,9 +108,9 @@ impl Writer for StreamWriter {
         if self.vmsplice {
             // The pipe keeps references to d's pages until the reader has
             // read them; the protocol only rewrites d after `done`.
-            sys::vmsplice_all(self.fd.0, d)
+            os::vmsplice_all(self.fd.as_raw_fd(), d)
         } else {
-            sys::write_all(self.fd.0, d, "stream")
+            os::write_all(self.fd.as_raw_fd(), d, "stream")
         }
     }
 }
@@ -138,7 +131,7 @@ impl Reader for StreamReader {
         let mut sum = Checksum::new();
         let mut off = 0;
         while off < size {
-            let n = sys::read_some(self.fd.0, &mut buf[off..], self.what)?;
+            let n = os::read_some(self.fd.as_raw_fd(), &mut buf[off..], self.what)?;
             if n == 0 {
                 return Err(Error::Verify(format!(
                     "{}: stream ended after {off} of {size} bytes",

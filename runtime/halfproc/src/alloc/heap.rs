@@ -162,10 +162,10 @@ impl HeapTable {
                 h.delayed.store(NO_PAGE, Ordering::Relaxed);
             }
             self.initialized.store(2, Ordering::Release);
-            crate::sys::futex_wake(&self.initialized, i32::MAX);
+            halfproc_sys::futex::wake(&self.initialized, i32::MAX);
         } else {
             while self.initialized.load(Ordering::Acquire) != 2 {
-                crate::sys::futex_wait(
+                halfproc_sys::futex::wait(
                     &self.initialized,
                     1,
                     Some(core::time::Duration::from_millis(10)),

@@ -18,34 +18,36 @@ use crate::error::{Error, Result};
 use crate::identity;
 use crate::set::Set;
 use crate::slots::MemberTable;
-use crate::sys::{self, halfproc_prctl, PR_HALFPROC_FORK_MEMBER};
+use halfproc_sys::task::{self, halfproc_prctl, PR_HALFPROC_FORK_MEMBER};
 
 /// Forks a member of `set` that runs `body` and exits with its result.
 pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Result<Member> {
     identity::check_member_for(set.base() as usize)?;
     let table: &'static MemberTable = &set.header().members;
-    let me = sys::getpid();
+    let me = task::getpid();
     let (index, slot) = table.claim(me)?;
     let generation = slot.generation.load(core::sync::atomic::Ordering::Relaxed);
     let kernel = set.backend().kind() == BackendKind::Kernel;
     if kernel {
         if let Err(e) = halfproc_prctl(PR_HALFPROC_FORK_MEMBER, 1) {
             table.abandon(slot, generation);
-            return Err(Error::os("prctl(PR_HALFPROC_FORK_MEMBER)", e));
+            return Err(Error::sys("prctl(PR_HALFPROC_FORK_MEMBER)", e));
         }
     }
     let main_thread = identity::is_main_thread();
-    // SAFETY: fork() of the calling thread; the child only runs `body` and
-    // exits, the parent continues normally.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        let err = std::io::Error::last_os_error();
-        if kernel {
-            let _ = halfproc_prctl(PR_HALFPROC_FORK_MEMBER, 0);
+    // SAFETY: the C library's fork() of the calling thread; the child only
+    // runs `body` (a member is documented to start as a copy of its
+    // creator, as a fork child does) and exits.
+    let pid = match unsafe { task::fork() } {
+        Ok(pid) => pid,
+        Err(e) => {
+            if kernel {
+                let _ = halfproc_prctl(PR_HALFPROC_FORK_MEMBER, 0);
+            }
+            table.abandon(slot, generation);
+            return Err(Error::sys("fork of a member", e));
         }
-        table.abandon(slot, generation);
-        return Err(Error::os("fork of a member", err));
-    }
+    };
     if pid == 0 {
         start_in_child(set, me, main_thread);
         let code = catch_unwind(AssertUnwindSafe(body)).unwrap_or(101);
@@ -75,7 +77,7 @@ pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Resu
 fn start_in_child(set: &Set, parent: i32, main_thread: bool) {
     crate::set::reset_after_fork();
     identity::mark_member();
-    sys::allow_ptrace_from(set.creator_pid());
+    task::allow_ptrace_from(set.creator_pid());
     if main_thread {
         // Like a thread, the member dies with a killed creator. Only for the
         // main thread: PR_SET_PDEATHSIG fires when the creating *thread*
@@ -115,7 +117,7 @@ extern "C" fn kill_own_members() {
     let Some(set) = Set::try_current() else {
         return;
     };
-    for pid in set.header().members.running_of(sys::getpid()) {
+    for pid in set.header().members.running_of(task::getpid()) {
         // SAFETY: kill(2) of a child of this process.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::set::Set;
-use crate::sys;
+use halfproc_sys::task;
 
 mod create;
 mod reaper;
@@ -190,7 +190,7 @@ impl Member {
         if slot.detached.load(Ordering::Acquire) != 0 {
             return Err(Error::InvalidArgument("cannot join a detached member"));
         }
-        if slot.pid.load(Ordering::Acquire) == sys::getpid() {
+        if slot.pid.load(Ordering::Acquire) == task::getpid() {
             return Err(Error::InvalidArgument("a member cannot join itself"));
         }
         let table = &set.header().members;
@@ -220,9 +220,9 @@ impl Member {
                         }
                         wait = wait.min(d - now);
                     }
-                    if !sys::futex_wait(&slot.state, RUNNING, Some(wait))
-                        && !sys::task_alive(slot.creator.load(Ordering::Acquire))
-                        && !sys::task_alive(slot.pid.load(Ordering::Acquire))
+                    if !halfproc_sys::futex::wait(&slot.state, RUNNING, Some(wait))
+                        && !task::task_alive(slot.creator.load(Ordering::Acquire))
+                        && !task::task_alive(slot.pid.load(Ordering::Acquire))
                     {
                         // Both gone and nobody recorded how it ended.
                         return Err(Error::CreatorGone);

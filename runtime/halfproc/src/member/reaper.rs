@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::slots::{MemberSlot, MemberTable};
-use crate::sys;
+use halfproc_sys::task;
 
 /// `waitid` id type for a pidfd (Linux 5.4).
 const P_PIDFD: libc::idtype_t = 3;
@@ -50,11 +50,7 @@ pub(super) fn watch(
     slot: &'static MemberSlot,
     generation: u32,
 ) -> Result<()> {
-    // SAFETY: pidfd_open(pid, 0) has no memory arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let fd = sys::cvt(fd).map_err(|e| Error::os("pidfd_open of a new member", e))? as RawFd;
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let pidfd = task::pidfd_open(pid).map_err(|e| Error::sys("pidfd_open of a new member", e))?;
     let r = reaper()?;
     r.watched
         .lock()
@@ -71,7 +67,7 @@ pub(super) fn watch(
 
 /// The calling process's reaper, started on first use.
 fn reaper() -> Result<&'static Reaper> {
-    let me = sys::getpid();
+    let me = task::getpid();
     loop {
         let cur = REAPER.load(Ordering::Acquire);
         // SAFETY: a non-null REAPER points to a leaked, never freed Reaper

@@ -18,13 +18,13 @@ mod imp {
     /// Sleeps while `*w == expected`; false on time-out.
     #[inline]
     pub(crate) fn wait(w: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
-        crate::sys::futex_wait(w, expected, timeout)
+        halfproc_sys::futex::wait(w, expected, timeout)
     }
 
     /// Wakes up to `n` waiters of `w`; returns how many woke.
     #[inline]
     pub(crate) fn wake(w: &AtomicU32, n: i32) -> i32 {
-        crate::sys::futex_wake(w, n)
+        halfproc_sys::futex::wake(w, n)
     }
 
     /// The caller's thread id (never 0).
@@ -36,7 +36,7 @@ mod imp {
     /// Whether task `tid` still runs.
     #[cold]
     pub(crate) fn alive(tid: u32) -> bool {
-        crate::sys::task_alive(tid as i32)
+        halfproc_sys::task::task_alive(tid as i32)
     }
 
     /// Refuses shared-range locks in an outsider process.

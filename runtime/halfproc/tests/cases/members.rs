@@ -19,7 +19,7 @@ pub(super) fn backend_reported(set: &'static Set) -> Result<(), String> {
         expect
     );
     ensure!(
-        set.base() as u64 == halfproc_uapi::HALFPROC_RANGE_START,
+        set.base() as u64 == halfproc_sys::range::HALFPROC_RANGE_START,
         "arena at {:p}",
         set.base()
     );

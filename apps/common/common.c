@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: GPL-2.0
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int block_owner(int64_t n, int nparts, int64_t i)
+{
+	int p = (int)((__int128)i * nparts / n);
+
+	while (p + 1 < nparts && block_lo(n, nparts, p + 1) <= i)
+		p++;
+	while (p > 0 && block_lo(n, nparts, p) > i)
+		p--;
+	return p;
+}
+
+double wall_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void *xcalloc(size_t count, size_t size)
+{
+	void *p = calloc(count ? count : 1, size ? size : 1);
+
+	if (!p) {
+		fprintf(stderr, "out of memory (%zu x %zu bytes)\n", count, size);
+		exit(2);
+	}
+	return p;
+}
+
+enum app_size parse_size(int argc, char **argv, const char *prog)
+{
+	if (argc < 2 || !strcmp(argv[1], "small"))
+		return SIZE_SMALL;
+	if (!strcmp(argv[1], "bench"))
+		return SIZE_BENCH;
+	fprintf(stderr, "usage: %s [small|bench]\n", prog);
+	exit(2);
+}
+
+const char *size_name(enum app_size s)
+{
+	return s == SIZE_BENCH ? "bench" : "small";
+}
+
+void report(const char *app, const char *impl, int ranks, enum app_size size,
+	    int iterations, double seconds, double checksum)
+{
+	printf("app %s impl %s ranks %d size %s\n", app, impl, ranks,
+	       size_name(size));
+	printf("iterations %d\n", iterations);
+	printf("time_per_iter %.6e\n", iterations ? seconds / iterations : 0.0);
+	printf("checksum %.17g\n", checksum);
+	fflush(stdout);
+}
