@@ -10,7 +10,13 @@
 //! - `set`: sets, membership, lifecycle and member TLB coherence;
 //! - `dm`: `dmread()`/`dmwrite()`;
 //! - `mm`: typed wrappers over the C structures it touches;
-//! - this file: the hook entry points and argument validation.
+//! - this file: the hook entry points and the `prctl()` operations.
+//!
+//! The line between the two sides: every rule about addresses (where shared
+//! and private memory may lie, which calls reach the set mm) is applied by
+//! the core before a hook runs; this module decides who (membership, set
+//! lifecycle, `dmread()` permission, fork and exec policy) and never looks
+//! at an address. `docs/design.md` has the table of rules and their places.
 //!
 //! Every live set pins the module (`halfproc_set_mm_alloc()` takes a module
 //! reference), so `rmmod` fails with `EBUSY`/`EWOULDBLOCK` while any set
@@ -62,7 +68,6 @@ impl kernel::Module for HalfProc {
                 exec: Some(hook_exec),
                 mm_exit: Some(hook_mm_exit),
                 enter: Some(hook_enter),
-                mmap_enter: Some(hook_mmap_enter),
                 dm_copy: Some(hook_dm_copy),
                 prctl: Some(hook_prctl),
             },
@@ -71,7 +76,9 @@ impl kernel::Module for HalfProc {
         // SAFETY: `ops` lives until `drop`, which unregisters it first.
         to_result(unsafe { bindings::halfproc_register(&*ops) })?;
         if set::SKIP_MEMBER_FLUSH {
-            pr_warn!("TEST BUILD: member TLB flushes are disabled; stale translations will survive\n");
+            pr_warn!(
+                "TEST BUILD: member TLB flushes are disabled; stale translations will survive\n"
+            );
         }
         pr_info!("half-process support loaded\n");
         Ok(HalfProc { ops: Ops(ops) })
@@ -169,61 +176,29 @@ unsafe extern "C" fn hook_mm_exit(mm: *mut bindings::mm_struct) {
     unsafe { Set::leave(Mm::from_raw(mm)) };
 }
 
-/// A member starts a meta-operation that overlaps the shared range.
+/// Switch current to its set mm for a meta-operation on the shared range.
+///
+/// The core has applied every address rule first (`halfproc_check_op()`,
+/// `halfproc_place()`); this decides only which set. With `create`
+/// (`mmap(MAP_HALFPROC)`), a process in no set starts one as its first
+/// member (`EBUSY` if it has private mappings in the range).
 ///
 /// # Safety
 ///
-/// Called by `halfproc_enter()` for a member, with its switch record.
-unsafe extern "C" fn hook_enter(
-    sw: *mut bindings::halfproc_switch,
-    start: c_ulong,
-    len: c_ulong,
-) -> c_long {
-    if !range_contains(start as u64, len as u64) {
-        return errno(EINVAL) as c_long;
-    }
-    let Some(set) = Mm::current().and_then(Set::of) else {
-        return errno(EINVAL) as c_long;
+/// Called by `halfproc_enter()` for a member, or by `halfproc_mmap_enter()`,
+/// with the caller's switch record.
+unsafe extern "C" fn hook_enter(sw: *mut bindings::halfproc_switch, create: bool) -> c_long {
+    let set = if create {
+        Set::of_current_or_create()
+    } else {
+        Mm::current().and_then(Set::of).ok_or(EINVAL)
     };
-    // SAFETY: `sw` is the caller's switch record; current is a member of
-    // `set`, whose set mm lives as long as current's mm.
-    unsafe { bindings::halfproc_switch_mm(sw, set.mm().as_raw()) };
-    0
-}
-
-/// `mmap(MAP_HALFPROC)`: place the mapping in the shared range.
-///
-/// `MAP_FIXED`/`MAP_FIXED_NOREPLACE` outside the range, `MAP_GROWSDOWN` and
-/// `MAP_32BIT` are `EINVAL`; a hint outside the range is ignored.
-///
-/// # Safety
-///
-/// Called by `ksys_mmap_pgoff()` with pointers to its own locals.
-unsafe extern "C" fn hook_mmap_enter(
-    sw: *mut bindings::halfproc_switch,
-    addr: *mut c_ulong,
-    len: c_ulong,
-    flags: *mut c_ulong,
-) -> c_long {
-    // SAFETY: the core passes pointers to its own locals.
-    let (addr, flags) = unsafe { (&mut *addr, &mut *flags) };
-    let f = *flags & !(bindings::MAP_HALFPROC as c_ulong);
-    let fixed = f & (bindings::MAP_FIXED | bindings::MAP_FIXED_NOREPLACE) as c_ulong != 0;
-    if f & (bindings::MAP_GROWSDOWN | bindings::MAP_32BIT) as c_ulong != 0 {
-        return errno(EINVAL) as c_long;
-    }
-    if !range_contains(*addr as u64, len as u64) {
-        if fixed {
-            return errno(EINVAL) as c_long;
-        }
-        *addr = 0;
-    }
-    let set = match Set::of_current_or_create() {
+    let set = match set {
         Ok(set) => set,
         Err(e) => return errno(e) as c_long,
     };
-    *flags = f;
-    // SAFETY: as in `hook_enter`.
+    // SAFETY: `sw` is the caller's switch record; current is a member of
+    // `set`, whose set mm lives as long as current's mm.
     unsafe { bindings::halfproc_switch_mm(sw, set.mm().as_raw()) };
     0
 }
@@ -267,7 +242,12 @@ unsafe extern "C" fn hook_dm_copy(
 /// # Safety
 ///
 /// Called by `prctl()` in the context of the calling task.
-unsafe extern "C" fn hook_prctl(op: c_ulong, arg3: c_ulong, arg4: c_ulong, arg5: c_ulong) -> c_long {
+unsafe extern "C" fn hook_prctl(
+    op: c_ulong,
+    arg3: c_ulong,
+    arg4: c_ulong,
+    arg5: c_ulong,
+) -> c_long {
     match prctl(op, arg3, arg4, arg5) {
         Ok(v) => v,
         Err(e) => errno(e) as c_long,
@@ -321,13 +301,4 @@ fn prctl(op: c_ulong, arg3: c_ulong, arg4: c_ulong, arg5: c_ulong) -> Result<c_l
         }
         _ => Err(EINVAL),
     }
-}
-
-/// Whether `[start, start + len)` lies inside the shared range.
-fn range_contains(start: u64, len: u64) -> bool {
-    let (lo, hi) = (
-        bindings::HALFPROC_RANGE_START,
-        bindings::HALFPROC_RANGE_END,
-    );
-    start >= lo && len <= hi && start <= hi - len
 }

@@ -2,6 +2,11 @@
 
 //! Typed wrappers over `struct mm_struct` and `struct task_struct`.
 //!
+//! Fields of these structures are read and written only through the helpers
+//! of [`rust/helpers/halfproc.c`](srctree/rust/helpers/halfproc.c)
+//! (`bindings::halfproc_*`), compiled by the kernel's own compiler: bindgen can
+//! disagree with GCC on the layout of `struct task_struct`.
+//!
 //! C headers: [`include/linux/mm_types.h`](srctree/include/linux/mm_types.h),
 //! [`include/linux/halfproc.h`](srctree/include/linux/halfproc.h).
 
@@ -50,8 +55,7 @@ impl Mm {
 
     /// The set this mm belongs to (as member or as set mm), or null.
     ///
-    /// Fields are read through C accessors: bindgen can disagree with GCC
-    /// on the layout of kernel structures (see `halfproc_task_mm()`).
+    /// Read through a C helper, as every field (see the module docs).
     pub(crate) fn halfproc(&self) -> *mut bindings::halfproc_set {
         // SAFETY: `self` is a live mm; the accessor does an acquire load.
         unsafe { bindings::halfproc_mm_set(self.as_raw()) }

@@ -316,7 +316,10 @@ impl Set {
     /// too many of its threads have one armed already.
     pub(crate) fn set_fork_tid(&self, mm: &Mm, tid: i32, arm: bool) -> Result {
         let mut members = self.members.lock();
-        let m = members.iter_mut().find(|m| m.mm == mm.as_raw()).ok_or(EINVAL)?;
+        let m = members
+            .iter_mut()
+            .find(|m| m.mm == mm.as_raw())
+            .ok_or(EINVAL)?;
         if arm {
             m.fork_tids.arm(tid)
         } else {
@@ -328,7 +331,10 @@ impl Set {
     /// Sets member `mm`'s `PR_HALFPROC_INHERIT` flag.
     pub(crate) fn set_inherit(&self, mm: &Mm, on: bool) -> Result {
         let mut members = self.members.lock();
-        let m = members.iter_mut().find(|m| m.mm == mm.as_raw()).ok_or(EINVAL)?;
+        let m = members
+            .iter_mut()
+            .find(|m| m.mm == mm.as_raw())
+            .ok_or(EINVAL)?;
         m.inherit = on;
         Ok(())
     }
@@ -389,11 +395,10 @@ impl Set {
         pr_debug!("set {} destroyed\n", self.id);
     }
 
-    /// Flush `[start, end)` in every member mm.
+    /// Flush `[start, end)` in every member mm (the core limits the flush
+    /// to the shared range).
     fn flush_members(&self, start: usize, end: usize) {
-        let start = start.max(bindings::HALFPROC_RANGE_START as usize);
-        let end = end.min(bindings::HALFPROC_RANGE_END as usize);
-        if start >= end || SKIP_MEMBER_FLUSH {
+        if SKIP_MEMBER_FLUSH {
             return;
         }
         for m in self.members.lock().iter() {

@@ -24,10 +24,10 @@ check() {
 	local bad=0 p out
 	while read -r p; do
 		case "$p" in ''|'#'*) continue ;; esac
-		# FILE_PATH_CHANGES: new files need a MAINTAINERS entry, which an
-		# out-of-tree series cannot add for itself.
+		# Nothing is ignored: each patch that adds a file also adds it to
+		# the series' MAINTAINERS entry.
 		if ! out="$("$SRC/scripts/checkpatch.pl" --no-tree --strict --quiet \
-			--ignore FILE_PATH_CHANGES "$P/$p" 2>&1)"; then
+			"$P/$p" 2>&1)"; then
 			printf '%s\n%s\n' "checkpatch: $p" "$out" >&2
 			bad=1
 		fi

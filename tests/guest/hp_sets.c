@@ -532,12 +532,16 @@ TEST(set_outlives_first_member)
 	ASSERT_GE(first, 0);
 	if (first == 0) {
 		char *p = hp_anon(MB);	/* this process starts the set */
+		/*
+		 * Not getppid() in the child: if this process has exited
+		 * before the child runs, that is the reaper, which never goes.
+		 */
+		pid_t f = getpid();
 		pid_t m;
 
 		strcpy(p, "kept");
 		m = hp_spawn();
 		if (m == 0) {
-			pid_t f = getppid();
 			char *q;
 
 			/* Wait until the first member is gone (and reaped). */

@@ -8,7 +8,7 @@
 //! `PR_HALFPROC`.
 //!
 //! C header: `<linux/sched.h>` (`struct clone_args`), `<linux/prctl.h>`
-//! (patch 0009), `<sys/pidfd.h>`.
+//! (patch 0013), `<sys/pidfd.h>`.
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -165,7 +165,7 @@ pub fn pidfd_open(pid: i32) -> Result<OwnedFd> {
 }
 
 /// `prctl` option of the patched kernel for half-process sets
-/// (`<linux/prctl.h>`, patch 0009).
+/// (`<linux/prctl.h>`, patch 0013).
 pub const PR_HALFPROC: libc::c_int = 0x4850_4353;
 /// Operation: make the calling thread's next `fork` a member (arg 1) or not (0).
 pub const PR_HALFPROC_FORK_MEMBER: libc::c_ulong = 1;
