@@ -10,6 +10,8 @@
 //!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
 
 pub mod addr;
+#[allow(non_camel_case_types, non_snake_case)]
+pub mod capi;
 pub mod check;
 mod control;
 pub mod error;
@@ -17,8 +19,11 @@ pub mod msg;
 pub mod node;
 mod owner;
 pub mod rmw;
+pub mod runtime;
 pub mod sim;
+pub mod transport;
 
 pub use addr::{NodeId, ROOT};
 pub use error::DmiError;
 pub use msg::{ReadMode, WriteMode};
+pub use runtime::{Config, Dmi, Handle};
