@@ -364,8 +364,16 @@ async fn engine(
                         },
                         &mut fx,
                     );
+                    for p in peers.iter().flatten() {
+                        let _ = p.send(Frame::Abort {
+                            node: from,
+                            reason: reason.clone(),
+                        });
+                    }
                     if cfg.fatal_errors {
                         eprintln!("dmi: node {me}: stopping (set DMI_ERRORS=return to handle it instead)");
+                        // Let the writers flush the aborts.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                         std::process::exit(PEER_FAILED_EXIT);
                     }
                     byes.insert(from);

@@ -33,6 +33,9 @@ pub enum Frame {
     Heartbeat,
     /// The sender finalised; the connection may close now.
     Bye,
+    /// The sender stops because `node` failed (so every survivor names the
+    /// node that failed, not the one that stopped first).
+    Abort { node: NodeId, reason: String },
     Msg(Msg),
 }
 
@@ -125,7 +128,7 @@ fn spawn_peer(
                 _ = tick.tick() => Some(Frame::Heartbeat),
             };
             let Some(frame) = frame else { break };
-            let bye = matches!(frame, Frame::Bye);
+            let bye = matches!(frame, Frame::Bye | Frame::Abort { .. });
             if sink.send(encode(&frame)).await.is_err() || bye {
                 break;
             }
@@ -139,6 +142,14 @@ fn spawn_peer(
                     Ok(Frame::Heartbeat | Frame::Hello { .. }) => continue,
                     Ok(Frame::Bye) => {
                         let _ = events.send(NetEvent::Bye(peer));
+                        return;
+                    }
+                    Ok(Frame::Abort { node, reason }) => {
+                        let _ = events.send(NetEvent::Bye(peer));
+                        let _ = events.send(NetEvent::Dead(
+                            node,
+                            format!("{reason} (reported by node {peer})"),
+                        ));
                         return;
                     }
                     Err(e) => NetEvent::Dead(peer, format!("undecodable frame: {e}")),
