@@ -8,7 +8,8 @@
 //! events, keeping each client's order, in which every read returns the
 //! value of the latest write before it. The search below tries to build
 //! that interleaving: a read that matches the current value is always safe
-//! to take at once, so only the choice of the next write branches, and
+//! to take at once, so only the choice of the next write branches; a state
+//! where some client waits for a value already overwritten is dead; and
 //! visited states (positions, current value) are never explored twice.
 
 use std::collections::{BTreeMap, HashSet};
@@ -85,6 +86,26 @@ pub fn check_page(seqs: &[Vec<Event>]) -> Result<(), String> {
             }
         }
     }
+    // Where each value is written: (client, index).
+    let mut writer = std::collections::HashMap::new();
+    for (c, s) in seqs.iter().enumerate() {
+        for (i, e) in s.iter().enumerate() {
+            if let Event::Write(v) = e {
+                writer.insert(*v, (c, i));
+            }
+        }
+    }
+    // A client waiting to read a value that was already overwritten can
+    // never proceed: values are unique, so that state is dead.
+    let dead = |pos: &[usize], cur: u64| {
+        seqs.iter().enumerate().any(|(c, s)| match s.get(pos[c]) {
+            Some(Event::Read(v)) if *v != cur => match writer.get(v) {
+                None => cur != 0,
+                Some(&(wc, wi)) => pos[wc] > wi,
+            },
+            _ => false,
+        })
+    };
     let mut seen = HashSet::new();
     let mut stack = vec![(vec![0usize; seqs.len()], 0u64)];
     let mut best = 0;
@@ -107,7 +128,7 @@ pub fn check_page(seqs: &[Vec<Event>]) -> Result<(), String> {
         if pos.iter().zip(seqs).all(|(&p, s)| p == s.len()) {
             return Ok(());
         }
-        if !seen.insert((pos.clone(), cur)) {
+        if dead(&pos, cur) || !seen.insert((pos.clone(), cur)) {
             continue;
         }
         for (c, s) in seqs.iter().enumerate() {

@@ -356,7 +356,7 @@ async fn engine(
             Event::Net(NetEvent::Dead(from, reason)) => {
                 if !byes.contains(&from) {
                     let peer = cfg.peers[from as usize];
-                    eprintln!("dmi: node {me}: node {from} ({peer}) failed: {reason}");
+                    report(&format!("dmi: node {me}: node {from} ({peer}) failed: {reason}"));
                     node.fail(
                         DmiError::NodeFailed {
                             node: from,
@@ -371,7 +371,9 @@ async fn engine(
                         });
                     }
                     if cfg.fatal_errors {
-                        eprintln!("dmi: node {me}: stopping (set DMI_ERRORS=return to handle it instead)");
+                        report(&format!(
+                            "dmi: node {me}: stopping (set DMI_ERRORS=return to handle it instead)"
+                        ));
                         // Let the writers flush the aborts.
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         std::process::exit(PEER_FAILED_EXIT);
@@ -396,6 +398,13 @@ async fn engine(
             return;
         }
     }
+}
+
+/// Writes one line to stderr with a single write, so that lines of several
+/// nodes sharing a terminal or pipe do not interleave.
+fn report(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// Sends what the core produced and answers finished calls.
