@@ -342,7 +342,17 @@ async fn engine(
     let mut waiting: HashMap<CallId, oneshot::Sender<Outcome>> = HashMap::new();
     let mut byes: HashSet<NodeId> = HashSet::new();
     let mut finalize: Option<oneshot::Sender<()>> = None;
-    while let Some(ev) = rx.recv().await {
+    // SIGUSR1 prints the protocol state (pages, owners, pending accesses).
+    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            Some(()) = async { match usr1.as_mut() { Some(s) => s.recv().await, None => None } } => {
+                report(&node.debug_state());
+                continue;
+            }
+        };
+        let Some(ev) = ev else { break };
         let mut fx = Effects::default();
         match ev {
             Event::Call(req, otx) => {

@@ -47,6 +47,8 @@ pub enum NetEvent {
     Dead(NodeId, String),
 }
 
+type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+
 fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(1 << 31)
@@ -66,7 +68,9 @@ pub async fn connect_all(
     events: mpsc::UnboundedSender<NetEvent>,
 ) -> Result<Vec<Option<mpsc::UnboundedSender<Frame>>>, DmiError> {
     let n = peers.len();
-    let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    // Keep each Framed: its read buffer may already hold frames that came
+    // right behind the hello.
+    let mut conns: Vec<Option<Conn>> = (0..n).map(|_| None).collect();
     let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
     for (j, addr) in peers.iter().enumerate().take(me as usize) {
         let s = loop {
@@ -82,7 +86,7 @@ pub async fn connect_all(
         f.send(encode(&Frame::Hello { rank: me }))
             .await
             .map_err(|e| DmiError::Setup(format!("node {me}: hello to node {j}: {e}")))?;
-        conns[j] = Some(f.into_inner());
+        conns[j] = Some(f);
     }
     let mut missing = n - 1 - me as usize;
     while missing > 0 {
@@ -100,7 +104,7 @@ pub async fn connect_all(
             _ => continue,
         };
         if conns[rank as usize].is_none() {
-            conns[rank as usize] = Some(f.into_inner());
+            conns[rank as usize] = Some(f);
             missing -= 1;
         }
     }
@@ -114,11 +118,11 @@ pub async fn connect_all(
 /// Starts the writer and reader of one connection.
 fn spawn_peer(
     peer: NodeId,
-    s: TcpStream,
+    f: Conn,
     events: mpsc::UnboundedSender<NetEvent>,
 ) -> mpsc::UnboundedSender<Frame> {
-    let _ = s.set_nodelay(true);
-    let (mut sink, mut stream) = Framed::new(s, codec()).split();
+    let _ = f.get_ref().set_nodelay(true);
+    let (mut sink, mut stream) = f.split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(HEARTBEAT);
