@@ -206,11 +206,23 @@ mod tests {
         rs.insert(r);
         let s = rs.spans(r.base() + 5, 12).unwrap();
         assert_eq!(s.len(), 2);
-        assert_eq!((s[0].page.index, s[0].off, s[0].len, s[0].buf_off), (0, 5, 5, 0));
-        assert_eq!((s[1].page.index, s[1].off, s[1].len, s[1].buf_off), (1, 0, 7, 5));
-        assert!(matches!(rs.spans(r.base() + 25, 6), Err(DmiError::OutOfRange(_))));
+        assert_eq!(
+            (s[0].page.index, s[0].off, s[0].len, s[0].buf_off),
+            (0, 5, 5, 0)
+        );
+        assert_eq!(
+            (s[1].page.index, s[1].off, s[1].len, s[1].buf_off),
+            (1, 0, 7, 5)
+        );
+        assert!(matches!(
+            rs.spans(r.base() + 25, 6),
+            Err(DmiError::OutOfRange(_))
+        ));
         assert!(matches!(rs.spans(0, 1), Err(DmiError::BadAddress(_))));
-        assert!(matches!(rs.spans(3 << REGION_SHIFT, 1), Err(DmiError::BadAddress(_))));
+        assert!(matches!(
+            rs.spans(3 << REGION_SHIFT, 1),
+            Err(DmiError::BadAddress(_))
+        ));
         assert!(Region::new(3, 0, 1).is_err());
         assert!(Region::new(3, 1 << 30, 1 << 30).is_err());
         assert!(rs.region_at(r.base() + 1).is_err());

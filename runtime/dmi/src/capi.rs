@@ -259,7 +259,13 @@ pub extern "C" fn DMI_barrier() -> c_int {
 
 /// A user-defined read-modify-write function, run at the owner.
 pub type DMI_rmw_func_t = Option<
-    unsafe extern "C" fn(target: *mut c_void, size: i64, arg: *const c_void, arg_size: i64, result: *mut c_void),
+    unsafe extern "C" fn(
+        target: *mut c_void,
+        size: i64,
+        arg: *const c_void,
+        arg_size: i64,
+        result: *mut c_void,
+    ),
 >;
 
 /// Registers `func`; returns its id. Every node must register the same
@@ -305,7 +311,8 @@ pub unsafe extern "C" fn DMI_atomic(
 ) -> c_int {
     with(-1, |d| {
         let alen = check_buf(arg, arg_size)?;
-        let func = u32::try_from(func).map_err(|_| DmiError::BadArgument(format!("function {func}")))?;
+        let func =
+            u32::try_from(func).map_err(|_| DmiError::BadArgument(format!("function {func}")))?;
         // SAFETY: `arg` is readable for `arg_size` bytes (caller).
         let out = d.atomic(addr, size, func, unsafe { bytes(arg, alen) })?;
         if !result.is_null() {
@@ -402,7 +409,9 @@ pub unsafe extern "C" fn DMI_wait(h: *mut DMI_handle_t) -> c_int {
     // above and is taken (nulled) here so it is freed once.
     let p = unsafe {
         if h.is_null() || (*h).p.is_null() {
-            set_err(&DmiError::BadArgument("no pending access in this handle".into()));
+            set_err(&DmiError::BadArgument(
+                "no pending access in this handle".into(),
+            ));
             return -1;
         }
         let p = (*h).p.cast::<Pending>();

@@ -47,7 +47,11 @@ impl History {
 
     /// Number of events.
     pub fn len(&self) -> usize {
-        self.clients.values().flat_map(|m| m.values()).map(Vec::len).sum()
+        self.clients
+            .values()
+            .flat_map(|m| m.values())
+            .map(Vec::len)
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {

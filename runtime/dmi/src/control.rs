@@ -99,7 +99,9 @@ impl Node {
     ) -> Result<(), DmiError> {
         let region = self.regions.region_at(addr)?;
         if region.id == crate::addr::ROOT.id {
-            return Err(DmiError::BadAddress("the root page cannot be unmapped".into()));
+            return Err(DmiError::BadAddress(
+                "the root page cannot be unmapped".into(),
+            ));
         }
         self.forget_region(region.id);
         let op = self.fresh_id();

@@ -71,7 +71,10 @@ pub enum Reply {
     /// Bytes for a GET or the result of a read-modify-write.
     Data(Vec<u8>),
     /// A copy of the whole page at `version` for a Fetch.
-    Copy { version: u64, data: Vec<u8> },
+    Copy {
+        version: u64,
+        data: Vec<u8>,
+    },
     /// A PUT is complete (every copy invalidated or updated).
     Done,
     Err(DmiError),
@@ -87,7 +90,10 @@ pub enum Msg {
     /// per owner).
     ToOwner(Vec<Request>),
     /// The answer to access `op` of the receiver.
-    Reply { op: OpId, reply: Reply },
+    Reply {
+        op: OpId,
+        reply: Reply,
+    },
     /// Ownership of `page` moves to the receiver, for its EXCLUSIVE write `op`.
     Transfer {
         op: OpId,
@@ -97,7 +103,10 @@ pub enum Msg {
         copyset: Vec<(NodeId, CopyMode)>,
     },
     /// Drop the copy of `page`: a write made `version`.
-    Invalidate { page: PageId, version: u64 },
+    Invalidate {
+        page: PageId,
+        version: u64,
+    },
     /// Replace the copy of `page` with `data` at `version`.
     Update {
         page: PageId,
@@ -105,18 +114,41 @@ pub enum Msg {
         data: Vec<u8>,
     },
     /// An Invalidate or Update was applied.
-    Ack { page: PageId },
+    Ack {
+        page: PageId,
+    },
     /// Ask node 0 for a fresh region id.
-    NewRegionId { op: OpId },
+    NewRegionId {
+        op: OpId,
+    },
     /// Node 0's answer.
-    RegionId { op: OpId, id: u32 },
+    RegionId {
+        op: OpId,
+        id: u32,
+    },
     /// Learn (map) or forget (unmap) a region; answered by `RegionAck`.
-    MapRegion { op: OpId, region: Region },
-    UnmapRegion { op: OpId, region: u32 },
-    RegionAck { op: OpId },
+    MapRegion {
+        op: OpId,
+        region: Region,
+    },
+    UnmapRegion {
+        op: OpId,
+        region: u32,
+    },
+    RegionAck {
+        op: OpId,
+    },
     /// Mutex at the home of the mutex's page.
-    Lock { op: OpId, addr: i64 },
-    Unlock { op: OpId, addr: i64 },
+    Lock {
+        op: OpId,
+        addr: i64,
+    },
+    Unlock {
+        op: OpId,
+        addr: i64,
+    },
     /// Barrier arrival at node 0, and its release.
-    Barrier { op: OpId },
+    Barrier {
+        op: OpId,
+    },
 }

@@ -42,10 +42,19 @@ pub enum CallReq {
         arg: Vec<u8>,
     },
     /// `DMI_mmap`; the result is the address as 8 little-endian bytes.
-    Mmap { page_size: i64, page_num: i64 },
-    Munmap { addr: i64 },
-    Lock { addr: i64 },
-    Unlock { addr: i64 },
+    Mmap {
+        page_size: i64,
+        page_num: i64,
+    },
+    Munmap {
+        addr: i64,
+    },
+    Lock {
+        addr: i64,
+    },
+    Unlock {
+        addr: i64,
+    },
     Barrier,
 }
 
@@ -339,10 +348,7 @@ impl Node {
                 },
             );
             if let Some(req) = self.dispatch(op, fx) {
-                by_home
-                    .entry(home(req.page, self.n))
-                    .or_default()
-                    .push(req);
+                by_home.entry(home(req.page, self.n)).or_default().push(req);
             }
         }
         for (h, reqs) in by_home {
@@ -593,7 +599,13 @@ impl Node {
         pages.sort_by_key(|(k, _)| **k);
         for (k, p) in pages {
             let owner = p.owner.as_ref().map(|o| {
-                (o.version, o.copyset.clone(), o.acks, o.pending.clone(), o.queue.clone())
+                (
+                    o.version,
+                    o.copyset.clone(),
+                    o.acks,
+                    o.pending.clone(),
+                    o.queue.clone(),
+                )
             });
             let copy = p.copy.as_ref().map(|c| c.version);
             s += &format!(

@@ -162,7 +162,14 @@ impl Node {
 
     /// A write was applied to the owner's data: bump the version, invalidate
     /// or update every copy, and answer `origin` once all have acknowledged.
-    fn propagate(&mut self, page_id: PageId, origin: NodeId, op: OpId, reply: Reply, fx: &mut Effects) {
+    fn propagate(
+        &mut self,
+        page_id: PageId,
+        origin: NodeId,
+        op: OpId,
+        reply: Reply,
+        fx: &mut Effects,
+    ) {
         let Some(owner) = self.pages.get_mut(&page_id).and_then(|p| p.owner.as_mut()) else {
             return;
         };
@@ -222,7 +229,12 @@ impl Node {
     /// Once the page has moved away, requests wait for its return if this
     /// node awaits it again, and this node's own requests start over
     /// otherwise.
-    fn drain(&mut self, page_id: PageId, mut queue: std::collections::VecDeque<Request>, fx: &mut Effects) {
+    fn drain(
+        &mut self,
+        page_id: PageId,
+        mut queue: std::collections::VecDeque<Request>,
+        fx: &mut Effects,
+    ) {
         while let Some(req) = queue.pop_front() {
             let page = self.pages.entry(page_id).or_default();
             match page.owner.as_mut() {

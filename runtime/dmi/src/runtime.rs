@@ -41,7 +41,9 @@ pub struct Config {
 
 fn env(name: &str) -> Result<String, DmiError> {
     std::env::var(name).map_err(|_| {
-        DmiError::Setup(format!("{name} is not set (start the program with `dmi run -n N prog`)"))
+        DmiError::Setup(format!(
+            "{name} is not set (start the program with `dmi run -n N prog`)"
+        ))
     })
 }
 
@@ -145,7 +147,10 @@ impl Dmi {
         let thread = std::thread::Builder::new()
             .name(format!("dmi-node-{rank}"))
             .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
                     Ok(rt) => rt,
                     Err(e) => {
                         let _ = ready_tx.send(Err(DmiError::Setup(format!("tokio: {e}"))));
@@ -167,7 +172,9 @@ impl Dmi {
                 let _ = thread.join();
                 Err(e)
             }
-            Err(_) => Err(DmiError::Setup("the node thread ended during start-up".into())),
+            Err(_) => Err(DmiError::Setup(
+                "the node thread ended during start-up".into(),
+            )),
         }
     }
 
@@ -192,7 +199,9 @@ impl Dmi {
     /// Starts any call; wait on the handle for its outcome.
     pub fn start_call(&self, req: CallReq) -> Handle {
         let (otx, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError(Event::Call(_, otx))) = self.tx.send(Event::Call(req, otx)) {
+        if let Err(mpsc::error::SendError(Event::Call(_, otx))) =
+            self.tx.send(Event::Call(req, otx))
+        {
             let _ = otx.send(Err(DmiError::NotInitialized));
         }
         Handle { rx }
@@ -238,7 +247,11 @@ impl Dmi {
     }
 
     /// `DMI_group_read`: one request per home for all the ranges.
-    pub fn group_read(&self, items: &mut [(i64, &mut [u8])], mode: ReadMode) -> Result<(), DmiError> {
+    pub fn group_read(
+        &self,
+        items: &mut [(i64, &mut [u8])],
+        mode: ReadMode,
+    ) -> Result<(), DmiError> {
         let req = items.iter().map(|(a, b)| (*a, b.len() as i64)).collect();
         let out = self.call(CallReq::Read { items: req, mode })?;
         let mut at = 0;
@@ -307,7 +320,10 @@ async fn engine(
         None => match std::net::TcpListener::bind(cfg.peers[me as usize]) {
             Ok(l) => l,
             Err(e) => {
-                let _ = ready.send(Err(DmiError::Setup(format!("bind {}: {e}", cfg.peers[me as usize]))));
+                let _ = ready.send(Err(DmiError::Setup(format!(
+                    "bind {}: {e}",
+                    cfg.peers[me as usize]
+                ))));
                 return;
             }
         },
@@ -343,7 +359,8 @@ async fn engine(
     let mut byes: HashSet<NodeId> = HashSet::new();
     let mut finalize: Option<oneshot::Sender<()>> = None;
     // SIGUSR1 prints the protocol state (pages, owners, pending accesses).
-    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
+    let mut usr1 =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
     loop {
         let ev = tokio::select! {
             ev = rx.recv() => ev,
@@ -366,7 +383,9 @@ async fn engine(
             Event::Net(NetEvent::Dead(from, reason)) => {
                 if !byes.contains(&from) {
                     let peer = cfg.peers[from as usize];
-                    report(&format!("dmi: node {me}: node {from} ({peer}) failed: {reason}"));
+                    report(&format!(
+                        "dmi: node {me}: node {from} ({peer}) failed: {reason}"
+                    ));
                     node.fail(
                         DmiError::NodeFailed {
                             node: from,

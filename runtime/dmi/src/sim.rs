@@ -21,7 +21,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -32,7 +32,7 @@ impl Rng {
 
     /// A number in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 }
 
@@ -111,7 +111,10 @@ impl Sim {
             if let Some(o) = self.take(node, call) {
                 return o;
             }
-            assert!(self.step(), "node {node} call {call} can never finish: network is quiet");
+            assert!(
+                self.step(),
+                "node {node} call {call} can never finish: network is quiet"
+            );
         }
     }
 

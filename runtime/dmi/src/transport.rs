@@ -29,13 +29,18 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// What travels on a connection.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Frame {
-    Hello { rank: NodeId },
+    Hello {
+        rank: NodeId,
+    },
     Heartbeat,
     /// The sender finalised; the connection may close now.
     Bye,
     /// The sender stops because `node` failed (so every survivor names the
     /// node that failed, not the one that stopped first).
-    Abort { node: NodeId, reason: String },
+    Abort {
+        node: NodeId,
+        reason: String,
+    },
     Msg(Msg),
 }
 
@@ -77,7 +82,9 @@ pub async fn connect_all(
             match TcpStream::connect(addr).await {
                 Ok(s) => break s,
                 Err(e) if tokio::time::Instant::now() >= deadline => {
-                    return Err(DmiError::Setup(format!("node {me}: connecting to node {j} at {addr}: {e}")));
+                    return Err(DmiError::Setup(format!(
+                        "node {me}: connecting to node {j} at {addr}: {e}"
+                    )));
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
@@ -92,7 +99,11 @@ pub async fn connect_all(
     while missing > 0 {
         let (s, _) = tokio::time::timeout_at(deadline, listener.accept())
             .await
-            .map_err(|_| DmiError::Setup(format!("node {me}: {missing} higher-ranked node(s) never connected")))?
+            .map_err(|_| {
+                DmiError::Setup(format!(
+                    "node {me}: {missing} higher-ranked node(s) never connected"
+                ))
+            })?
             .map_err(|e| DmiError::Setup(format!("node {me}: accept: {e}")))?;
         let mut f = Framed::new(s, codec());
         let hello = tokio::time::timeout_at(deadline, f.next()).await;
@@ -159,7 +170,10 @@ fn spawn_peer(
                     Err(e) => NetEvent::Dead(peer, format!("undecodable frame: {e}")),
                 },
                 Ok(Some(Err(e))) => NetEvent::Dead(peer, format!("connection error: {e}")),
-                Ok(None) => NetEvent::Dead(peer, "connection closed without a goodbye (process died?)".into()),
+                Ok(None) => NetEvent::Dead(
+                    peer,
+                    "connection closed without a goodbye (process died?)".into(),
+                ),
                 Err(_) => NetEvent::Dead(
                     peer,
                     format!("no message or heartbeat for {} s", DEAD_AFTER.as_secs()),

@@ -14,12 +14,15 @@ use dmi::{ReadMode, WriteMode};
 
 const PAGE: usize = 16;
 
+/// Per page of a pending call: `Some(value)` for a write, `None` for a read.
+type Plan = Vec<(u64, Option<u64>)>;
+
 struct Client {
     node: NodeId,
     id: u32,
     left: usize,
     seq: u64,
-    pending: Option<(CallId, Vec<(u64, Option<u64>)>)>,
+    pending: Option<(CallId, Plan)>,
 }
 
 fn value_bytes(v: u64) -> Vec<u8> {
@@ -135,11 +138,9 @@ fn run(seed: u64, nodes: u32, per_node: u32, pages: u64, ops: usize) -> (History
             };
             let call = sim.start(c.node, req);
             c.pending = Some((call, plan));
-        } else if idle.is_empty() {
-            if !sim.step() {
-                let dump: String = sim.nodes.iter().map(|n| n.debug_state()).collect();
-                panic!("seed {seed}: calls pending but the network is quiet\n{dump}");
-            }
+        } else if idle.is_empty() && !sim.step() {
+            let dump: String = sim.nodes.iter().map(|n| n.debug_state()).collect();
+            panic!("seed {seed}: calls pending but the network is quiet\n{dump}");
         }
     }
     sim.settle();
@@ -153,7 +154,11 @@ fn run(seed: u64, nodes: u32, per_node: u32, pages: u64, ops: usize) -> (History
 fn random_interleavings_are_sequentially_consistent_per_page() {
     let mut events = 0;
     let mut msgs = 0;
-    for seed in std::env::var("DMI_SEED").ok().and_then(|s| s.parse().ok()).map_or(0..300u64, |s: u64| s..s + 1) {
+    for seed in std::env::var("DMI_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(0..300u64, |s: u64| s..s + 1)
+    {
         // Up to 4 clients: the checker's search grows with the number of
         // clients writing one page.
         let nodes = 3 + (seed % 2) as u32;
@@ -167,7 +172,9 @@ fn random_interleavings_are_sequentially_consistent_per_page() {
         events += h.len() + h2.len();
         msgs += m + m2;
         if let Err(e) = h.check() {
-            panic!("seed {seed} ({nodes} nodes, {per_node} clients each, {pages} pages): {e}\n{h:?}");
+            panic!(
+                "seed {seed} ({nodes} nodes, {per_node} clients each, {pages} pages): {e}\n{h:?}"
+            );
         }
     }
     eprintln!("checked {events} events, {msgs} messages");
@@ -190,5 +197,8 @@ fn the_checker_catches_a_stale_cache() {
     }
     let (i, _) = found.expect("client 2 read something written");
     c.insert(i + 1, Event::Read(0));
-    assert!(h.check().is_err(), "a read of the initial value after a newer read must be rejected");
+    assert!(
+        h.check().is_err(),
+        "a read of the initial value after a newer read must be rejected"
+    );
 }

@@ -46,7 +46,11 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
-fn pipe_lines(rank: u32, r: impl std::io::Read + Send + 'static, err: bool) -> std::thread::JoinHandle<()> {
+fn pipe_lines(
+    rank: u32,
+    r: impl std::io::Read + Send + 'static,
+    err: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(r).lines().map_while(Result::ok) {
             if err {
@@ -152,7 +156,10 @@ pub fn run(a: RunArgs) -> i32 {
         if first_failure.is_some_and(|t| t.elapsed() > Duration::from_secs(a.grace)) {
             for (rank, slot) in children.iter_mut().enumerate() {
                 if let Some(c) = slot {
-                    eprintln!("dmi run: node {rank} still running {} s after a failure: killing it", a.grace);
+                    eprintln!(
+                        "dmi run: node {rank} still running {} s after a failure: killing it",
+                        a.grace
+                    );
                     let _ = c.kill();
                     let _ = c.wait();
                     failed.push(rank);
@@ -171,7 +178,10 @@ pub fn run(a: RunArgs) -> i32 {
     } else {
         failed.sort_unstable();
         failed.dedup();
-        eprintln!("dmi run: FAILED: node(s) {failed:?} of {} did not succeed", a.nodes);
+        eprintln!(
+            "dmi run: FAILED: node(s) {failed:?} of {} did not succeed",
+            a.nodes
+        );
         1
     }
 }

@@ -62,7 +62,8 @@ fn workload(d: &Dmi, a: &StressArgs) -> Result<History, String> {
     let me = d.rank();
     if me == 0 {
         let base = d.mmap(PAGE as i64, a.pages as i64).map_err(e)?;
-        d.write(d.root(), &base.to_le_bytes(), WriteMode::Put).map_err(e)?;
+        d.write(d.root(), &base.to_le_bytes(), WriteMode::Put)
+            .map_err(e)?;
     }
     d.barrier().map_err(e)?;
     let mut b = [0u8; 8];
@@ -79,10 +80,14 @@ fn workload(d: &Dmi, a: &StressArgs) -> Result<History, String> {
             ps.push((p1 + 1 + rng.below(a.pages - 1)) % a.pages);
         }
         if rng.below(2) == 0 {
-            let mode = [ReadMode::Invalidate, ReadMode::Update, ReadMode::Get][rng.below(3) as usize];
+            let mode =
+                [ReadMode::Invalidate, ReadMode::Update, ReadMode::Get][rng.below(3) as usize];
             let mut bufs = vec![[0u8; PAGE]; ps.len()];
-            let mut items: Vec<(i64, &mut [u8])> =
-                ps.iter().zip(bufs.iter_mut()).map(|(&p, b)| (addr(p), &mut b[..])).collect();
+            let mut items: Vec<(i64, &mut [u8])> = ps
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&p, b)| (addr(p), &mut b[..]))
+                .collect();
             d.group_read(&mut items, mode).map_err(e)?;
             for (&p, b) in ps.iter().zip(&bufs) {
                 h.record(me, p, Event::Read(decode(b)?));
@@ -150,9 +155,10 @@ pub fn check(a: CheckArgs) -> i32 {
     for ent in entries.flatten() {
         let p = ent.path();
         if p.extension().is_some_and(|x| x == "json") {
-            match std::fs::read(&p).map_err(|e| e.to_string()).and_then(|b| {
-                serde_json::from_slice::<History>(&b).map_err(|e| e.to_string())
-            }) {
+            match std::fs::read(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<History>(&b).map_err(|e| e.to_string()))
+            {
                 Ok(h) => {
                     all.merge(h);
                     files += 1;
@@ -164,8 +170,11 @@ pub fn check(a: CheckArgs) -> i32 {
             }
         }
     }
-    let pages: std::collections::BTreeSet<u64> =
-        all.clients.values().flat_map(|m| m.keys().copied()).collect();
+    let pages: std::collections::BTreeSet<u64> = all
+        .clients
+        .values()
+        .flat_map(|m| m.keys().copied())
+        .collect();
     match all.check() {
         Ok(()) => {
             println!(

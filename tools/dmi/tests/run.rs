@@ -46,7 +46,11 @@ fn build_c(name: &str) -> (PathBuf, PathBuf) {
     }
     let st = cargo.status().expect("cargo runs");
     assert!(st.success(), "cargo build -p dmi --lib failed");
-    assert!(profile_dir.join("libdmi.so").exists(), "libdmi.so in {}", profile_dir.display());
+    assert!(
+        profile_dir.join("libdmi.so").exists(),
+        "libdmi.so in {}",
+        profile_dir.display()
+    );
     let dir = tmp(&format!("c-{name}"));
     let pc = std::fs::read_to_string(root.join("dmi.pc.in"))
         .unwrap()
@@ -86,7 +90,10 @@ fn checksum(o: &Output) -> String {
 #[test]
 fn jacobi_on_1_2_3_nodes_matches_the_serial_run() {
     let (prog, lib) = build_c("jacobi");
-    let serial = Command::new(&prog).args(["40", "30", "60", "serial"]).output().unwrap();
+    let serial = Command::new(&prog)
+        .args(["40", "30", "60", "serial"])
+        .output()
+        .unwrap();
     assert!(serial.status.success(), "{}", text(&serial));
     let want = checksum(&serial);
     for n in ["1", "2", "3"] {
@@ -113,8 +120,15 @@ fn c_api_on_1_and_3_nodes() {
             .output()
             .unwrap();
         assert!(o.status.success(), "{n} nodes: {}", text(&o));
-        let want = format!("api ok: {n} nodes, mutex counter {c}, fetch-add counter {c}", c = 20 * n);
-        assert!(String::from_utf8_lossy(&o.stdout).contains(&want), "{}", text(&o));
+        let want = format!(
+            "api ok: {n} nodes, mutex counter {c}, fetch-add counter {c}",
+            c = 20 * n
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(&want),
+            "{}",
+            text(&o)
+        );
     }
 }
 
@@ -123,7 +137,16 @@ fn three_processes_are_sequentially_consistent_per_page() {
     for seed in ["1", "2"] {
         let dir = tmp(&format!("stress-{seed}"));
         let o = dmi()
-            .args(["run", "-n", "3", "--", env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "300"])
+            .args([
+                "run",
+                "-n",
+                "3",
+                "--",
+                env!("CARGO_BIN_EXE_dmi"),
+                "stress",
+                "--ops",
+                "300",
+            ])
             .args(["--seed", seed, "--dir"])
             .arg(&dir)
             .output()
@@ -131,16 +154,25 @@ fn three_processes_are_sequentially_consistent_per_page() {
         assert!(o.status.success(), "{}", text(&o));
         let c = dmi().arg("check").arg(&dir).output().unwrap();
         assert!(c.status.success(), "{}", text(&c));
-        assert!(String::from_utf8_lossy(&c.stdout).contains("from 3 nodes: sequentially consistent"));
+        assert!(
+            String::from_utf8_lossy(&c.stdout).contains("from 3 nodes: sequentially consistent")
+        );
 
         // The same check rejects the real history with one read gone stale.
         let f = dir.join("node-2.json");
         let mut h: History = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
-        let ev = h.clients.values_mut().next().unwrap().values_mut().find(|e| {
-            e.iter().any(|x| matches!(x, Event::Read(v) if *v != 0))
-        });
+        let ev = h
+            .clients
+            .values_mut()
+            .next()
+            .unwrap()
+            .values_mut()
+            .find(|e| e.iter().any(|x| matches!(x, Event::Read(v) if *v != 0)));
         let ev = ev.expect("node 2 read a written value");
-        let i = ev.iter().rposition(|x| matches!(x, Event::Read(v) if *v != 0)).unwrap();
+        let i = ev
+            .iter()
+            .rposition(|x| matches!(x, Event::Read(v) if *v != 0))
+            .unwrap();
         ev.insert(i + 1, Event::Read(0));
         std::fs::write(&f, serde_json::to_vec(&h).unwrap()).unwrap();
         let c = dmi().arg("check").arg(&dir).output().unwrap();
@@ -154,7 +186,16 @@ fn start_long_run(extra: &[&str]) -> (Child, Vec<u32>, std::sync::mpsc::Receiver
     let mut child = dmi()
         .args(["run", "-n", "3", "--verbose"])
         .args(extra)
-        .args(["--", env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "10000000", "--pause-ms", "1", "--dir"])
+        .args([
+            "--",
+            env!("CARGO_BIN_EXE_dmi"),
+            "stress",
+            "--ops",
+            "10000000",
+            "--pause-ms",
+            "1",
+            "--dir",
+        ])
         .arg(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -210,12 +251,22 @@ fn a_killed_node_is_reported_by_the_others_within_seconds() {
     assert!(took < Duration::from_secs(5), "took {took:?}\n{all}");
     for survivor in [0, 2] {
         assert!(
-            all.contains(&format!("dmi: node {survivor}: node 1 (127.0.0.1:")) && all.contains("failed"),
+            all.contains(&format!("dmi: node {survivor}: node 1 (127.0.0.1:"))
+                && all.contains("failed"),
             "node {survivor} did not name node 1:\n{all}"
         );
-        assert!(all.contains(&format!("node {survivor} (pid {}) exited with status 3", pids[survivor])), "{all}");
+        assert!(
+            all.contains(&format!(
+                "node {survivor} (pid {}) exited with status 3",
+                pids[survivor]
+            )),
+            "{all}"
+        );
     }
-    assert!(all.contains("node 1 (pid") && all.contains("killed by signal 9"), "{all}");
+    assert!(
+        all.contains("node 1 (pid") && all.contains("killed by signal 9"),
+        "{all}"
+    );
 }
 
 #[test]
@@ -225,28 +276,67 @@ fn a_silent_node_is_found_by_heartbeats() {
     let (st, took) = wait_for(child, Duration::from_secs(20));
     let all: String = rx.try_iter().collect::<Vec<_>>().join("\n");
     assert!(!st.success(), "{all}");
-    assert!(all.contains("node 2 (127.0.0.1:") && all.contains("no message or heartbeat for 3 s"), "{all}");
-    assert!(all.contains("node 2 still running 2 s after a failure: killing it"), "{all}");
+    assert!(
+        all.contains("node 2 (127.0.0.1:") && all.contains("no message or heartbeat for 3 s"),
+        "{all}"
+    );
+    assert!(
+        all.contains("node 2 still running 2 s after a failure: killing it"),
+        "{all}"
+    );
     assert!(took < Duration::from_secs(10), "took {took:?}\n{all}");
 }
 
 #[test]
 fn the_launcher_names_failing_nodes_and_prefixes_output() {
-    let o = dmi().args(["run", "-n", "3", "--", "sh", "-c", "exit $((DMI_RANK == 1 ? 4 : 0))"]).output().unwrap();
+    let o = dmi()
+        .args([
+            "run",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "exit $((DMI_RANK == 1 ? 4 : 0))",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(e.contains("node 1 (pid") && e.contains("exited with status 4"), "{e}");
+    assert!(
+        e.contains("node 1 (pid") && e.contains("exited with status 4"),
+        "{e}"
+    );
     assert!(e.contains("FAILED: node(s) [1] of 3"), "{e}");
 
     let o = dmi()
-        .args(["run", "-n", "2", "--prefix", "--", "sh", "-c", "echo rank $DMI_RANK of $DMI_SIZE"])
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--prefix",
+            "--",
+            "sh",
+            "-c",
+            "echo rank $DMI_RANK of $DMI_SIZE",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let s = String::from_utf8_lossy(&o.stdout);
-    assert!(s.contains("[0] rank 0 of 2") && s.contains("[1] rank 1 of 2"), "{s}");
+    assert!(
+        s.contains("[0] rank 0 of 2") && s.contains("[1] rank 1 of 2"),
+        "{s}"
+    );
 
-    let o = dmi().args(["run", "-n", "2", "--", "/nonexistent/prog"]).output().unwrap();
+    let o = dmi()
+        .args(["run", "-n", "2", "--", "/nonexistent/prog"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot start"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot start"),
+        "{}",
+        text(&o)
+    );
 }
