@@ -206,20 +206,34 @@ unsafe fn accesses<'a>(acc: *const DMI_access_t, num: i64) -> Result<&'a [DMI_ac
     Ok(unsafe { std::slice::from_raw_parts(acc, num as usize) })
 }
 
+/// The entries of a group access, each buffer checked: `(addr, buf, len)`.
+///
+/// # Safety
+/// `acc` must point to `num` entries (or `num` is 0).
+unsafe fn group(
+    acc: *const DMI_access_t,
+    num: i64,
+) -> Result<Vec<(i64, *mut c_void, usize)>, DmiError> {
+    // SAFETY: the caller guarantees `acc` points to `num` entries.
+    let acc = unsafe { accesses(acc, num)? };
+    acc.iter()
+        .map(|a| Ok((a.addr, a.buf, check_buf(a.buf, a.size)?)))
+        .collect()
+}
+
 /// # Safety
 /// `acc[0..num]` must be valid, each buffer writable for its size.
 #[no_mangle]
 pub unsafe extern "C" fn DMI_group_read(acc: *mut DMI_access_t, num: i64, mode: c_int) -> c_int {
     with(-1, |d| {
         let mode = read_mode(mode)?;
-        // SAFETY: the caller guarantees the entries and buffers are valid.
-        let acc = unsafe { accesses(acc, num)? };
-        let mut items = Vec::with_capacity(acc.len());
-        for a in acc {
-            let len = check_buf(a.buf, a.size)?;
-            // SAFETY: each buffer is writable for its size (caller).
-            items.push((a.addr, unsafe { bytes_mut(a.buf, len) }));
-        }
+        // SAFETY: the caller guarantees the entries are valid.
+        let parts = unsafe { group(acc, num)? };
+        // SAFETY: each buffer is writable for its size (caller).
+        let mut items: Vec<(i64, &mut [u8])> = parts
+            .into_iter()
+            .map(|(a, p, l)| (a, unsafe { bytes_mut(p, l) }))
+            .collect();
         status(d.group_read(&mut items, mode))
     })
 }
@@ -230,14 +244,13 @@ pub unsafe extern "C" fn DMI_group_read(acc: *mut DMI_access_t, num: i64, mode: 
 pub unsafe extern "C" fn DMI_group_write(acc: *const DMI_access_t, num: i64, mode: c_int) -> c_int {
     with(-1, |d| {
         let mode = write_mode(mode)?;
-        // SAFETY: the caller guarantees the entries and buffers are valid.
-        let acc = unsafe { accesses(acc, num)? };
-        let mut items = Vec::with_capacity(acc.len());
-        for a in acc {
-            let len = check_buf(a.buf, a.size)?;
-            // SAFETY: each buffer is readable for its size (caller).
-            items.push((a.addr, unsafe { bytes(a.buf, len) }));
-        }
+        // SAFETY: the caller guarantees the entries are valid.
+        let parts = unsafe { group(acc, num)? };
+        // SAFETY: each buffer is readable for its size (caller).
+        let items: Vec<(i64, &[u8])> = parts
+            .into_iter()
+            .map(|(a, p, l)| (a, unsafe { bytes(p, l) }))
+            .collect();
         status(d.group_write(&items, mode))
     })
 }
@@ -335,6 +348,33 @@ struct Pending {
     len: usize,
 }
 
+/// Checks an asynchronous access's arguments, starts it with `req` (built
+/// from the checked length), and stores the pending state in `h`.
+///
+/// # Safety
+/// `h` must be null or writable; `out` (if any) must stay writable for the
+/// length until `DMI_wait`.
+unsafe fn start_async(
+    h: *mut DMI_handle_t,
+    buf: *const c_void,
+    size: i64,
+    out: Option<*mut c_void>,
+    req: impl FnOnce(usize) -> Result<crate::node::CallReq, DmiError>,
+) -> c_int {
+    with(-1, |d| {
+        let len = check_buf(buf, size)?;
+        if h.is_null() {
+            return Err(DmiError::BadArgument("handle is NULL".into()));
+        }
+        let handle = d.start_call(req(len)?);
+        let (buf, len) = out.map_or((std::ptr::null_mut(), 0), |b| (b, len));
+        let p = Box::into_raw(Box::new(Pending { handle, buf, len }));
+        // SAFETY: `h` is non-null and writable (caller).
+        unsafe { (*h).p = p.cast() };
+        Ok(0)
+    })
+}
+
 /// Starts a read; the data is in `buf` when `DMI_wait(h)` returned 0.
 ///
 /// # Safety
@@ -347,21 +387,14 @@ pub unsafe extern "C" fn DMI_read_async(
     mode: c_int,
     h: *mut DMI_handle_t,
 ) -> c_int {
-    with(-1, |d| {
-        let len = check_buf(buf, size)?;
-        let mode = read_mode(mode)?;
-        if h.is_null() {
-            return Err(DmiError::BadArgument("handle is NULL".into()));
-        }
-        let handle = d.start_call(crate::node::CallReq::Read {
+    let req = |_| {
+        Ok(crate::node::CallReq::Read {
             items: vec![(addr, size)],
-            mode,
-        });
-        let p = Box::into_raw(Box::new(Pending { handle, buf, len }));
-        // SAFETY: `h` is non-null and writable (caller).
-        unsafe { (*h).p = p.cast() };
-        Ok(0)
-    })
+            mode: read_mode(mode)?,
+        })
+    };
+    // SAFETY: forwarded from the caller's guarantees.
+    unsafe { start_async(h, buf, size, Some(buf), req) }
 }
 
 /// Starts a write (`buf` is copied at once).
@@ -376,27 +409,17 @@ pub unsafe extern "C" fn DMI_write_async(
     mode: c_int,
     h: *mut DMI_handle_t,
 ) -> c_int {
-    with(-1, |d| {
-        let len = check_buf(buf, size)?;
+    let req = |len| {
         let mode = write_mode(mode)?;
-        if h.is_null() {
-            return Err(DmiError::BadArgument("handle is NULL".into()));
-        }
         // SAFETY: `buf` is readable for `size` bytes (caller).
         let data = unsafe { bytes(buf, len) }.to_vec();
-        let handle = d.start_call(crate::node::CallReq::Write {
+        Ok(crate::node::CallReq::Write {
             items: vec![(addr, data)],
             mode,
-        });
-        let p = Box::into_raw(Box::new(Pending {
-            handle,
-            buf: std::ptr::null_mut(),
-            len: 0,
-        }));
-        // SAFETY: `h` is non-null and writable (caller).
-        unsafe { (*h).p = p.cast() };
-        Ok(0)
-    })
+        })
+    };
+    // SAFETY: forwarded from the caller's guarantees.
+    unsafe { start_async(h, buf, size, None, req) }
 }
 
 /// Waits for an asynchronous access; the handle is used up.

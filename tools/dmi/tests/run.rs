@@ -15,6 +15,16 @@ fn dmi() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dmi"))
 }
 
+/// `dmi run -n N [launcher options] -- PROG ARGS`.
+fn dmi_run(n: u32, opts: &[&str], prog: &[&str]) -> Command {
+    let mut c = dmi();
+    c.args(["run", "-n", &n.to_string()])
+        .args(opts)
+        .arg("--")
+        .args(prog);
+    c
+}
+
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dmi-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -96,11 +106,8 @@ fn jacobi_on_1_2_3_nodes_matches_the_serial_run() {
         .unwrap();
     assert!(serial.status.success(), "{}", text(&serial));
     let want = checksum(&serial);
-    for n in ["1", "2", "3"] {
-        let o = dmi()
-            .args(["run", "-n", n, "--"])
-            .arg(&prog)
-            .args(["40", "30", "60"])
+    for n in [1, 2, 3] {
+        let o = dmi_run(n, &[], &[prog.to_str().unwrap(), "40", "30", "60"])
             .env("LD_LIBRARY_PATH", &lib)
             .output()
             .unwrap();
@@ -113,9 +120,7 @@ fn jacobi_on_1_2_3_nodes_matches_the_serial_run() {
 fn c_api_on_1_and_3_nodes() {
     let (prog, lib) = build_c("api_test");
     for n in [1, 3] {
-        let o = dmi()
-            .args(["run", "-n", &n.to_string(), "--"])
-            .arg(&prog)
+        let o = dmi_run(n, &[], &[prog.to_str().unwrap()])
             .env("LD_LIBRARY_PATH", &lib)
             .output()
             .unwrap();
@@ -136,17 +141,8 @@ fn c_api_on_1_and_3_nodes() {
 fn three_processes_are_sequentially_consistent_per_page() {
     for seed in ["1", "2"] {
         let dir = tmp(&format!("stress-{seed}"));
-        let o = dmi()
-            .args([
-                "run",
-                "-n",
-                "3",
-                "--",
-                env!("CARGO_BIN_EXE_dmi"),
-                "stress",
-                "--ops",
-                "300",
-            ])
+        let stress = [env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "300"];
+        let o = dmi_run(3, &[], &stress)
             .args(["--seed", seed, "--dir"])
             .arg(&dir)
             .output()
@@ -182,20 +178,18 @@ fn three_processes_are_sequentially_consistent_per_page() {
 
 /// Starts 3 stress nodes that run long, returns the launcher and node pids.
 fn start_long_run(extra: &[&str]) -> (Child, Vec<u32>, std::sync::mpsc::Receiver<String>) {
-    let dir = tmp("long");
-    let mut child = dmi()
-        .args(["run", "-n", "3", "--verbose"])
-        .args(extra)
-        .args([
-            "--",
-            env!("CARGO_BIN_EXE_dmi"),
-            "stress",
-            "--ops",
-            "10000000",
-            "--pause-ms",
-            "1",
-            "--dir",
-        ])
+    let dir = tmp(&format!("long-{}", extra.join("")));
+    let opts: Vec<&str> = ["--verbose"].iter().chain(extra).copied().collect();
+    let stress = [
+        env!("CARGO_BIN_EXE_dmi"),
+        "stress",
+        "--ops",
+        "10000000",
+        "--pause-ms",
+        "1",
+    ];
+    let mut child = dmi_run(3, &opts, &stress)
+        .arg("--dir")
         .arg(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -289,16 +283,7 @@ fn a_silent_node_is_found_by_heartbeats() {
 
 #[test]
 fn the_launcher_names_failing_nodes_and_prefixes_output() {
-    let o = dmi()
-        .args([
-            "run",
-            "-n",
-            "3",
-            "--",
-            "sh",
-            "-c",
-            "exit $((DMI_RANK == 1 ? 4 : 0))",
-        ])
+    let o = dmi_run(3, &[], &["sh", "-c", "exit $((DMI_RANK == 1 ? 4 : 0))"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -309,19 +294,13 @@ fn the_launcher_names_failing_nodes_and_prefixes_output() {
     );
     assert!(e.contains("FAILED: node(s) [1] of 3"), "{e}");
 
-    let o = dmi()
-        .args([
-            "run",
-            "-n",
-            "2",
-            "--prefix",
-            "--",
-            "sh",
-            "-c",
-            "echo rank $DMI_RANK of $DMI_SIZE",
-        ])
-        .output()
-        .unwrap();
+    let o = dmi_run(
+        2,
+        &["--prefix"],
+        &["sh", "-c", "echo rank $DMI_RANK of $DMI_SIZE"],
+    )
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let s = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -329,10 +308,7 @@ fn the_launcher_names_failing_nodes_and_prefixes_output() {
         "{s}"
     );
 
-    let o = dmi()
-        .args(["run", "-n", "2", "--", "/nonexistent/prog"])
-        .output()
-        .unwrap();
+    let o = dmi_run(2, &[], &["/nonexistent/prog"]).output().unwrap();
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("cannot start"),
