@@ -157,6 +157,11 @@ impl Regions {
             return Err(DmiError::BadArgument(format!("negative size {size}")));
         }
         let start = (addr - r.base()) as u64;
+        if start >= r.len() {
+            return Err(DmiError::BadAddress(format!(
+                "{addr:#x} is outside every DMI_mmap region"
+            )));
+        }
         let end = start.checked_add(size as u64).filter(|&e| e <= r.len());
         let Some(end) = end else {
             return Err(DmiError::OutOfRange(format!(
@@ -219,6 +224,10 @@ mod tests {
             Err(DmiError::OutOfRange(_))
         ));
         assert!(matches!(rs.spans(0, 1), Err(DmiError::BadAddress(_))));
+        assert!(matches!(
+            rs.spans(r.base() + 30, 1),
+            Err(DmiError::BadAddress(_))
+        ));
         assert!(matches!(
             rs.spans(3 << REGION_SHIFT, 1),
             Err(DmiError::BadAddress(_))
