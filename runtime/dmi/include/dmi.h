@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
+/*
+ * dmi.h - DMI: a global address space with selective coherence
+ * (Suzuki and Taura, "dmi-reconfiguration", sec. 3; docs/dmi.md).
+ *
+ * Start a program on N nodes with `dmi run -n N ./prog args`; every node
+ * runs main(), calls DMI_init() and ends with DMI_finalize(). Link with
+ * `pkg-config --cflags --libs dmi`.
+ *
+ * Every call returns 0 (or a value) on success and -1 on error; the reason
+ * is in DMI_errmsg(). A node that loses a peer prints which and exits with
+ * status 3 (set DMI_ERRORS=return to get -1 from the calls instead).
+ * Sequential consistency holds per page; an access spanning pages behaves
+ * like separate concurrent accesses to each page.
+ */
+#ifndef DMI_H
+#define DMI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* DMI_read modes (Fig. 3). */
+#define DMI_INVALIDATE 0 /* cache the page; the next write invalidates it */
+#define DMI_UPDATE     1 /* cache the page; every write updates it */
+#define DMI_GET        2 /* fetch only the bytes asked for; cache nothing */
+/* DMI_write modes (Fig. 4). */
+#define DMI_EXCLUSIVE  3 /* become the page's owner, then write here */
+#define DMI_PUT        4 /* send the bytes to the owner, which writes them */
+
+/* The paper's short names, unless the program asks not to have them. */
+#ifndef DMI_NO_SHORT_NAMES
+#define INVALIDATE DMI_INVALIDATE
+#define UPDATE     DMI_UPDATE
+#define GET        DMI_GET
+#define EXCLUSIVE  DMI_EXCLUSIVE
+#define PUT        DMI_PUT
+#endif
+
+/* Built-in read-modify-write functions for DMI_atomic (little-endian int64):
+ * fetch-and-add (arg: int64 delta) and compare-and-swap (arg: int64
+ * expected, int64 desired); both give the old value (8 bytes). */
+#define DMI_FETCH_ADD_INT64 0
+#define DMI_CAS_INT64       1
+
+int DMI_init(void);
+int DMI_finalize(void);
+int DMI_rank(void);
+int DMI_size(void);
+const char *DMI_errmsg(void);
+
+/* A 4096-byte page, zero at start, that every node knows: rank 0 can store
+ * the addresses of its DMI_mmap regions there for the others. */
+int64_t DMI_root(void);
+
+/* page_num pages of page_size bytes (the coherence unit); -1 on error. */
+int64_t DMI_mmap(int64_t page_size, int64_t page_num);
+int DMI_munmap(int64_t addr);
+
+int DMI_read(int64_t addr, int64_t size, void *buf, int mode);
+int DMI_write(int64_t addr, int64_t size, void *buf, int mode);
+
+/* Scattered accesses, sent as one request per home node. */
+typedef struct {
+	int64_t addr;
+	int64_t size;
+	void *buf;
+} DMI_access_t;
+int DMI_group_read(DMI_access_t *accesses, int64_t num, int mode);
+int DMI_group_write(DMI_access_t *accesses, int64_t num, int mode);
+
+/* Asynchronous accesses: the data of a read is in buf after DMI_wait. */
+typedef struct {
+	void *p;
+} DMI_handle_t;
+int DMI_read_async(int64_t addr, int64_t size, void *buf, int mode, DMI_handle_t *handle);
+int DMI_write_async(int64_t addr, int64_t size, void *buf, int mode, DMI_handle_t *handle);
+int DMI_wait(DMI_handle_t *handle);
+
+/* A mutex named by any global address (held at the home of its page). */
+int DMI_mutex_lock(int64_t mutex_addr);
+int DMI_mutex_unlock(int64_t mutex_addr);
+
+/* Waits until every node reached it. */
+int DMI_barrier(void);
+
+/* User-defined read-modify-write run at the owner of [addr, addr+size),
+ * which must lie in one page: func changes target in place and writes
+ * size bytes of result. Register the same functions in the same order on
+ * every node; DMI_rmw_register returns the id to pass to DMI_atomic. */
+typedef void (*DMI_rmw_func_t)(void *target, int64_t size, const void *arg, int64_t arg_size,
+			       void *result);
+int DMI_rmw_register(DMI_rmw_func_t func);
+int DMI_atomic(int64_t addr, int64_t size, const void *arg, int64_t arg_size, void *result,
+	       int func);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DMI_H */

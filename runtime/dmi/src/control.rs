@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! Regions (`DMI_mmap`/`DMI_munmap`), the DMI mutex and the barrier.
+//!
+//! * Node 0 hands out region ids; the caller of `DMI_mmap` then tells every
+//!   node about the region and returns only when all acknowledged, so any
+//!   node that later learns the address (through the global memory) already
+//!   knows the region. `DMI_munmap` tells every node to forget it.
+//! * A mutex lives at the home of the page holding its address: a FIFO of
+//!   waiters, granted one at a time.
+//! * The barrier lives at node 0 and releases when every node arrived.
+
+use crate::addr::{home, NodeId, Region};
+use crate::error::DmiError;
+use crate::msg::{Msg, OpId, Reply};
+use crate::node::{CallId, Effects, Node, Op};
+
+impl Node {
+    pub(crate) fn start_mmap(
+        &mut self,
+        call: CallId,
+        page_size: i64,
+        page_num: i64,
+        fx: &mut Effects,
+    ) -> Result<(), DmiError> {
+        Region::new(0, page_size, page_num)?;
+        let op = self.fresh_id();
+        self.add_work(call, 1);
+        self.ops.insert(
+            op,
+            Op::NewRegion {
+                call,
+                page_size,
+                page_num,
+            },
+        );
+        if self.me == 0 {
+            let id = self.alloc_region_id();
+            self.region_id(op, id, fx);
+        } else {
+            fx.sends.push((0, Msg::NewRegionId { op }));
+        }
+        Ok(())
+    }
+
+    fn alloc_region_id(&mut self) -> u32 {
+        let id = self.next_region;
+        self.next_region += 1;
+        id
+    }
+
+    /// Node 0 answered: map the region here and on every other node.
+    fn region_id(&mut self, op: OpId, id: u32, fx: &mut Effects) {
+        let Some(Op::NewRegion {
+            call,
+            page_size,
+            page_num,
+        }) = self.ops.remove(&op)
+        else {
+            return;
+        };
+        let region = match Region::new(id, page_size, page_num) {
+            Ok(r) => r,
+            Err(e) => {
+                self.ops.insert(op, Op::Sync { call });
+                self.finish_op(op, Reply::Err(e), fx);
+                return;
+            }
+        };
+        self.regions.insert(region);
+        let result = region.base().to_le_bytes().to_vec();
+        self.broadcast(call, Msg::MapRegion { op, region }, op, result, fx);
+    }
+
+    /// Sends `msg` to every other node and completes `op` of `call` (with
+    /// `result`) when all acknowledged.
+    fn broadcast(&mut self, call: CallId, msg: Msg, op: OpId, result: Vec<u8>, fx: &mut Effects) {
+        let others = self.n - 1;
+        self.ops.insert(
+            op,
+            Op::RegionAcks {
+                call,
+                remaining: others,
+                result,
+            },
+        );
+        for n in (0..self.n).filter(|&n| n != self.me) {
+            fx.sends.push((n, msg.clone()));
+        }
+        if others == 0 {
+            self.finish_op(op, Reply::Done, fx);
+        }
+    }
+
+    pub(crate) fn start_munmap(
+        &mut self,
+        call: CallId,
+        addr: i64,
+        fx: &mut Effects,
+    ) -> Result<(), DmiError> {
+        let region = self.regions.region_at(addr)?;
+        if region.id == crate::addr::ROOT.id {
+            return Err(DmiError::BadAddress(
+                "the root page cannot be unmapped".into(),
+            ));
+        }
+        self.forget_region(region.id);
+        let op = self.fresh_id();
+        self.add_work(call, 1);
+        self.broadcast(
+            call,
+            Msg::UnmapRegion {
+                op,
+                region: region.id,
+            },
+            op,
+            Vec::new(),
+            fx,
+        );
+        Ok(())
+    }
+
+    fn forget_region(&mut self, id: u32) {
+        self.regions.remove(id);
+        self.pages.retain(|p, _| p.region != id);
+        self.owners.retain(|p, _| p.region != id);
+        self.locks
+            .retain(|&a, _| (a >> crate::addr::REGION_SHIFT) as u64 != u64::from(id));
+    }
+
+    pub(crate) fn start_lock(
+        &mut self,
+        call: CallId,
+        addr: i64,
+        unlock: bool,
+        fx: &mut Effects,
+    ) -> Result<(), DmiError> {
+        let page = self.regions.page_of(addr)?;
+        let op = self.fresh_id();
+        self.add_work(call, 1);
+        self.ops.insert(op, Op::Sync { call });
+        let h = home(page, self.n);
+        let msg = if unlock {
+            Msg::Unlock { op, addr }
+        } else {
+            Msg::Lock { op, addr }
+        };
+        if h == self.me {
+            let me = self.me;
+            self.handle_control(me, msg, fx);
+        } else {
+            fx.sends.push((h, msg));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn start_barrier(&mut self, call: CallId, fx: &mut Effects) -> Result<(), DmiError> {
+        let op = self.fresh_id();
+        self.add_work(call, 1);
+        self.ops.insert(op, Op::Sync { call });
+        if self.me == 0 {
+            self.handle_control(0, Msg::Barrier { op }, fx);
+        } else {
+            fx.sends.push((0, Msg::Barrier { op }));
+        }
+        Ok(())
+    }
+
+    /// Messages of regions, mutexes and the barrier.
+    pub(crate) fn handle_control(&mut self, from: NodeId, msg: Msg, fx: &mut Effects) {
+        match msg {
+            Msg::NewRegionId { op } => {
+                let id = self.alloc_region_id();
+                fx.sends.push((from, Msg::RegionId { op, id }));
+            }
+            Msg::RegionId { op, id } => self.region_id(op, id, fx),
+            Msg::MapRegion { op, region } => {
+                self.regions.insert(region);
+                fx.sends.push((from, Msg::RegionAck { op }));
+            }
+            Msg::UnmapRegion { op, region } => {
+                self.forget_region(region);
+                fx.sends.push((from, Msg::RegionAck { op }));
+            }
+            Msg::RegionAck { op } => {
+                if let Some(Op::RegionAcks { remaining, .. }) = self.ops.get_mut(&op) {
+                    *remaining -= 1;
+                    if *remaining == 0 {
+                        self.finish_op(op, Reply::Done, fx);
+                    }
+                }
+            }
+            Msg::Lock { op, addr } => {
+                let (held, waiters) = self.locks.entry(addr).or_default();
+                if *held {
+                    waiters.push_back((from, op));
+                } else {
+                    *held = true;
+                    self.reply(from, op, Reply::Done, fx);
+                }
+            }
+            Msg::Unlock { op, addr } => {
+                let (held, waiters) = self.locks.entry(addr).or_default();
+                if !*held {
+                    let e = DmiError::BadArgument(format!("mutex {addr:#x} is not locked"));
+                    self.reply(from, op, Reply::Err(e), fx);
+                    return;
+                }
+                if let Some((n, o)) = waiters.pop_front() {
+                    self.reply(n, o, Reply::Done, fx);
+                } else {
+                    *held = false;
+                }
+                self.reply(from, op, Reply::Done, fx);
+            }
+            Msg::Barrier { op } => {
+                self.barrier.push((from, op));
+                if self.barrier.len() == self.n as usize {
+                    for (n, o) in std::mem::take(&mut self.barrier) {
+                        self.reply(n, o, Reply::Done, fx);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}

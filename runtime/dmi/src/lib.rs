@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! DMI: a global address space with selective coherence over nodes
+//! (dmi-reconfiguration sec. 3; the protocol is described in `docs/dmi.md`).
+//!
+//! * `addr`, `msg`, `node`, `owner`, `control`, `rmw`: the protocol core, a
+//!   state machine without I/O.
+//! * `sim` and `check`: a deterministic in-process network and the
+//!   sequential-consistency checker the tests (and `dmi check`) use.
+//! * `transport` and `runtime`: tokio connections with heartbeats, and the
+//!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
+
+pub mod addr;
+#[allow(non_camel_case_types, non_snake_case)]
+pub mod capi;
+pub mod check;
+mod control;
+pub mod error;
+pub mod msg;
+pub mod node;
+mod owner;
+pub mod rmw;
+pub mod runtime;
+pub mod sim;
+pub mod transport;
+
+pub use addr::{NodeId, ROOT};
+pub use error::DmiError;
+pub use msg::{ReadMode, WriteMode};
+pub use runtime::{Config, Dmi, Handle};

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! The home and owner side of the page protocol.
+//!
+//! * The **home** of a page (fixed, `addr::home`) keeps its owner entry and
+//!   forwards every request to the owner on record, in arrival order. An
+//!   EXCLUSIVE request moves the entry to the requester at once, so later
+//!   requests are forwarded to the new owner, which holds them until the
+//!   page arrives (`Page::early`).
+//! * The **owner** serves one request at a time per page. A write (PUT,
+//!   EXCLUSIVE at the owner, RMW) invalidates or updates every copy in the
+//!   copyset and completes only when all of them acknowledged; requests
+//!   arriving meanwhile wait in `Owner::queue`. That is what makes each
+//!   page sequentially consistent: writes are totally ordered by the page's
+//!   version, and no node can read a version older than a completed write.
+
+use std::collections::BTreeMap;
+
+use crate::addr::{home, NodeId, PageId};
+use crate::error::DmiError;
+use crate::msg::{CopyMode, Msg, OpId, Reply, ReqKind, Request};
+use crate::node::{Effects, Node, Op, Owner, PageOpKind};
+
+impl Node {
+    /// Home side: forward each request to the owner on record.
+    pub(crate) fn at_home(&mut self, reqs: Vec<Request>, fx: &mut Effects) {
+        let mut by_owner: BTreeMap<NodeId, Vec<Request>> = BTreeMap::new();
+        let mut mine = Vec::new();
+        for req in reqs {
+            if self.regions.page_size(req.page).is_none() {
+                self.reply(req.origin, req.op, unmapped(req.page), fx);
+                continue;
+            }
+            let owner = self.owners.get(&req.page).copied().unwrap_or(self.me);
+            if req.kind == ReqKind::Exclusive {
+                self.ensure_created(req.page);
+                if req.origin == self.me {
+                    self.owners.remove(&req.page);
+                } else {
+                    self.owners.insert(req.page, req.origin);
+                }
+            }
+            if owner == self.me {
+                mine.push(req);
+            } else {
+                by_owner.entry(owner).or_default().push(req);
+            }
+        }
+        // Send before serving this node's share: serving may make new
+        // decisions here (nested), which must reach each owner after these.
+        for (o, reqs) in by_owner {
+            fx.sends.push((o, Msg::ToOwner(reqs)));
+        }
+        for req in mine {
+            self.at_owner(req, fx);
+        }
+    }
+
+    /// Owner side: serve `req`, or hold it while the page is busy or still
+    /// on its way here.
+    pub(crate) fn at_owner(&mut self, req: Request, fx: &mut Effects) {
+        if self.regions.page_size(req.page).is_none() {
+            self.reply(req.origin, req.op, unmapped(req.page), fx);
+            return;
+        }
+        self.ensure_created(req.page);
+        let me = self.me;
+        let page = self.pages.entry(req.page).or_default();
+        let Some(owner) = page.owner.as_mut() else {
+            if !page.awaiting.is_empty() {
+                page.early.push_back(req);
+            } else {
+                let e = DmiError::Setup(format!(
+                    "protocol: a request for {:?} reached node {me}, which neither owns nor awaits it",
+                    req.page
+                ));
+                self.reply(req.origin, req.op, Reply::Err(e), fx);
+            }
+            return;
+        };
+        if owner.busy() {
+            owner.queue.push_back(req);
+            return;
+        }
+        match req.kind {
+            ReqKind::Get { off, len } => {
+                let bytes = owner.data[off..off + len].to_vec();
+                self.reply(req.origin, req.op, Reply::Data(bytes), fx);
+            }
+            ReqKind::Fetch { mode } => {
+                if req.origin != me {
+                    owner.copyset.insert(req.origin, mode);
+                }
+                let reply = Reply::Copy {
+                    version: owner.version,
+                    data: owner.data.clone(),
+                };
+                self.reply(req.origin, req.op, reply, fx);
+            }
+            ReqKind::Put { off, data } => {
+                owner.data[off..off + data.len()].copy_from_slice(&data);
+                self.propagate(req.page, req.origin, req.op, Reply::Done, fx);
+            }
+            ReqKind::Rmw {
+                off,
+                len,
+                func,
+                arg,
+            } => {
+                let out = self.rmw.call(func, &mut owner.data[off..off + len], &arg);
+                match out {
+                    Ok(result) => {
+                        self.propagate(req.page, req.origin, req.op, Reply::Data(result), fx)
+                    }
+                    Err(e) => self.reply(req.origin, req.op, Reply::Err(e), fx),
+                }
+            }
+            ReqKind::Exclusive if req.origin == me => {
+                page.awaiting.retain(|&o| o != req.op);
+                self.write_exclusive(req.page, req.op, fx);
+            }
+            ReqKind::Exclusive => {
+                let Some(owner) = page.owner.take() else {
+                    return;
+                };
+                page.copy = None;
+                let copyset = owner
+                    .copyset
+                    .into_iter()
+                    .filter(|&(n, _)| n != req.origin)
+                    .collect();
+                fx.sends.push((
+                    req.origin,
+                    Msg::Transfer {
+                        op: req.op,
+                        page: req.page,
+                        version: owner.version,
+                        data: owner.data,
+                        copyset,
+                    },
+                ));
+                self.drain(req.page, owner.queue, fx);
+            }
+        }
+    }
+
+    /// Applies this node's EXCLUSIVE write `op` at the owner (this node).
+    fn write_exclusive(&mut self, page_id: PageId, op: OpId, fx: &mut Effects) {
+        let Some(Op::Page {
+            span,
+            kind: PageOpKind::Exclusive(data),
+            ..
+        }) = self.ops.get(&op).cloned()
+        else {
+            return;
+        };
+        if let Some(owner) = self.pages.get_mut(&page_id).and_then(|p| p.owner.as_mut()) {
+            owner.data[span.off..span.off + data.len()].copy_from_slice(&data);
+        }
+        let me = self.me;
+        self.propagate(page_id, me, op, Reply::Done, fx);
+    }
+
+    /// A write was applied to the owner's data: bump the version, invalidate
+    /// or update every copy, and answer `origin` once all have acknowledged.
+    fn propagate(
+        &mut self,
+        page_id: PageId,
+        origin: NodeId,
+        op: OpId,
+        reply: Reply,
+        fx: &mut Effects,
+    ) {
+        let Some(owner) = self.pages.get_mut(&page_id).and_then(|p| p.owner.as_mut()) else {
+            return;
+        };
+        owner.version += 1;
+        let version = owner.version;
+        let mut acks = 0;
+        let mut keep = BTreeMap::new();
+        for (&node, &mode) in &owner.copyset {
+            acks += 1;
+            match mode {
+                CopyMode::Invalidate => fx.sends.push((
+                    node,
+                    Msg::Invalidate {
+                        page: page_id,
+                        version,
+                    },
+                )),
+                CopyMode::Update => {
+                    keep.insert(node, mode);
+                    fx.sends.push((
+                        node,
+                        Msg::Update {
+                            page: page_id,
+                            version,
+                            data: owner.data.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        owner.copyset = keep;
+        if acks == 0 {
+            self.reply(origin, op, reply, fx);
+        } else {
+            owner.acks = acks;
+            owner.pending = Some((origin, op, reply));
+        }
+    }
+
+    /// An Invalidate or Update was applied by a copy holder.
+    pub(crate) fn ack(&mut self, page_id: PageId, fx: &mut Effects) {
+        let Some(owner) = self.pages.get_mut(&page_id).and_then(|p| p.owner.as_mut()) else {
+            return;
+        };
+        owner.acks = owner.acks.saturating_sub(1);
+        if owner.acks > 0 {
+            return;
+        }
+        if let Some((origin, op, reply)) = owner.pending.take() {
+            let queue = std::mem::take(&mut owner.queue);
+            self.reply(origin, op, reply, fx);
+            self.drain(page_id, queue, fx);
+        }
+    }
+
+    /// Serves held requests in order until one makes the page busy again.
+    /// Once the page has moved away, requests wait for its return if this
+    /// node awaits it again, and this node's own requests start over
+    /// otherwise.
+    fn drain(
+        &mut self,
+        page_id: PageId,
+        mut queue: std::collections::VecDeque<Request>,
+        fx: &mut Effects,
+    ) {
+        while let Some(req) = queue.pop_front() {
+            let page = self.pages.entry(page_id).or_default();
+            match page.owner.as_mut() {
+                Some(owner) if owner.busy() => {
+                    owner.queue.push_back(req);
+                }
+                Some(_) => self.at_owner(req, fx),
+                // The home already sent this node's next EXCLUSIVE on its
+                // way: what the home forwarded here after it belongs to that
+                // next period of ownership.
+                None if !page.awaiting.is_empty() => page.early.push_back(req),
+                None if req.origin == self.me => {
+                    page.awaiting.retain(|&o| o != req.op);
+                    if let Some(r) = self.dispatch(req.op, fx) {
+                        self.send_home(home(page_id, self.n), vec![r], fx);
+                    }
+                }
+                None => {
+                    // The home forwards a request for a page only to the
+                    // owner it has on record, in order: a request of another
+                    // node cannot be left behind when the page moves.
+                    let e = DmiError::Setup(format!(
+                        "protocol: node {} held a request of node {} for {page_id:?} after the page moved",
+                        self.me, req.origin
+                    ));
+                    self.reply(req.origin, req.op, Reply::Err(e), fx);
+                }
+            }
+        }
+    }
+
+    /// The page arrives for EXCLUSIVE write `op`: become its owner, write,
+    /// and serve the requests that arrived early.
+    pub(crate) fn take_ownership(
+        &mut self,
+        op: OpId,
+        page_id: PageId,
+        version: u64,
+        data: Vec<u8>,
+        copyset: Vec<(NodeId, CopyMode)>,
+        fx: &mut Effects,
+    ) {
+        let page = self.pages.entry(page_id).or_default();
+        page.awaiting.retain(|&o| o != op);
+        page.copy = None;
+        page.created = true;
+        page.owner = Some(Owner {
+            data,
+            version,
+            copyset: copyset.into_iter().collect(),
+            ..Owner::default()
+        });
+        let early = std::mem::take(&mut page.early);
+        self.write_exclusive(page_id, op, fx);
+        self.drain(page_id, early, fx);
+    }
+
+    /// Answers access `op` of `origin` (directly when it is this node).
+    pub(crate) fn reply(&mut self, origin: NodeId, op: OpId, reply: Reply, fx: &mut Effects) {
+        if origin == self.me {
+            self.finish_op(op, reply, fx);
+        } else {
+            fx.sends.push((origin, Msg::Reply { op, reply }));
+        }
+    }
+}
+
+fn unmapped(page: PageId) -> Reply {
+    Reply::Err(DmiError::BadAddress(format!(
+        "region {} is not mapped (DMI_munmap raced this access?)",
+        page.region
+    )))
+}

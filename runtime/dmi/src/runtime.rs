@@ -1,0 +1,468 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! The Rust API: [`Dmi`], one per node process. A background thread runs a
+//! tokio runtime with the connections and the node's engine (the protocol
+//! core fed with messages and calls); the calls here block until their
+//! outcome arrives, or return a [`Handle`] to wait on later.
+//!
+//! Environment (set by `dmi run`, or by hand): `DMI_RANK`, `DMI_SIZE`,
+//! `DMI_PEERS` (comma-separated `host:port`, index = rank), optionally
+//! `DMI_LISTEN_FD` (an inherited listening socket for this rank's address)
+//! and `DMI_ERRORS=return` (a dead peer makes calls fail instead of ending
+//! the process; the default ends it with status 3, like MPI's
+//! `MPI_ERRORS_ARE_FATAL`).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::addr::{NodeId, ROOT};
+use crate::error::DmiError;
+use crate::msg::{ReadMode, WriteMode};
+use crate::node::{CallId, CallReq, Effects, Node, Outcome};
+use crate::rmw::RmwTable;
+use crate::transport::{connect_all, Frame, NetEvent};
+
+/// Exit status of a node whose peer died (with the default error policy).
+pub const PEER_FAILED_EXIT: i32 = 3;
+
+/// Where this node is and who its peers are.
+#[derive(Debug)]
+pub struct Config {
+    pub rank: NodeId,
+    pub peers: Vec<SocketAddr>,
+    /// An already bound listener for `peers[rank]`.
+    pub listener: Option<std::net::TcpListener>,
+    /// End the process when a peer dies (else calls return the error).
+    pub fatal_errors: bool,
+}
+
+fn env(name: &str) -> Result<String, DmiError> {
+    std::env::var(name).map_err(|_| {
+        DmiError::Setup(format!(
+            "{name} is not set (start the program with `dmi run -n N prog`)"
+        ))
+    })
+}
+
+impl Config {
+    /// Reads `DMI_RANK`, `DMI_SIZE`, `DMI_PEERS`, `DMI_LISTEN_FD`, `DMI_ERRORS`.
+    pub fn from_env() -> Result<Config, DmiError> {
+        let bad = |what: &str, v: &str| DmiError::Setup(format!("{what}={v:?} is not valid"));
+        let rank_s = env("DMI_RANK")?;
+        let size_s = env("DMI_SIZE")?;
+        let rank: NodeId = rank_s.parse().map_err(|_| bad("DMI_RANK", &rank_s))?;
+        let size: usize = size_s.parse().map_err(|_| bad("DMI_SIZE", &size_s))?;
+        let peers_s = env("DMI_PEERS")?;
+        let peers = peers_s
+            .split(',')
+            .map(|p| p.trim().parse::<SocketAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| bad("DMI_PEERS", &peers_s))?;
+        if peers.len() != size || rank as usize >= size {
+            return Err(DmiError::Setup(format!(
+                "DMI_RANK={rank}, DMI_SIZE={size} and {} DMI_PEERS do not agree",
+                peers.len()
+            )));
+        }
+        let listener = match std::env::var("DMI_LISTEN_FD") {
+            Ok(fd) => {
+                let fd: i32 = fd.parse().map_err(|_| bad("DMI_LISTEN_FD", &fd))?;
+                // SAFETY: fstat only reads the descriptor's metadata into a
+                // local, zero-initialised struct.
+                let st = unsafe {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    (libc::fstat(fd, &mut st) == 0).then_some(st)
+                };
+                if st.is_none_or(|s| s.st_mode & libc::S_IFMT != libc::S_IFSOCK) {
+                    return Err(bad("DMI_LISTEN_FD", &fd.to_string()));
+                }
+                use std::os::fd::FromRawFd;
+                // SAFETY: the launcher passed us this listening socket for
+                // our own use (checked above to be a socket); nothing else
+                // in this process owns it, and the variable is removed so
+                // it is taken only once.
+                let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+                // SAFETY: no other thread reads or writes the environment
+                // during start-up of the node.
+                unsafe { std::env::remove_var("DMI_LISTEN_FD") };
+                Some(l)
+            }
+            Err(_) => None,
+        };
+        Ok(Config {
+            rank,
+            peers,
+            listener,
+            fatal_errors: std::env::var("DMI_ERRORS").map_or(true, |v| v != "return"),
+        })
+    }
+}
+
+enum Event {
+    Net(NetEvent),
+    Call(CallReq, oneshot::Sender<Outcome>),
+    Finalize(oneshot::Sender<()>),
+}
+
+/// A pending asynchronous call.
+pub struct Handle {
+    rx: oneshot::Receiver<Outcome>,
+}
+
+impl Handle {
+    /// Waits for the outcome.
+    pub fn wait(self) -> Outcome {
+        self.rx
+            .blocking_recv()
+            .unwrap_or(Err(DmiError::NotInitialized))
+    }
+}
+
+/// One node of a DMI run.
+pub struct Dmi {
+    rank: NodeId,
+    size: u32,
+    tx: mpsc::UnboundedSender<Event>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    rmw: Arc<RmwTable>,
+}
+
+impl Dmi {
+    /// Starts this node from the environment (see the module docs).
+    pub fn from_env(rmw: Arc<RmwTable>) -> Result<Dmi, DmiError> {
+        Dmi::start(Config::from_env()?, rmw)
+    }
+
+    /// Starts this node: connects to every peer, then serves.
+    pub fn start(cfg: Config, rmw: Arc<RmwTable>) -> Result<Dmi, DmiError> {
+        let rank = cfg.rank;
+        let size = cfg.peers.len() as u32;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let tx2 = tx.clone();
+        let rmw2 = rmw.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("dmi-node-{rank}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(DmiError::Setup(format!("tokio: {e}"))));
+                        return;
+                    }
+                };
+                rt.block_on(engine(cfg, rmw2, tx2, rx, ready_tx));
+            })
+            .map_err(|e| DmiError::Setup(format!("thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Dmi {
+                rank,
+                size,
+                tx,
+                thread: Some(thread),
+                rmw,
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => Err(DmiError::Setup(
+                "the node thread ended during start-up".into(),
+            )),
+        }
+    }
+
+    pub fn rank(&self) -> NodeId {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The root page's address (4096 bytes, zero at start, known to all).
+    pub fn root(&self) -> i64 {
+        ROOT.base()
+    }
+
+    /// The functions [`Dmi::atomic`] can run.
+    pub fn rmw(&self) -> &RmwTable {
+        &self.rmw
+    }
+
+    /// Starts any call; wait on the handle for its outcome.
+    pub fn start_call(&self, req: CallReq) -> Handle {
+        let (otx, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError(Event::Call(_, otx))) =
+            self.tx.send(Event::Call(req, otx))
+        {
+            let _ = otx.send(Err(DmiError::NotInitialized));
+        }
+        Handle { rx }
+    }
+
+    fn call(&self, req: CallReq) -> Outcome {
+        self.start_call(req).wait()
+    }
+
+    /// `DMI_mmap`: `page_num` pages of `page_size` bytes; returns the address.
+    pub fn mmap(&self, page_size: i64, page_num: i64) -> Result<i64, DmiError> {
+        let b = self.call(CallReq::Mmap {
+            page_size,
+            page_num,
+        })?;
+        let a: [u8; 8] = b
+            .try_into()
+            .map_err(|_| DmiError::Setup("malformed mmap answer".into()))?;
+        Ok(i64::from_le_bytes(a))
+    }
+
+    pub fn munmap(&self, addr: i64) -> Result<(), DmiError> {
+        self.call(CallReq::Munmap { addr }).map(drop)
+    }
+
+    /// `DMI_read`: fills `buf` from `[addr, addr + buf.len())`.
+    pub fn read(&self, addr: i64, buf: &mut [u8], mode: ReadMode) -> Result<(), DmiError> {
+        let out = self.call(CallReq::Read {
+            items: vec![(addr, buf.len() as i64)],
+            mode,
+        })?;
+        buf.copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// `DMI_write`: writes `buf` at `addr`.
+    pub fn write(&self, addr: i64, buf: &[u8], mode: WriteMode) -> Result<(), DmiError> {
+        self.call(CallReq::Write {
+            items: vec![(addr, buf.to_vec())],
+            mode,
+        })
+        .map(drop)
+    }
+
+    /// `DMI_group_read`: one request per home for all the ranges.
+    pub fn group_read(
+        &self,
+        items: &mut [(i64, &mut [u8])],
+        mode: ReadMode,
+    ) -> Result<(), DmiError> {
+        let req = items.iter().map(|(a, b)| (*a, b.len() as i64)).collect();
+        let out = self.call(CallReq::Read { items: req, mode })?;
+        let mut at = 0;
+        for (_, b) in items.iter_mut() {
+            b.copy_from_slice(&out[at..at + b.len()]);
+            at += b.len();
+        }
+        Ok(())
+    }
+
+    /// `DMI_group_write`.
+    pub fn group_write(&self, items: &[(i64, &[u8])], mode: WriteMode) -> Result<(), DmiError> {
+        let items = items.iter().map(|(a, b)| (*a, b.to_vec())).collect();
+        self.call(CallReq::Write { items, mode }).map(drop)
+    }
+
+    /// Runs registered function `func` at the owner of `[addr, addr+size)`.
+    pub fn atomic(&self, addr: i64, size: i64, func: u32, arg: &[u8]) -> Result<Vec<u8>, DmiError> {
+        self.call(CallReq::Rmw {
+            addr,
+            size,
+            func,
+            arg: arg.to_vec(),
+        })
+    }
+
+    pub fn lock(&self, addr: i64) -> Result<(), DmiError> {
+        self.call(CallReq::Lock { addr }).map(drop)
+    }
+
+    pub fn unlock(&self, addr: i64) -> Result<(), DmiError> {
+        self.call(CallReq::Unlock { addr }).map(drop)
+    }
+
+    /// Waits until every node reached the barrier.
+    pub fn barrier(&self) -> Result<(), DmiError> {
+        self.call(CallReq::Barrier).map(drop)
+    }
+
+    /// Barrier, goodbye to every peer, and shutdown.
+    pub fn finalize(mut self) -> Result<(), DmiError> {
+        let r = self.barrier();
+        let (otx, orx) = oneshot::channel();
+        if self.tx.send(Event::Finalize(otx)).is_ok() {
+            let _ = orx.blocking_recv();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        r
+    }
+}
+
+/// The node's event loop: owns the protocol core.
+async fn engine(
+    cfg: Config,
+    rmw: Arc<RmwTable>,
+    tx: mpsc::UnboundedSender<Event>,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    ready: std::sync::mpsc::Sender<Result<(), DmiError>>,
+) {
+    let me = cfg.rank;
+    let n = cfg.peers.len() as u32;
+    let listener = match cfg.listener {
+        Some(l) => l,
+        None => match std::net::TcpListener::bind(cfg.peers[me as usize]) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = ready.send(Err(DmiError::Setup(format!(
+                    "bind {}: {e}",
+                    cfg.peers[me as usize]
+                ))));
+                return;
+            }
+        },
+    };
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|_| tokio::net::TcpListener::from_std(listener))
+    {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(DmiError::Setup(format!("listener: {e}"))));
+            return;
+        }
+    };
+    let (ntx, mut nrx) = mpsc::unbounded_channel();
+    let peers = match connect_all(me, &cfg.peers, listener, ntx).await {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        while let Some(ev) = nrx.recv().await {
+            if tx.send(Event::Net(ev)).is_err() {
+                return;
+            }
+        }
+    });
+    let _ = ready.send(Ok(()));
+    let mut node = Node::new(me, n, rmw);
+    let mut waiting: HashMap<CallId, oneshot::Sender<Outcome>> = HashMap::new();
+    let mut byes: HashSet<NodeId> = HashSet::new();
+    let mut finalize: Option<oneshot::Sender<()>> = None;
+    // SIGUSR1 prints the protocol state (pages, owners, pending accesses).
+    let mut usr1 =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            Some(()) = async { match usr1.as_mut() { Some(s) => s.recv().await, None => None } } => {
+                report(&node.debug_state());
+                continue;
+            }
+        };
+        let Some(ev) = ev else { break };
+        let mut fx = Effects::default();
+        match ev {
+            Event::Call(req, otx) => {
+                let c = node.start(req, &mut fx);
+                waiting.insert(c, otx);
+            }
+            Event::Net(NetEvent::Msg(from, m)) => node.handle(from, m, &mut fx),
+            Event::Net(NetEvent::Bye(from)) => {
+                byes.insert(from);
+            }
+            Event::Net(NetEvent::Dead(from, reason)) => {
+                if !byes.contains(&from) {
+                    let peer = cfg.peers[from as usize];
+                    report(&format!(
+                        "dmi: node {me}: node {from} ({peer}) failed: {reason}"
+                    ));
+                    node.fail(
+                        DmiError::NodeFailed {
+                            node: from,
+                            reason: reason.clone(),
+                        },
+                        &mut fx,
+                    );
+                    for p in peers.iter().flatten() {
+                        let _ = p.send(Frame::Abort {
+                            node: from,
+                            reason: reason.clone(),
+                        });
+                    }
+                    if cfg.fatal_errors {
+                        report(&format!(
+                            "dmi: node {me}: stopping (set DMI_ERRORS=return to handle it instead)"
+                        ));
+                        // Let the writers flush the aborts.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        std::process::exit(PEER_FAILED_EXIT);
+                    }
+                    byes.insert(from);
+                }
+            }
+            Event::Finalize(otx) => {
+                for p in peers.iter().flatten() {
+                    let _ = p.send(Frame::Bye);
+                }
+                finalize = Some(otx);
+            }
+        }
+        deliver(&mut node, &peers, fx, &mut waiting);
+        if finalize.is_some() && byes.len() + 1 >= n as usize {
+            // Let the writers flush their goodbyes.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Some(f) = finalize.take() {
+                let _ = f.send(());
+            }
+            return;
+        }
+    }
+}
+
+/// Writes one line to stderr with a single write, so that lines of several
+/// nodes sharing a terminal or pipe do not interleave.
+fn report(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Sends what the core produced and answers finished calls.
+fn deliver(
+    node: &mut Node,
+    peers: &[Option<mpsc::UnboundedSender<Frame>>],
+    mut fx: Effects,
+    waiting: &mut HashMap<CallId, oneshot::Sender<Outcome>>,
+) {
+    loop {
+        let sends = std::mem::take(&mut fx.sends);
+        if sends.is_empty() {
+            break;
+        }
+        for (to, m) in sends {
+            match peers.get(to as usize).and_then(Option::as_ref) {
+                Some(p) => {
+                    let _ = p.send(Frame::Msg(m));
+                }
+                None => {
+                    let me = node.rank();
+                    node.handle(me, m, &mut fx);
+                }
+            }
+        }
+    }
+    for (c, out) in fx.done {
+        if let Some(w) = waiting.remove(&c) {
+            let _ = w.send(out);
+        }
+    }
+}

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `dmi run`: the loopback launcher.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+/// Start N nodes on this machine, each running PROG as a compute instance.
+///
+/// Every node is a process running PROG ARGS with DMI_RANK (0..N-1),
+/// DMI_SIZE (N), DMI_PEERS (the loopback addresses of all nodes, by rank)
+/// and DMI_LISTEN_FD (its already bound listening socket) in its
+/// environment; DMI_init() reads them and connects the nodes pairwise.
+/// `dmi run` exits 0 when every node did; otherwise it names each node that
+/// failed, stops the others after --grace seconds, and exits 1.
+#[derive(Args)]
+pub struct RunArgs {
+    /// Number of nodes.
+    #[arg(short = 'n', long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    nodes: u32,
+    /// Prefix every output line with the node's rank ("[2] ...").
+    #[arg(long)]
+    prefix: bool,
+    /// Print each node's pid on start (to stderr).
+    #[arg(long)]
+    verbose: bool,
+    /// Seconds the other nodes get to notice a failed node and stop on
+    /// their own before they are killed.
+    #[arg(long, default_value_t = 10)]
+    grace: u64,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    prog: Vec<String>,
+}
+
+fn describe(s: ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (_, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "ended".into(),
+    }
+}
+
+fn pipe_lines(
+    rank: u32,
+    r: impl std::io::Read + Send + 'static,
+    err: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(Result::ok) {
+            if err {
+                let _ = writeln!(std::io::stderr(), "[{rank}] {line}");
+            } else {
+                let _ = writeln!(std::io::stdout(), "[{rank}] {line}");
+            }
+        }
+    })
+}
+
+pub fn run(a: RunArgs) -> i32 {
+    let mut listeners = Vec::new();
+    for _ in 0..a.nodes {
+        match TcpListener::bind("127.0.0.1:0") {
+            Ok(l) => listeners.push(l),
+            Err(e) => {
+                eprintln!("dmi run: cannot listen on 127.0.0.1: {e}");
+                return 1;
+            }
+        }
+    }
+    let peers: Vec<String> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok().map(|a| a.to_string()))
+        .collect();
+    let peers = peers.join(",");
+    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut pipes = Vec::new();
+    for (rank, l) in listeners.iter().enumerate() {
+        let fd = l.as_raw_fd();
+        let mut cmd = Command::new(&a.prog[0]);
+        cmd.args(&a.prog[1..])
+            .env("DMI_RANK", rank.to_string())
+            .env("DMI_SIZE", a.nodes.to_string())
+            .env("DMI_PEERS", &peers)
+            .env("DMI_LISTEN_FD", fd.to_string());
+        if a.prefix {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        // SAFETY: between fork and exec this only calls fcntl on a
+        // descriptor the child inherited, which is async-signal-safe; it
+        // keeps this node's listening socket open across exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        match cmd.spawn() {
+            Ok(mut c) => {
+                if a.verbose {
+                    eprintln!("dmi run: node {rank} pid {}", c.id());
+                }
+                if let Some(o) = c.stdout.take() {
+                    pipes.push(pipe_lines(rank as u32, o, false));
+                }
+                if let Some(e) = c.stderr.take() {
+                    pipes.push(pipe_lines(rank as u32, e, true));
+                }
+                children.push(Some(c));
+            }
+            Err(e) => {
+                eprintln!("dmi run: cannot start {:?} for node {rank}: {e}", a.prog[0]);
+                for c in children.iter_mut().flatten() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return 1;
+            }
+        }
+    }
+    drop(listeners);
+    let mut failed = Vec::new();
+    let mut first_failure: Option<Instant> = None;
+    loop {
+        let mut running = 0;
+        for (rank, slot) in children.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            match c.try_wait() {
+                Ok(Some(s)) => {
+                    if !s.success() {
+                        eprintln!("dmi run: node {rank} (pid {}) {}", c.id(), describe(s));
+                        failed.push(rank);
+                        first_failure.get_or_insert_with(Instant::now);
+                    }
+                    *slot = None;
+                }
+                Ok(None) => running += 1,
+                Err(e) => {
+                    eprintln!("dmi run: waiting for node {rank}: {e}");
+                    failed.push(rank);
+                    *slot = None;
+                }
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        if first_failure.is_some_and(|t| t.elapsed() > Duration::from_secs(a.grace)) {
+            for (rank, slot) in children.iter_mut().enumerate() {
+                if let Some(c) = slot {
+                    eprintln!(
+                        "dmi run: node {rank} still running {} s after a failure: killing it",
+                        a.grace
+                    );
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    failed.push(rank);
+                    *slot = None;
+                }
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in pipes {
+        let _ = p.join();
+    }
+    if failed.is_empty() {
+        0
+    } else {
+        failed.sort_unstable();
+        failed.dedup();
+        eprintln!(
+            "dmi run: FAILED: node(s) {failed:?} of {} did not succeed",
+            a.nodes
+        );
+        1
+    }
+}

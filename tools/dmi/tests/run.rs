@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `dmi run` end to end: real node processes on loopback. Coherence of a
+//! random workload over 3 processes, the C API and the Jacobi example
+//! (built through `pkg-config dmi`) on 1-3 nodes, and failures: a killed
+//! node, a stopped (silent) node, a node exiting non-zero.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dmi::check::{Event, History};
+
+fn dmi() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dmi"))
+}
+
+/// `dmi run -n N [launcher options] -- PROG ARGS`.
+fn dmi_run(n: u32, opts: &[&str], prog: &[&str]) -> Command {
+    let mut c = dmi();
+    c.args(["run", "-n", &n.to_string()])
+        .args(opts)
+        .arg("--")
+        .args(prog);
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dmi-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Builds libdmi (cdylib) with cargo, writes `dmi.pc` for it, and compiles
+/// `examples/<name>.c` with `pkg-config --cflags --libs dmi`. Returns the
+/// program and the directory holding libdmi.so.
+fn build_c(name: &str) -> (PathBuf, PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let release = profile_dir.ends_with("release");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
+    if release {
+        cargo.arg("--release");
+    }
+    let st = cargo.status().expect("cargo runs");
+    assert!(st.success(), "cargo build -p dmi --lib failed");
+    assert!(
+        profile_dir.join("libdmi.so").exists(),
+        "libdmi.so in {}",
+        profile_dir.display()
+    );
+    let dir = tmp(&format!("c-{name}"));
+    let pc = std::fs::read_to_string(root.join("dmi.pc.in"))
+        .unwrap()
+        .replace("@PREFIX@", root.to_str().unwrap())
+        .replace("@LIBDIR@", profile_dir.to_str().unwrap())
+        .replace("@INCLUDEDIR@", root.join("include").to_str().unwrap())
+        .replace("@VERSION@", "0.1.0")
+        .replace("@LIBNAME@", "dmi");
+    std::fs::write(dir.join("dmi.pc"), pc).unwrap();
+    let flags = Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", &dir)
+        .args(["--cflags", "--libs", "dmi"])
+        .output()
+        .expect("pkg-config is installed");
+    assert!(flags.status.success(), "pkg-config dmi: {}", text(&flags));
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    let out = dir.join(name);
+    let cc = Command::new("cc")
+        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(root.join(format!("examples/{name}.c")))
+        .args(flags.split_whitespace())
+        .output()
+        .expect("cc is installed");
+    assert!(cc.status.success(), "compiling {name}.c: {}", text(&cc));
+    (out, profile_dir)
+}
+
+fn checksum(o: &Output) -> String {
+    let s = String::from_utf8_lossy(&o.stdout);
+    s.lines()
+        .find_map(|l| l.strip_prefix("checksum "))
+        .unwrap_or_else(|| panic!("no checksum: {}", text(o)))
+        .to_string()
+}
+
+#[test]
+fn jacobi_on_1_2_3_nodes_matches_the_serial_run() {
+    let (prog, lib) = build_c("jacobi");
+    let serial = Command::new(&prog)
+        .args(["40", "30", "60", "serial"])
+        .output()
+        .unwrap();
+    assert!(serial.status.success(), "{}", text(&serial));
+    let want = checksum(&serial);
+    for n in [1, 2, 3] {
+        let o = dmi_run(n, &[], &[prog.to_str().unwrap(), "40", "30", "60"])
+            .env("LD_LIBRARY_PATH", &lib)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{n} nodes: {}", text(&o));
+        assert_eq!(checksum(&o), want, "{n} nodes");
+    }
+}
+
+#[test]
+fn c_api_on_1_and_3_nodes() {
+    let (prog, lib) = build_c("api_test");
+    for n in [1, 3] {
+        let o = dmi_run(n, &[], &[prog.to_str().unwrap()])
+            .env("LD_LIBRARY_PATH", &lib)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{n} nodes: {}", text(&o));
+        let want = format!(
+            "api ok: {n} nodes, mutex counter {c}, fetch-add counter {c}",
+            c = 20 * n
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(&want),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
+fn three_processes_are_sequentially_consistent_per_page() {
+    for seed in ["1", "2"] {
+        let dir = tmp(&format!("stress-{seed}"));
+        let stress = [env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "300"];
+        let o = dmi_run(3, &[], &stress)
+            .args(["--seed", seed, "--dir"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let c = dmi().arg("check").arg(&dir).output().unwrap();
+        assert!(c.status.success(), "{}", text(&c));
+        assert!(
+            String::from_utf8_lossy(&c.stdout).contains("from 3 nodes: sequentially consistent")
+        );
+
+        // The same check rejects the real history with one read gone stale.
+        let f = dir.join("node-2.json");
+        let mut h: History = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+        let ev = h
+            .clients
+            .values_mut()
+            .next()
+            .unwrap()
+            .values_mut()
+            .find(|e| e.iter().any(|x| matches!(x, Event::Read(v) if *v != 0)));
+        let ev = ev.expect("node 2 read a written value");
+        let i = ev
+            .iter()
+            .rposition(|x| matches!(x, Event::Read(v) if *v != 0))
+            .unwrap();
+        ev.insert(i + 1, Event::Read(0));
+        std::fs::write(&f, serde_json::to_vec(&h).unwrap()).unwrap();
+        let c = dmi().arg("check").arg(&dir).output().unwrap();
+        assert!(!c.status.success(), "a stale read passed: {}", text(&c));
+    }
+}
+
+/// Starts 3 stress nodes that run long, returns the launcher and node pids.
+fn start_long_run(extra: &[&str]) -> (Child, Vec<u32>, std::sync::mpsc::Receiver<String>) {
+    let dir = tmp(&format!("long-{}", extra.join("")));
+    let opts: Vec<&str> = ["--verbose"].iter().chain(extra).copied().collect();
+    let stress = [
+        env!("CARGO_BIN_EXE_dmi"),
+        "stress",
+        "--ops",
+        "10000000",
+        "--pause-ms",
+        "1",
+    ];
+    let mut child = dmi_run(3, &opts, &stress)
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut pids = vec![0; 3];
+    for _ in 0..3 {
+        let l = rx.recv_timeout(Duration::from_secs(10)).expect("pid lines");
+        let w: Vec<&str> = l.split_whitespace().collect();
+        // "dmi run: node R pid P"
+        pids[w[3].parse::<usize>().unwrap()] = w[5].parse().unwrap();
+    }
+    // Let it run for a while.
+    std::thread::sleep(Duration::from_millis(800));
+    (child, pids, rx)
+}
+
+fn wait_for(mut child: Child, limit: Duration) -> (std::process::ExitStatus, Duration) {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s, t.elapsed());
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            panic!("dmi run still running {limit:?} after the failure: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: sends a signal to a node process this test started.
+    let r = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(r, 0);
+}
+
+#[test]
+fn a_killed_node_is_reported_by_the_others_within_seconds() {
+    let (child, pids, rx) = start_long_run(&[]);
+    signal(pids[1], libc::SIGKILL);
+    let (st, took) = wait_for(child, Duration::from_secs(15));
+    let lines: Vec<String> = rx.try_iter().collect();
+    let all = lines.join("\n");
+    assert!(!st.success(), "{all}");
+    assert!(took < Duration::from_secs(5), "took {took:?}\n{all}");
+    for survivor in [0, 2] {
+        assert!(
+            all.contains(&format!("dmi: node {survivor}: node 1 (127.0.0.1:"))
+                && all.contains("failed"),
+            "node {survivor} did not name node 1:\n{all}"
+        );
+        assert!(
+            all.contains(&format!(
+                "node {survivor} (pid {}) exited with status 3",
+                pids[survivor]
+            )),
+            "{all}"
+        );
+    }
+    assert!(
+        all.contains("node 1 (pid") && all.contains("killed by signal 9"),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_silent_node_is_found_by_heartbeats() {
+    let (child, pids, rx) = start_long_run(&["--grace", "2"]);
+    signal(pids[2], libc::SIGSTOP);
+    let (st, took) = wait_for(child, Duration::from_secs(20));
+    let all: String = rx.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(!st.success(), "{all}");
+    assert!(
+        all.contains("node 2 (127.0.0.1:") && all.contains("no message or heartbeat for 3 s"),
+        "{all}"
+    );
+    assert!(
+        all.contains("node 2 still running 2 s after a failure: killing it"),
+        "{all}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}\n{all}");
+}
+
+#[test]
+fn the_launcher_names_failing_nodes_and_prefixes_output() {
+    let o = dmi_run(3, &[], &["sh", "-c", "exit $((DMI_RANK == 1 ? 4 : 0))"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("node 1 (pid") && e.contains("exited with status 4"),
+        "{e}"
+    );
+    assert!(e.contains("FAILED: node(s) [1] of 3"), "{e}");
+
+    let o = dmi_run(
+        2,
+        &["--prefix"],
+        &["sh", "-c", "echo rank $DMI_RANK of $DMI_SIZE"],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        s.contains("[0] rank 0 of 2") && s.contains("[1] rank 1 of 2"),
+        "{s}"
+    );
+
+    let o = dmi_run(2, &[], &["/nonexistent/prog"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot start"),
+        "{}",
+        text(&o)
+    );
+}
