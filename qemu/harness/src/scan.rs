@@ -51,18 +51,50 @@ const PATTERNS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Strip a printk timestamp (`[    1.234567] `) if present.
-fn message(line: &str) -> &str {
+/// Length of the printk timestamp (`[    1.234567]`) that starts `s`, if
+/// one does.
+fn stamp_len(s: &str) -> Option<usize> {
+    let rest = s.strip_prefix('[')?;
+    let end = rest.find(']')?;
+    let stamp = rest[..end].trim();
+    let ok = !stamp.is_empty()
+        && stamp.contains('.')
+        && stamp.chars().all(|c| c.is_ascii_digit() || c == '.');
+    ok.then_some(end + 2)
+}
+
+/// The kernel messages of one console line: the line itself (without its
+/// timestamp), and every message that starts at a timestamp later in the
+/// line. The console interleaves printk records with user-space output
+/// that has no newline yet (`...must p[    4.75] Kernel panic - ...`), so
+/// a report can start in the middle of a line; text without a timestamp
+/// in front of it (test output quoting a report) is never a message.
+fn messages(line: &str) -> impl Iterator<Item = &str> {
     let t = line.trim_start();
-    if let Some(rest) = t.strip_prefix('[') {
-        if let Some(end) = rest.find(']') {
-            let stamp = &rest[..end];
-            if stamp.trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
-                return rest[end + 1..].trim_start();
-            }
-        }
-    }
-    t
+    let first = match stamp_len(t) {
+        Some(n) => t[n..].trim_start(),
+        None => t,
+    };
+    let later = t
+        .match_indices('[')
+        .filter(|&(i, _)| i > 0)
+        .filter_map(move |(i, _)| stamp_len(&t[i..]).map(|n| t[i + n..].trim_start()));
+    std::iter::once(first).chain(later)
+}
+
+/// The kind of report `msg` (a message without its timestamp) starts.
+fn report_kind(msg: &str) -> Option<&'static str> {
+    PATTERNS.iter().find_map(|&(pat, kind)| {
+        let hit = if pat.starts_with('=') {
+            // A SLUB report opens with a line of '=' only.
+            msg.trim_end() == pat
+        } else {
+            // Messages start with the pattern; test output quoting one
+            // does not.
+            msg.starts_with(pat)
+        };
+        hit.then_some(kind)
+    })
 }
 
 /// Scan a console log; one finding per report (the first matching line).
@@ -85,32 +117,23 @@ pub fn scan(log: &str) -> Vec<Finding> {
     // is always reported.
     let mut in_report_until = 0usize;
     for (i, raw) in log.lines().enumerate() {
-        let msg = message(raw);
-        if msg.starts_with("---[ end trace") {
-            in_report_until = 0;
-            continue;
-        }
-        for (pat, kind) in PATTERNS {
-            let hit = if pat.starts_with('=') {
-                // A SLUB report opens with a line of '=' only.
-                msg.trim_end() == *pat
-            } else {
-                // Messages start with the pattern; test output quoting one
-                // does not.
-                msg.starts_with(pat)
-            };
-            if hit {
-                if i < in_report_until && *kind != "panic" {
-                    break;
-                }
-                out.push(Finding {
-                    kind,
-                    line: i + 1,
-                    text: msg.trim_end().to_string(),
-                });
-                in_report_until = i + REPORT_SPAN;
-                break;
+        for msg in messages(raw) {
+            if msg.starts_with("---[ end trace") {
+                in_report_until = 0;
+                continue;
             }
+            let Some(kind) = report_kind(msg) else {
+                continue;
+            };
+            if i < in_report_until && kind != "panic" {
+                continue;
+            }
+            out.push(Finding {
+                kind,
+                line: i + 1,
+                text: msg.trim_end().to_string(),
+            });
+            in_report_until = i + REPORT_SPAN;
         }
     }
     out
@@ -174,6 +197,23 @@ mod tests {
     #[test]
     fn test_output_quoting_a_pattern_is_not_a_finding() {
         let log = "# expecting no line starting with BUG: here\nok 1 - scanner quoted\n";
+        assert_eq!(scan(log), []);
+    }
+
+    #[test]
+    fn panic_in_the_middle_of_a_user_line_is_found() {
+        // Seen in a real run: init's echo had no newline yet when the
+        // kernel panicked.
+        let log = "[    4.70] init: start\nharness self-test: init exits, the kernel must p[    4.750136] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100\n[    4.750959] Call Trace:\n";
+        let f = scan(log);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].kind, f[0].line), ("panic", 2));
+        assert!(f[0].text.starts_with("Kernel panic"), "{f:?}");
+    }
+
+    #[test]
+    fn a_bracketed_number_in_user_text_is_not_a_timestamp() {
+        let log = "# result [3] BUG: quoted by a test\n# took [12] WARNING: also quoted\n";
         assert_eq!(scan(log), []);
     }
 }
