@@ -19,10 +19,20 @@ pub const STATELESS_DEVICES: &[&str] = &[
 pub const SPECIAL_MAPPINGS: &[&str] = &["[vdso]", "[vvar]", "[vvar_vclock]"];
 
 /// What kind of fd this is, as restore will treat it.
-pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), Refusal> {
+/// `relayed` lists the inodes of pipes whose other end the caller holds and
+/// relays (the node daemon's stdio pipes): those are carried, not refused.
+pub fn classify_fd(
+    pid: i32,
+    fd: i32,
+    target: &str,
+    relayed: &[u64],
+) -> std::result::Result<(), Refusal> {
     let t = target.to_string();
     if target.starts_with("socket:") {
         return Err(Refusal::Socket { fd, target: t });
+    }
+    if pipe_ino(target).is_some_and(|ino| relayed.contains(&ino)) {
+        return Ok(());
     }
     if target.starts_with("pipe:") {
         return if is_self_pipe(pid, target) {
@@ -55,6 +65,15 @@ pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), R
         return Ok(());
     }
     Err(Refusal::UnsupportedFd { fd, target: t })
+}
+
+/// The inode of a `pipe:[ino]` fd target.
+pub fn pipe_ino(target: &str) -> Option<u64> {
+    target
+        .strip_prefix("pipe:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// A pipe whose read and write ends are both open in `pid` and in no other
@@ -143,6 +162,11 @@ pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusa
 /// Refuses `pid` if it has anything this engine cannot carry. Reads only
 /// `/proc`; the process keeps running.
 pub fn check(pid: i32) -> Result<()> {
+    check_relayed(pid, &[])
+}
+
+/// [`check`], accepting pipes whose inode is in `relayed` (see [`classify_fd`]).
+pub fn check_relayed(pid: i32, relayed: &[u64]) -> Result<()> {
     let st = procfs::status(pid)?;
     let state = procfs::field(&st, "State")?.to_string();
     if state.starts_with('Z') || state.starts_with('X') {
@@ -161,7 +185,7 @@ pub fn check(pid: i32) -> Result<()> {
         return Err(Refusal::PendingSignals { mask: pending }.into());
     }
     for (fd, target) in procfs::fds(pid)? {
-        classify_fd(pid, fd, &target)?;
+        classify_fd(pid, fd, &target, relayed)?;
     }
     for m in procfs::maps(pid)? {
         classify_mapping(&m)?;

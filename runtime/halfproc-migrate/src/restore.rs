@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// Highest user address (47-bit address space).
@@ -38,6 +38,22 @@ extern "C" {
 #[derive(Debug, Clone, Copy)]
 pub struct Restored {
     pub pid: i32,
+}
+
+/// How [`restore_from`] builds the process.
+#[derive(Debug, Default, Clone)]
+pub struct RestoreOptions {
+    /// Replacements for the image's relayed fds: (fd number in the image,
+    /// an fd of the caller). Every relayed fd of the image needs one; the
+    /// caller keeps its own fd (it is duplicated into the process).
+    pub inherit: Vec<(i32, RawFd)>,
+    /// Leave the restored process stopped (SIGSTOP) just before it resumes
+    /// the program, in its own process group, with `PR_SET_PDEATHSIG`
+    /// SIGKILL so it dies with the restoring thread until it is continued;
+    /// the caller continues it with SIGCONT (which then clears the death
+    /// signal) or kills it. Used by migration: the original stays stopped
+    /// until the copy is known to exist.
+    pub stopped: bool,
 }
 
 struct Blob {
@@ -72,6 +88,8 @@ struct Plan {
 struct Helpers {
     pages: File,
     files: BTreeMap<String, File>,
+    /// (image fd, caller's fd) for relayed fds.
+    inherit: Vec<(i32, RawFd)>,
     status_w: OwnedFd,
     status_r: File,
     /// First fd number of the helpers in the restored process.
@@ -86,20 +104,41 @@ fn page_up(x: u64) -> u64 {
 /// once the blob has rebuilt it (the process then runs on its own).
 pub fn restore(dir: &Path) -> Result<Restored> {
     let m = image::read(dir)?;
-    check_files(&m)?;
+    let pages_path = dir.join(image::PAGES);
+    let pages = File::open(&pages_path)
+        .map_err(|e| Error::io(format!("open {}", pages_path.display()), e))?;
+    restore_from(&m, pages, &RestoreOptions::default())
+}
+
+/// Restores the image described by `m` whose page contents are in `pages`
+/// (a file, memfd, ... read with `pread`; the caller has checked it, e.g.
+/// with [`image::verify_pages`]). See [`RestoreOptions`].
+pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<Restored> {
+    check_files(m)?;
+    for f in &m.fds {
+        if f.relayed.is_some() && !opts.inherit.iter().any(|(fd, _)| *fd == f.fd) {
+            return Err(Error::Restore(format!(
+                "fd {} ({}) was relayed by the node daemon; restoring it needs a replacement",
+                f.fd, f.path
+            )));
+        }
+    }
     let own = procfs::parse_maps(
         &std::fs::read_to_string("/proc/self/maps")
             .map_err(|e| Error::io("read /proc/self/maps", e))?,
     )?;
-    let specials = match_specials(&m, &own)?;
-    let helpers = open_helpers(dir, &m)?;
+    let specials = match_specials(m, &own)?;
+    let helpers = open_helpers(pages, m, opts)?;
     let scratch_len: u64 = specials.iter().map(|s| s.2).sum();
-    let dry = plan(&m, &helpers, &specials, 0, 0)?;
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u64;
+    let stop = opts.stopped.then_some(me);
+    let dry = plan(m, &helpers, &specials, 0, 0, stop)?;
     let r_len = CODE_SIZE + STACK_SIZE + page_up(dry.data.len() as u64) + scratch_len;
-    let r = choose_region(&m, &own, r_len)?;
+    let r = choose_region(m, &own, r_len)?;
     let data_base = r + CODE_SIZE + STACK_SIZE;
     let scratch = data_base + page_up(dry.data.len() as u64);
-    let p = plan(&m, &helpers, &specials, data_base, scratch)?;
+    let p = plan(m, &helpers, &specials, data_base, scratch, stop)?;
     if p.data.len() != dry.data.len() {
         return Err(Error::Restore(format!(
             "restorer data is {} bytes, sized for {} (internal error)",
@@ -141,6 +180,16 @@ pub fn restore(dir: &Path) -> Result<Restored> {
         return Err(Error::Restore(format!(
             "restorer step {idx} ({what}) failed: {err}"
         )));
+    }
+    if opts.stopped {
+        let mut st = 0;
+        // SAFETY: waiting for our own child to stop (or die).
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) };
+        if r != pid || !libc::WIFSTOPPED(st) {
+            return Err(Error::Restore(format!(
+                "restored process {pid} did not stop before resuming (wait status {st:#x})"
+            )));
+        }
     }
     Ok(Restored { pid })
 }
@@ -188,10 +237,7 @@ fn match_specials(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<Vec<(u64, u
     Ok(out)
 }
 
-fn open_helpers(dir: &Path, m: &Manifest) -> Result<Helpers> {
-    let pages_path = dir.join(image::PAGES);
-    let pages = File::open(&pages_path)
-        .map_err(|e| Error::io(format!("open {}", pages_path.display()), e))?;
+fn open_helpers(pages: File, m: &Manifest, opts: &RestoreOptions) -> Result<Helpers> {
     let mut files = BTreeMap::new();
     for v in &m.vmas {
         if let Backing::File { path, .. } = &v.backing {
@@ -219,6 +265,7 @@ fn open_helpers(dir: &Path, m: &Manifest) -> Result<Helpers> {
     Ok(Helpers {
         pages,
         files,
+        inherit: opts.inherit.clone(),
         status_w,
         status_r,
         base: own_max.max(image_max) + 1,
@@ -251,6 +298,7 @@ fn plan(
     specials: &[(u64, u64, u64)],
     base: u64,
     scratch: u64,
+    stop_under: Option<u64>,
 ) -> Result<Plan> {
     let mut b = Blob {
         base,
@@ -271,13 +319,21 @@ fn plan(
         "block all signals".into(),
     );
 
-    // Helper fds at base.. (status pipe first, then pages, then mapped files).
-    let mut helpers: Vec<(i32, &str)> = vec![
-        (h.status_w.as_raw_fd(), "status pipe"),
-        (h.pages.as_raw_fd(), "pages.img"),
+    // Helper fds at base.. (status pipe first, then pages, then mapped
+    // files, then the caller's replacements of relayed fds).
+    let mut helpers: Vec<(i32, String)> = vec![
+        (h.status_w.as_raw_fd(), "status pipe".into()),
+        (h.pages.as_raw_fd(), "pages.img".into()),
     ];
-    helpers.extend(h.files.iter().map(|(p, f)| (f.as_raw_fd(), p.as_str())));
+    helpers.extend(h.files.iter().map(|(p, f)| (f.as_raw_fd(), p.clone())));
+    let n_files = h.files.len();
+    helpers.extend(
+        h.inherit
+            .iter()
+            .map(|(fd, cur)| (*cur, format!("relayed fd {fd}"))),
+    );
     let mut file_fd = BTreeMap::new();
+    let mut inherit_fd = BTreeMap::new();
     for (i, (cur, name)) in helpers.iter().enumerate() {
         let to = h.base as u64 + i as u64;
         op(
@@ -286,8 +342,10 @@ fn plan(
             to,
             format!("dup2 helper fd for {name}"),
         );
-        if i >= 2 {
-            file_fd.insert(name.to_string(), to);
+        if i >= 2 + n_files {
+            inherit_fd.insert(h.inherit[i - 2 - n_files].0, to);
+        } else if i >= 2 {
+            file_fd.insert(name.clone(), to);
         }
     }
     let pages_fd = h.base as u64 + 1;
@@ -491,12 +549,19 @@ fn plan(
     // Every open file description is first made at a temporary number
     // above the helpers (the low fds are all free, so open returns 0 and
     // pipe2 returns 0 and 1), then dup2-ed to its numbers.
-    let mut tmp = h.base as u64 + 64 + h.files.len() as u64;
+    let mut tmp = h.base as u64 + 64 + helpers.len() as u64;
     let mut made: BTreeMap<(u64, bool), u64> = BTreeMap::new(); // pipe (ino, write end) -> tmp
     let mut by_fd: BTreeMap<i32, u64> = BTreeMap::new(); // fd -> tmp
     for f in &m.fds {
         if let Some(of) = f.dup_of {
             by_fd.insert(f.fd, by_fd[&of]);
+            continue;
+        }
+        if f.relayed.is_some() {
+            let to = inherit_fd.get(&f.fd).copied().ok_or_else(|| {
+                Error::Restore(format!("no replacement for relayed fd {}", f.fd))
+            })?;
+            by_fd.insert(f.fd, to);
             continue;
         }
         let status = (f.flags & (O_APPEND | O_NONBLOCK | O_DIRECT | O_NOATIME | O_ASYNC)) as u64;
@@ -629,12 +694,36 @@ fn plan(
         0,
         "arch_prctl(ARCH_SET_GS)".into(),
     );
+    if let Some(parent) = stop_under {
+        // Die with the restoring thread while stopped; checked against the
+        // parent's pid so a parent gone before the prctl is noticed.
+        op(
+            SYS_prctl,
+            &[PR_SET_PDEATHSIG as u64, SIGKILL as u64],
+            0,
+            "prctl(PR_SET_PDEATHSIG, SIGKILL)".into(),
+        );
+        op(SYS_getppid, &[], parent, "parent still there".into());
+        op(SYS_setpgid, &[0, 0], 0, "setpgid(0, 0)".into());
+    }
     op(
         SYS_close_range,
         &[h.base as u64, u32::MAX as u64, 0],
         0,
         "close helper fds".into(),
     );
+    if stop_under.is_some() {
+        // Status pipe closed (the caller sees success), then stop; SIGCONT
+        // resumes here. Nothing can report a failure any more: a failing
+        // call exits 127, which the caller sees with waitpid.
+        op(SYS_kill, &[0, SIGSTOP as u64], 0, "kill(0, SIGSTOP)".into());
+        op(
+            SYS_prctl,
+            &[PR_SET_PDEATHSIG as u64, 0],
+            0,
+            "prctl(PR_SET_PDEATHSIG, 0)".into(),
+        );
+    }
 
     let xsave = sigframe::xsave_image(&m.xstate);
     let fpstate = b.push(&xsave, 64);
