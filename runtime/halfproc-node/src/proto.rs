@@ -1,0 +1,305 @@
+//! The wire protocol: length-delimited frames (4-byte big-endian length,
+//! at most [`MAX_FRAME`]) each holding one bincode-encoded [`Msg`]. Every
+//! connection starts with both sides sending [`Msg::Hello`]; a peer that
+//! speaks another [`VERSION`] is refused with an error naming both.
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use std::io;
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, FramedRead, FramedWrite, LengthDelimitedCodec};
+
+/// Protocol version; both ends of a connection must speak the same.
+pub const VERSION: u32 = 1;
+/// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
+pub const MAX_FRAME: usize = 8 << 20;
+/// Size of the page-data frames of a migration.
+pub const CHUNK: usize = 1 << 20;
+
+/// Which relayed stream: 0 stdin, 1 stdout, 2 stderr.
+pub type Stream = u8;
+
+/// How a program ended, as `run` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Exit {
+    /// Exited with this status.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Checkpointed into this directory and stopped (`checkpoint --kill`).
+    Checkpointed(String),
+    /// The node it ran on went away.
+    Lost(String),
+}
+
+impl Exit {
+    /// The exit code of `halfproc run`: the program's, 128 + signal like a
+    /// shell, 75 (EX_TEMPFAIL) when checkpointed and stopped, 70 when lost.
+    pub fn code(&self) -> u8 {
+        match self {
+            Exit::Code(c) => (*c & 0xff) as u8,
+            Exit::Signal(s) => (128 + *s).clamp(0, 255) as u8,
+            Exit::Checkpointed(_) => 75,
+            Exit::Lost(_) => 70,
+        }
+    }
+}
+
+/// What ended one incarnation of a program on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum End {
+    /// The program ended.
+    Exited(Exit),
+    /// It continues on another node as the next incarnation.
+    Migrated,
+}
+
+/// The origin of a program: the node whose `run` client gets its output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// Address of the origin node daemon.
+    pub addr: String,
+    /// Its node id (random, per daemon start).
+    pub node: u64,
+    /// The run session on it.
+    pub session: u64,
+}
+
+/// One line of `halfproc ps`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub program: String,
+    /// `R`/`S`/... from /proc, or `migrating`, or `remote`.
+    pub state: String,
+    /// Resident set in KiB (0 when remote).
+    pub rss_kib: u64,
+    /// `here`, or `NODE pid N` for programs started here running elsewhere.
+    pub place: String,
+}
+
+/// Every message of the protocol.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Msg {
+    /// First frame in both directions.
+    Hello {
+        version: u32,
+        node: u64,
+    },
+
+    // Client requests.
+    /// Start a program (argv, working directory, environment).
+    Run {
+        argv: Vec<String>,
+        cwd: String,
+        env: Vec<(String, String)>,
+    },
+    /// Restore a checkpoint directory as a new run session.
+    RestoreDir {
+        dir: String,
+    },
+    /// List programs.
+    Ps,
+    /// Migrate a local program to the node at `to`.
+    Migrate {
+        pid: i32,
+        to: String,
+    },
+    /// Checkpoint a local program into `dir` (on the node's filesystem).
+    Checkpoint {
+        pid: i32,
+        dir: String,
+        kill: bool,
+    },
+
+    // A run session.
+    Started {
+        pid: i32,
+    },
+    Stdin(Vec<u8>),
+    StdinEof,
+    Output {
+        stream: Stream,
+        data: Vec<u8>,
+    },
+    Exited(Exit),
+
+    // Replies.
+    PsList(Vec<ProcInfo>),
+    Progress(String),
+    Migrated {
+        pid: i32,
+        node: String,
+        bytes: u64,
+        frozen_us: u64,
+        total_us: u64,
+    },
+    Done(String),
+    Error(String),
+
+    // Node to node: migration (source -> destination).
+    MigrateIn {
+        origin: Origin,
+        /// Incarnation number the program gets there.
+        gen: u64,
+        /// Offset in the stdin stream of the next byte to write into the pipe.
+        stdin_offset: u64,
+        program: String,
+        /// The image's manifest (JSON, see halfproc_migrate::image).
+        manifest: Vec<u8>,
+    },
+    /// A chunk of page contents; `PagesEnd` follows the last.
+    Pages(Vec<u8>),
+    PagesEnd,
+    /// Destination: restored, stopped, waiting for `Commit`.
+    Restored {
+        pid: i32,
+    },
+    /// Source: the original is stopped for good; continue the copy.
+    Commit,
+    /// Destination: the copy runs.
+    Resumed,
+
+    // Node to node: an incarnation reports to its origin.
+    Attach {
+        session: u64,
+        gen: u64,
+        node: String,
+        pid: i32,
+    },
+    End(End),
+    StdinReq {
+        offset: u64,
+    },
+    StdinData(Vec<u8>),
+}
+
+/// A framed connection.
+pub struct Conn {
+    inner: Framed<TcpStream, LengthDelimitedCodec>,
+}
+
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+fn encode(m: &Msg) -> io::Result<Bytes> {
+    bincode::serialize(m)
+        .map(Bytes::from)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn decode(b: &[u8]) -> io::Result<Msg> {
+    bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Connection closed by the peer.
+pub fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "connection closed by the peer",
+    )
+}
+
+impl Conn {
+    /// Wraps a connected stream; exchanges `Hello` and checks the version.
+    /// Returns the peer's node id (0 for a client).
+    pub async fn handshake(stream: TcpStream, node: u64) -> io::Result<(Conn, u64)> {
+        let _ = stream.set_nodelay(true);
+        let mut c = Conn {
+            inner: Framed::new(stream, codec()),
+        };
+        c.send(&Msg::Hello {
+            version: VERSION,
+            node,
+        })
+        .await?;
+        match c.recv().await? {
+            Msg::Hello { version, node } if version == VERSION => Ok((c, node)),
+            Msg::Hello { version, .. } => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("peer speaks protocol version {version}, this node {VERSION}"),
+            )),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("expected Hello, got {other:?}"),
+            )),
+        }
+    }
+
+    /// Connects to `addr` and shakes hands.
+    pub async fn connect(addr: &str, node: u64) -> io::Result<Conn> {
+        let s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("connect to node {addr}: {e}")))?;
+        Ok(Conn::handshake(s, node).await?.0)
+    }
+
+    pub async fn send(&mut self, m: &Msg) -> io::Result<()> {
+        self.inner.send(encode(m)?).await
+    }
+
+    /// The next message; an error on EOF.
+    pub async fn recv(&mut self) -> io::Result<Msg> {
+        match self.inner.next().await {
+            Some(b) => decode(&b?),
+            None => Err(closed()),
+        }
+    }
+
+    /// Splits into a reading and a writing half.
+    pub fn split(self) -> (Reader, Writer) {
+        let parts = self.inner.into_parts();
+        let (r, w) = parts.io.into_split();
+        let mut reader = FramedRead::new(r, codec());
+        reader.read_buffer_mut().extend_from_slice(&parts.read_buf);
+        (
+            Reader { inner: reader },
+            Writer {
+                inner: FramedWrite::new(w, codec()),
+            },
+        )
+    }
+}
+
+/// Reading half of a [`Conn`].
+pub struct Reader {
+    inner: FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
+}
+
+impl Reader {
+    /// The next message, `None` at a clean EOF.
+    pub async fn recv(&mut self) -> io::Result<Option<Msg>> {
+        match self.inner.next().await {
+            Some(b) => decode(&b?).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Writing half of a [`Conn`].
+pub struct Writer {
+    inner: FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>,
+}
+
+impl Writer {
+    pub async fn send(&mut self, m: &Msg) -> io::Result<()> {
+        self.inner.send(encode(m)?).await
+    }
+}
+
+/// Spawns a task writing every message of the returned channel to `w`.
+pub fn writer_task(mut w: Writer) -> tokio::sync::mpsc::UnboundedSender<Msg> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Msg>();
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if w.send(&m).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}

@@ -1,0 +1,184 @@
+//! A run session, kept by the program's origin node (where `halfproc run`
+//! is connected): it puts the output of successive incarnations in order and
+//! buffers the client's stdin for whichever node runs the program.
+//!
+//! Incarnation `g` runs on one node; when it migrates, `g + 1` starts on the
+//! destination. Output of `g + 1` is held back until `g` has ended with
+//! [`End::Migrated`] (after `g`'s node drained its pipes), so the client sees
+//! the bytes in the order the program wrote them.
+
+use crate::proto::{End, Exit, Msg, Stream};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use tokio::sync::{mpsc, watch};
+
+/// Stdin as the node running the program pulls it.
+#[derive(Debug)]
+pub enum StdinChunk {
+    Data(Vec<u8>),
+    Eof,
+}
+
+enum Event {
+    Output(Stream, Vec<u8>),
+    End(End),
+}
+
+struct State {
+    gen: u64,
+    later: BTreeMap<u64, Vec<Event>>,
+    stdin: VecDeque<u8>,
+    /// Stream offset of `stdin[0]`.
+    stdin_base: u64,
+    stdin_eof: bool,
+    done: bool,
+    place: String,
+}
+
+/// See the module documentation.
+pub struct Session {
+    pub id: u64,
+    pub program: String,
+    client: mpsc::UnboundedSender<Msg>,
+    state: Mutex<State>,
+    stdin_seq: watch::Sender<u64>,
+}
+
+const STDIN_CHUNK: usize = 64 * 1024;
+
+impl Session {
+    /// A session whose messages for the client go to `client`.
+    pub fn new(id: u64, program: String, client: mpsc::UnboundedSender<Msg>) -> Session {
+        Session {
+            id,
+            program,
+            client,
+            state: Mutex::new(State {
+                gen: 0,
+                later: BTreeMap::new(),
+                stdin: VecDeque::new(),
+                stdin_base: 0,
+                stdin_eof: false,
+                done: false,
+                place: "here".into(),
+            }),
+            stdin_seq: watch::Sender::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Output of incarnation `gen`.
+    pub fn output(&self, gen: u64, stream: Stream, data: Vec<u8>) {
+        self.event(gen, Event::Output(stream, data));
+    }
+
+    /// Incarnation `gen` ended.
+    pub fn end(&self, gen: u64, end: End) {
+        self.event(gen, Event::End(end));
+    }
+
+    /// Where the current incarnation runs (for `ps`).
+    pub fn set_place(&self, gen: u64, place: String) {
+        let mut s = self.lock();
+        if gen >= s.gen {
+            s.place = place;
+        }
+    }
+
+    /// (current place, finished).
+    pub fn place(&self) -> (String, bool) {
+        let s = self.lock();
+        (s.place.clone(), s.done)
+    }
+
+    fn event(&self, gen: u64, ev: Event) {
+        let mut s = self.lock();
+        if s.done || gen < s.gen {
+            return;
+        }
+        s.later.entry(gen).or_default().push(ev);
+        // Deliver the current incarnation's events; after its Migrated, the
+        // next one's (held back until now), and so on.
+        loop {
+            let cur = s.gen;
+            let Some(evs) = s.later.remove(&cur) else {
+                break;
+            };
+            for ev in evs {
+                // Nothing follows an End of the same incarnation.
+                if s.gen == cur && !s.done {
+                    self.deliver(&mut s, ev);
+                }
+            }
+            if s.done || s.gen == cur {
+                break;
+            }
+        }
+    }
+
+    fn deliver(&self, s: &mut State, ev: Event) {
+        match ev {
+            Event::Output(stream, data) => {
+                let _ = self.client.send(Msg::Output { stream, data });
+            }
+            Event::End(End::Migrated) => s.gen += 1,
+            Event::End(End::Exited(exit)) => {
+                s.done = true;
+                let _ = self.client.send(Msg::Exited(exit));
+            }
+        }
+    }
+
+    /// The program is gone (its node's connection dropped, ...).
+    pub fn lost(&self, gen: u64, why: String) {
+        self.end(gen, End::Exited(Exit::Lost(why)));
+    }
+
+    /// Stdin bytes from the client.
+    pub fn push_stdin(&self, data: &[u8]) {
+        self.lock().stdin.extend(data);
+        self.stdin_seq.send_modify(|n| *n += 1);
+    }
+
+    /// The client's stdin ended.
+    pub fn stdin_eof(&self) {
+        self.lock().stdin_eof = true;
+        self.stdin_seq.send_modify(|n| *n += 1);
+    }
+
+    /// Stdin from stream offset `offset` on: waits until some is there.
+    /// Everything before `offset` is in the program's pipe or consumed, so
+    /// it is dropped here.
+    pub async fn stdin(&self, offset: u64) -> Result<StdinChunk, String> {
+        let mut seq = self.stdin_seq.subscribe();
+        loop {
+            {
+                let mut s = self.lock();
+                if offset < s.stdin_base {
+                    return Err(format!(
+                        "stdin offset {offset} requested, buffer starts at {}",
+                        s.stdin_base
+                    ));
+                }
+                let drop = ((offset - s.stdin_base) as usize).min(s.stdin.len());
+                s.stdin.drain(..drop);
+                s.stdin_base += drop as u64;
+                if s.stdin_base == offset && !s.stdin.is_empty() {
+                    // Handed out but kept: a node that dies or migrates before
+                    // writing them asks again from the same offset.
+                    let n = s.stdin.len().min(STDIN_CHUNK);
+                    return Ok(StdinChunk::Data(s.stdin.range(..n).copied().collect()));
+                }
+                if s.stdin_eof && s.stdin_base + s.stdin.len() as u64 <= offset {
+                    return Ok(StdinChunk::Eof);
+                }
+            }
+            if seq.changed().await.is_err() {
+                return Ok(StdinChunk::Eof);
+            }
+        }
+    }
+}
