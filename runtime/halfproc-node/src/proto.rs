@@ -1,7 +1,8 @@
 //! The wire protocol: length-delimited frames (4-byte big-endian length,
 //! at most [`MAX_FRAME`]) each holding one bincode-encoded [`Msg`]. Every
 //! connection starts with both sides sending [`Msg::Hello`]; a peer that
-//! speaks another [`VERSION`] is refused with an error naming both.
+//! speaks another [`VERSION`] is refused with an error naming both. Byte
+//! payloads are serialized as bytes (`serde_bytes`), not as sequences.
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -117,10 +118,11 @@ pub enum Msg {
     Started {
         pid: i32,
     },
-    Stdin(Vec<u8>),
+    Stdin(#[serde(with = "serde_bytes")] Vec<u8>),
     StdinEof,
     Output {
         stream: Stream,
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     Exited(Exit),
@@ -147,10 +149,11 @@ pub enum Msg {
         stdin_offset: u64,
         program: String,
         /// The image's manifest (JSON, see halfproc_migrate::image).
+        #[serde(with = "serde_bytes")]
         manifest: Vec<u8>,
     },
     /// A chunk of page contents; `PagesEnd` follows the last.
-    Pages(Vec<u8>),
+    Pages(#[serde(with = "serde_bytes")] Vec<u8>),
     PagesEnd,
     /// Destination: restored, stopped, waiting for `Commit`.
     Restored {
@@ -172,7 +175,7 @@ pub enum Msg {
     StdinReq {
         offset: u64,
     },
-    StdinData(Vec<u8>),
+    StdinData(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// A framed connection.

@@ -1,0 +1,82 @@
+//! Programs started with `halfproc run` on node A and migrated between two
+//! node daemons (A, B on loopback) 20 times while they run: their output,
+//! relayed to the `run` client wherever they are, and their exit status
+//! equal an unmigrated run's, byte for byte.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+const MIGRATIONS: usize = 20;
+
+fn back_and_forth(name: &str, argv: &[&str], stdin: Option<&Path>, tmp: &Path) {
+    let (want, want_code) = reference(argv, stdin);
+    assert!(!want.is_empty(), "{name}: empty reference output");
+    let nodes = [Daemon::start(), Daemon::start()];
+    let r = run(&nodes[0], argv, stdin, tmp, name);
+    let mut pid = r.pid();
+    let mut here = 0;
+    let mut frozen = Vec::new();
+    for i in 0..MIGRATIONS {
+        sleep_ms(10);
+        let to = 1 - here;
+        let m = migrate(&nodes[here].addr, pid, &nodes[to].addr)
+            .unwrap_or_else(|e| panic!("{name}: migration {i} of pid {pid}: {e}"));
+        pid = m.pid;
+        frozen.push(m.frozen_ms);
+        here = to;
+    }
+    let (out, code, err) = r.finish();
+    frozen.sort_by(f64::total_cmp);
+    eprintln!(
+        "{name}: {MIGRATIONS} migrations, frozen median {:.1} ms, max {:.1} ms",
+        frozen[frozen.len() / 2],
+        frozen[frozen.len() - 1]
+    );
+    assert_same(name, &out, &want);
+    assert_eq!(code, want_code, "{name}: exit status (run's stderr: {err})");
+}
+
+#[test]
+fn c_program_migrated_20_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    back_and_forth("prog", &[prog(), "40000"], None, tmp.path());
+}
+
+#[test]
+fn gzip_with_relayed_stdin_migrated_20_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.txt");
+    input_file(&input, 16 << 20);
+    back_and_forth(
+        "gzip",
+        &[tool("gzip"), "-9", "-n", "-c"],
+        Some(&input),
+        tmp.path(),
+    );
+}
+
+#[test]
+fn xz_with_relayed_stdin_migrated_20_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.txt");
+    input_file(&input, 4 << 20);
+    back_and_forth(
+        "xz",
+        &[tool("xz"), "-T1", "-6", "-c"],
+        Some(&input),
+        tmp.path(),
+    );
+}
+
+#[test]
+fn sha256sum_migrated_20_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.txt");
+    input_file(&input, 16 << 20);
+    let p = input.to_str().unwrap();
+    let mut argv = vec![tool("sha256sum")];
+    argv.extend(std::iter::repeat_n(p, 60));
+    back_and_forth("sha256sum", &argv, None, tmp.path());
+}

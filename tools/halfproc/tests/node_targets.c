@@ -1,0 +1,52 @@
+/* Targets of the node daemon tests: MODE sets up one resource, then the
+ * program prints COUNT numbered lines with some work between them and exits
+ * with status 7. The output depends only on COUNT.
+ *   plain   nothing
+ *   socket  an unconnected unix socket (refused by migrate)
+ *   pipe    a pipe to a child process that reads it (refused by migrate) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "plain";
+	long count = argc > 2 ? atol(argv[2]) : 100;
+	int p[2] = { -1, -1 };
+	pid_t child = -1;
+	uint64_t h = 1469598103934665603ULL;
+
+	if (!strcmp(mode, "socket")) {
+		if (socket(AF_UNIX, SOCK_STREAM, 0) < 0)
+			return 90;
+	} else if (!strcmp(mode, "pipe")) {
+		if (pipe(p))
+			return 91;
+		child = fork();
+		if (child == 0) {
+			char c;
+			close(p[1]);
+			while (read(p[0], &c, 1) > 0)
+				;
+			_exit(0);
+		}
+		close(p[0]);
+	}
+	for (long i = 0; i < count; i++) {
+		for (long k = 0; k < 400000; k++) {
+			h ^= (uint64_t)k;
+			h *= 1099511628211ULL;
+		}
+		printf("tick %ld %016llx\n", i, (unsigned long long)h);
+		fflush(stdout);
+	}
+	if (child > 0) {
+		close(p[1]);
+		waitpid(child, NULL, 0);
+	}
+	return 7;
+}
