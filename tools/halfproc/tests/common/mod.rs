@@ -139,6 +139,7 @@ pub fn reference(argv: &[&str], stdin: Option<&Path>) -> (Vec<u8>, i32) {
 }
 
 /// A successful migration: new pid, frozen time reported by the CLI.
+#[derive(Debug)]
 pub struct Migrated {
     pub pid: i32,
     pub frozen_ms: f64,

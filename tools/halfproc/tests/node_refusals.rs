@@ -1,0 +1,127 @@
+//! What cannot move is refused before anything is stopped, naming the
+//! resource, and the program keeps running and finishes as if nothing had
+//! happened: a socket, a pipe to another process, a second migration of a
+//! program while one is under way.
+
+mod common;
+
+use common::*;
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+const TICKS: &str = "1500";
+
+fn tracer(pid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn refused(mode: &str, expect: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [targets(), mode, TICKS];
+    let (want, want_code) = reference(&argv, None);
+    let (a, b) = (Daemon::start(), Daemon::start());
+    let r = run(&a, &argv, None, tmp.path(), mode);
+    let pid = r.pid();
+    sleep_ms(100);
+    let e = match migrate(&a.addr, pid, &b.addr) {
+        Ok(m) => panic!("{mode}: migrated (to pid {}) instead of refused", m.pid),
+        Err(e) => e,
+    };
+    eprintln!("{mode}: {e}");
+    assert!(e.contains("exit Some(1)"), "{mode}: exit code: {e}");
+    assert!(
+        e.contains(expect),
+        "{mode}: refusal does not name {expect:?}: {e}"
+    );
+    assert!(e.contains("keeps running here"), "{mode}: {e}");
+    let st = proc_state(pid).unwrap();
+    assert!(st == 'R' || st == 'S', "{mode}: target left in state {st}");
+    assert_eq!(tracer(pid), 0, "{mode}: target left traced");
+    assert!(ps(&a).contains(&pid.to_string()), "{mode}: gone from ps");
+    let (out, code, err) = r.finish();
+    assert_same(mode, &out, &want);
+    assert_eq!(code, want_code, "{mode}: exit status ({err})");
+}
+
+#[test]
+fn socket_is_refused_and_target_keeps_running() {
+    refused("socket", "is a socket");
+}
+
+#[test]
+fn pipe_to_another_process_is_refused_and_target_keeps_running() {
+    refused("pipe", "is a pipe or FIFO");
+}
+
+#[test]
+fn second_concurrent_migration_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [targets(), "plain", TICKS];
+    let (want, want_code) = reference(&argv, None);
+    let (a, b) = (Daemon::start(), Daemon::start());
+    // A destination that accepts and never answers holds migration 1.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let (mut c, _) = silent.accept().unwrap();
+        let _ = held.recv();
+        let mut b = [0u8; 64];
+        let _ = c.read(&mut b);
+        drop(c);
+    });
+    let r = run(&a, &argv, None, tmp.path(), "plain");
+    let pid = r.pid();
+    let first = halfproc()
+        .args([
+            "migrate",
+            "--node",
+            &a.addr,
+            &pid.to_string(),
+            "--to",
+            &silent_addr,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !ps(&a)
+        .lines()
+        .any(|l| l.contains(&pid.to_string()) && l.contains("being migrated"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "migration 1 never showed in ps"
+        );
+        sleep_ms(10);
+    }
+    let e = migrate(&a.addr, pid, &b.addr).expect_err("second migration accepted");
+    eprintln!("second: {e}");
+    assert!(e.contains("already being migrated"), "{e}");
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    let o = first.wait_with_output().unwrap();
+    let e1 = String::from_utf8_lossy(&o.stderr);
+    eprintln!("first: {e1}");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "migration 1 to a silent node: {e1}"
+    );
+    assert!(e1.contains("keeps running here"), "{e1}");
+    // Nothing is stuck: a real migration works now.
+    let m = migrate(&a.addr, pid, &b.addr).expect("migration after the refusals");
+    assert!(m.pid > 0);
+    let (out, code, err) = r.finish();
+    assert_same("plain", &out, &want);
+    assert_eq!(code, want_code, "exit status ({err})");
+}
