@@ -3,8 +3,8 @@
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
-    self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, RelayedEnd, Rlimit,
-    SigAction, Vma,
+    self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, RelayedEnd,
+    Rlimit, SigAction, Vma,
 };
 use crate::mem::{MemoryReader, PortableReader};
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};

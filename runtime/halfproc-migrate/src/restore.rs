@@ -116,7 +116,10 @@ pub fn restore(dir: &Path) -> Result<Restored> {
 pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<Restored> {
     check_files(m)?;
     for f in &m.fds {
-        if f.relayed.is_some() && !opts.inherit.iter().any(|(fd, _)| *fd == f.fd) {
+        if f.relayed.is_some()
+            && f.dup_of.is_none()
+            && !opts.inherit.iter().any(|(fd, _)| *fd == f.fd)
+        {
             return Err(Error::Restore(format!(
                 "fd {} ({}) was relayed by the node daemon; restoring it needs a replacement",
                 f.fd, f.path
@@ -558,9 +561,10 @@ fn plan(
             continue;
         }
         if f.relayed.is_some() {
-            let to = inherit_fd.get(&f.fd).copied().ok_or_else(|| {
-                Error::Restore(format!("no replacement for relayed fd {}", f.fd))
-            })?;
+            let to = inherit_fd
+                .get(&f.fd)
+                .copied()
+                .ok_or_else(|| Error::Restore(format!("no replacement for relayed fd {}", f.fd)))?;
             by_fd.insert(f.fd, to);
             continue;
         }

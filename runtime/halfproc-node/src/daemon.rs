@@ -209,12 +209,24 @@ async fn handle(node: Arc<Node>, stream: TcpStream) -> io::Result<()> {
         Msg::Run { .. } | Msg::RestoreDir { .. } => run_session(node, conn, first).await,
         Msg::Ps => conn.send(&Msg::PsList(node.ps())).await,
         Msg::Migrate { pid, to } => {
-            let (_r, w) = conn.split();
-            let tx = proto::writer_task(w);
-            let fut = migrate::migrate_out(node.clone(), pid, to, tx.clone());
-            let reply = node.migrations.track_future(fut).await;
-            let _ = tx.send(reply);
-            Ok(())
+            // Tracked until the answer is written: shutdown waits for it.
+            let n = node.clone();
+            let answer = async move {
+                let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel();
+                let fut = migrate::migrate_out(n, pid, to, ptx);
+                tokio::pin!(fut);
+                let reply = loop {
+                    tokio::select! {
+                        r = &mut fut => break r,
+                        Some(m) = prx.recv() => { let _ = conn.send(&m).await; }
+                    }
+                };
+                while let Ok(m) = prx.try_recv() {
+                    let _ = conn.send(&m).await;
+                }
+                conn.send(&reply).await
+            };
+            node.migrations.track_future(answer).await
         }
         Msg::Checkpoint { pid, dir, kill } => {
             let reply = migrate::checkpoint(node.clone(), pid, dir, kill).await;

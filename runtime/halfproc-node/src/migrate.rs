@@ -65,7 +65,7 @@ async fn migrate_acquired(
     let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, node.id))
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
-        .map_err(|e| format!("{e}; pid {pid} keeps running here"))?;
+        .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
     let stdin_offset = prog.pause_stdin().await;
 
     // Freeze and dump on a thread that stays the tracer until the decision.
@@ -103,7 +103,7 @@ async fn migrate_acquired(
         ),
     );
     let outcome = stream_and_commit(&mut conn, prog, stdin_offset, manifest, pages, progress).await;
-    let killed = matches!(outcome, Ok(_));
+    let killed = outcome.is_ok();
     if killed {
         // The lifecycle task of the program reports End::Migrated to the
         // origin once the pipes are drained.

@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy)]
 enum KillAt {
@@ -123,4 +124,69 @@ fn destination_killed_while_streaming() {
 #[test]
 fn destination_killed_after_restoring_stopped_copy() {
     destination_killed("fault_restored", KillAt::Restored, "lost while restoring");
+}
+
+#[test]
+fn sigterm_waits_for_the_migration_in_flight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [targets(), "plain", "1500"];
+    let mut a = Daemon::start();
+    // A destination that accepts and stays silent until told.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let (c, _) = silent.accept().unwrap();
+        let _ = held.recv();
+        drop(c);
+    });
+    let r = run(&a, &argv, None, tmp.path(), "plain");
+    let pid = r.pid();
+    let first = halfproc()
+        .args([
+            "migrate",
+            "--node",
+            &a.addr,
+            &pid.to_string(),
+            "--to",
+            &silent_addr,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !ps(&a).contains("being migrated") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "migration never showed in ps"
+        );
+        sleep_ms(10);
+    }
+    signal(a.pid(), libc::SIGTERM);
+    sleep_ms(300);
+    assert_eq!(a.exited(), None, "daemon exited with a migration in flight");
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    let o = first.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("keeps running here"),
+        "the migration's answer was lost: {e}"
+    );
+    let t = Instant::now();
+    let code = loop {
+        if let Some(c) = a.exited() {
+            break c;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "daemon did not exit after the migration"
+        );
+        sleep_ms(20);
+    };
+    assert_eq!(code, Some(0), "daemon exit status");
+    signal(pid, libc::SIGKILL);
+    let _ = r.finish();
 }

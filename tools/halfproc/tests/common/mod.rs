@@ -43,6 +43,11 @@ impl Daemon {
         self.child.id() as i32
     }
 
+    /// Whether the daemon process has exited (and its status code).
+    pub fn exited(&mut self) -> Option<Option<i32>> {
+        self.child.try_wait().unwrap().map(|s| s.code())
+    }
+
     /// SIGKILL, as a crashed machine would.
     pub fn kill(&mut self) {
         signal(self.pid(), libc::SIGKILL);
