@@ -3,10 +3,13 @@
  * with status 7. The output depends only on COUNT.
  *   plain   nothing
  *   socket  an unconnected unix socket (refused by migrate)
- *   pipe    a pipe to a child process that reads it (refused by migrate) */
+ *   pipe    a pipe to a child process that reads it (refused by migrate)
+ *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
+ *           would run on (the fault tests check that none does) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,7 +23,10 @@ int main(int argc, char **argv)
 	pid_t child = -1;
 	uint64_t h = 1469598103934665603ULL;
 
-	if (!strcmp(mode, "socket")) {
+	if (!strcmp(mode, "nohup")) {
+		signal(SIGHUP, SIG_IGN);
+		signal(SIGPIPE, SIG_IGN);
+	} else if (!strcmp(mode, "socket")) {
 		if (socket(AF_UNIX, SOCK_STREAM, 0) < 0)
 			return 90;
 	} else if (!strcmp(mode, "pipe")) {

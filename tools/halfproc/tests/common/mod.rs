@@ -192,15 +192,15 @@ pub fn proc_state(pid: i32) -> Option<char> {
         .next()
 }
 
-/// Pids of stopped (`T`) processes whose comm is `comm`.
-pub fn stopped_named(comm: &str) -> Vec<i32> {
+/// Pids of the live (not zombie) processes whose comm is `comm`.
+pub fn named(comm: &str) -> Vec<i32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&p| {
             std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm)
-                && proc_state(p) == Some('T')
+                && proc_state(p).is_some_and(|s| s != 'Z')
         })
         .collect()
 }
