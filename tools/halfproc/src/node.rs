@@ -19,7 +19,8 @@ use std::process::ExitCode;
 /// running, without their stdio relay.
 #[derive(Args)]
 #[command(
-    after_help = "Prints `halfproc node: listening on ADDR (node ID)` once ready. \
+    after_help = "Prints `halfproc node: listening on ADDR (node ID)` and the detected runtime \
+backend once ready. \
 Exit codes: 0 after a clean shutdown, 1 if the address cannot be bound."
 )]
 pub struct NodeArgs {
@@ -32,9 +33,21 @@ pub struct NodeArgs {
 }
 
 pub fn run(a: NodeArgs) -> ExitCode {
+    let backend = match halfproc::backend::Backend::from_env() {
+        Ok(b) => b.kind().to_string(),
+        Err(e) => format!("none ({e})"),
+    };
     let r = halfproc_node::daemon::run_node(&a.listen, a.advertise.as_deref(), |addr, id| {
-        println!("halfproc node: listening on {addr} (node {id:016x})");
-        let _ = std::io::Write::flush(&mut std::io::stdout());
+        // One write, errors ignored: whoever started us may read the first
+        // line only and close the pipe.
+        let msg = format!(
+            "halfproc node: listening on {addr} (node {id:016x})\n\
+             halfproc node: runtime backend {backend}; programs are started as plain \
+             children (portable migration)\n"
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = std::io::Write::write_all(&mut out, msg.as_bytes());
+        let _ = std::io::Write::flush(&mut out);
     });
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -77,6 +77,6 @@ fn sha256sum_migrated_20_times() {
     input_file(&input, 16 << 20);
     let p = input.to_str().unwrap();
     let mut argv = vec![tool("sha256sum")];
-    argv.extend(std::iter::repeat_n(p, 60));
+    argv.extend(std::iter::repeat_n(p, 100));
     back_and_forth("sha256sum", &argv, None, tmp.path());
 }
