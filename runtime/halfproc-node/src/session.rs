@@ -182,3 +182,59 @@ impl Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<Msg>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            out.push(match m {
+                Msg::Output { stream, data } => {
+                    format!("{stream}:{}", String::from_utf8_lossy(&data))
+                }
+                Msg::Exited(e) => format!("exit {}", e.code()),
+                other => format!("{other:?}"),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn next_incarnation_waits_for_the_previous_to_end() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let s = Session::new(1, "p".into(), tx);
+        s.output(1, 1, b"B".to_vec()); // the copy is faster than the drain
+        s.output(0, 1, b"A".to_vec());
+        s.output(2, 2, b"C".to_vec());
+        assert_eq!(drain(&mut rx), ["1:A"]);
+        s.end(0, End::Migrated);
+        assert_eq!(drain(&mut rx), ["1:B"]);
+        s.output(0, 1, b"stale".to_vec());
+        s.end(1, End::Migrated);
+        assert_eq!(drain(&mut rx), ["2:C"]);
+        s.end(2, End::Exited(Exit::Signal(9)));
+        s.output(2, 1, b"after the end".to_vec());
+        assert_eq!(drain(&mut rx), ["exit 137"]);
+        assert!(s.place().1);
+    }
+
+    #[tokio::test]
+    async fn stdin_is_kept_until_asked_past() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let s = Session::new(1, "p".into(), tx);
+        s.push_stdin(b"hello world");
+        let data = |c: Result<StdinChunk, String>| match c {
+            Ok(StdinChunk::Data(d)) => String::from_utf8(d).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(data(s.stdin(0).await), "hello world");
+        // Asked again from the same offset (a migration in between): same bytes.
+        assert_eq!(data(s.stdin(0).await), "hello world");
+        assert_eq!(data(s.stdin(5).await), " world");
+        s.stdin_eof();
+        assert!(matches!(s.stdin(11).await, Ok(StdinChunk::Eof)));
+        assert!(s.stdin(3).await.is_err(), "offset before what was dropped");
+    }
+}
