@@ -29,16 +29,23 @@ fn say(p: &Progress, s: String) {
     let _ = p.send(Msg::Progress(s));
 }
 
+/// Local program `pid`, taken for `what` (one migration or checkpoint at a time).
+fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Program>, Msg> {
+    let prog = node.program(pid).ok_or_else(|| {
+        Msg::Error(format!(
+            "pid {pid} is not a program of this node (see halfproc ps)"
+        ))
+    })?;
+    prog.acquire(what).map_err(Msg::Error)?;
+    Ok(prog)
+}
+
 /// Migrates local `pid` to the node at `to`; the reply for the client.
 pub async fn migrate_out(node: Arc<Node>, pid: i32, to: String, progress: Progress) -> Msg {
-    let Some(prog) = node.program(pid) else {
-        return Msg::Error(format!(
-            "pid {pid} is not a program of this node (see halfproc ps)"
-        ));
+    let prog = match take(&node, pid, "migrated") {
+        Ok(p) => p,
+        Err(m) => return m,
     };
-    if let Err(e) = prog.acquire("migrated") {
-        return Msg::Error(e);
-    }
     let t0 = Instant::now();
     let r = migrate_acquired(&node, &prog, &to, &progress, t0).await;
     if r.is_err() {
@@ -305,14 +312,10 @@ fn memfd(data: &[u8]) -> Result<std::fs::File, String> {
 
 /// Checkpoints local `pid` into `dir`; with `kill` the program ends there.
 pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> Msg {
-    let Some(prog) = node.program(pid) else {
-        return Msg::Error(format!(
-            "pid {pid} is not a program of this node (see halfproc ps)"
-        ));
+    let prog = match take(&node, pid, "checkpointed") {
+        Ok(p) => p,
+        Err(m) => return m,
     };
-    if let Err(e) = prog.acquire("checkpointed") {
-        return Msg::Error(e);
-    }
     let _ = prog.pause_stdin().await;
     if kill {
         prog.leave(End::Exited(Exit::Checkpointed(dir.clone())));

@@ -35,8 +35,17 @@ fn restore(d: &Daemon, dir: &std::path::Path, tmp: &std::path::Path) -> (Vec<u8>
     (std::fs::read(&out).unwrap(), st.code().unwrap_or(-1))
 }
 
-#[test]
-fn checkpoint_kill_then_restore_continues_the_output() {
+/// `prog 20000` run on a daemon and checkpointed 300 ms later.
+struct Checkpointed {
+    tmp: tempfile::TempDir,
+    a: Daemon,
+    r: Running,
+    img: std::path::PathBuf,
+    want: Vec<u8>,
+    want_code: i32,
+}
+
+fn run_and_checkpoint(kill: bool) -> Checkpointed {
     let tmp = tempfile::tempdir().unwrap();
     let argv = [prog(), "20000"];
     let (want, want_code) = reference(&argv, None);
@@ -45,35 +54,40 @@ fn checkpoint_kill_then_restore_continues_the_output() {
     let pid = r.pid();
     sleep_ms(300);
     let img = tmp.path().join("img");
-    let s = checkpoint(&a, pid, &img, true).expect("checkpoint --kill");
+    let s = checkpoint(&a, pid, &img, kill).expect("checkpoint");
     eprintln!("{s}");
-    let (before, code, err) = r.finish();
+    Checkpointed {
+        tmp,
+        a,
+        r,
+        img,
+        want,
+        want_code,
+    }
+}
+
+#[test]
+fn checkpoint_kill_then_restore_continues_the_output() {
+    let c = run_and_checkpoint(true);
+    let (before, code, err) = c.r.finish();
     assert_eq!(code, 75, "run after checkpoint --kill ({err})");
     assert!(err.contains("checkpointed into"), "{err}");
-    let (after, code) = restore(&a, &img, tmp.path());
-    assert_eq!(code, want_code, "restored program's exit status");
+    let (after, code) = restore(&c.a, &c.img, c.tmp.path());
+    assert_eq!(code, c.want_code, "restored program's exit status");
     assert!(!after.is_empty(), "nothing after the checkpoint");
-    assert_same("before + after", &[before, after].concat(), &want);
+    assert_same("before + after", &[before, after].concat(), &c.want);
 }
 
 #[test]
 fn checkpoint_leaves_it_running_and_restore_repeats_the_rest() {
-    let tmp = tempfile::tempdir().unwrap();
-    let argv = [prog(), "20000"];
-    let (want, want_code) = reference(&argv, None);
-    let a = Daemon::start();
-    let r = run(&a, &argv, None, tmp.path(), "prog");
-    let pid = r.pid();
-    sleep_ms(300);
-    let img = tmp.path().join("img");
-    checkpoint(&a, pid, &img, false).expect("checkpoint");
-    let (out, code, _) = r.finish();
-    assert_same("original", &out, &want);
-    assert_eq!(code, want_code);
-    let (rest, code) = restore(&a, &img, tmp.path());
-    assert_eq!(code, want_code, "restored copy's exit status");
+    let c = run_and_checkpoint(false);
+    let (out, code, _) = c.r.finish();
+    assert_same("original", &out, &c.want);
+    assert_eq!(code, c.want_code);
+    let (rest, code) = restore(&c.a, &c.img, c.tmp.path());
+    assert_eq!(code, c.want_code, "restored copy's exit status");
     assert!(
-        !rest.is_empty() && want.ends_with(&rest),
+        !rest.is_empty() && c.want.ends_with(&rest),
         "restored output is not the tail"
     );
 }

@@ -132,46 +132,14 @@ fn sigterm_waits_for_the_migration_in_flight() {
     let tmp = tempfile::tempdir().unwrap();
     let argv = [targets(), "plain", "1500"];
     let mut a = Daemon::start();
-    // A destination that accepts and stays silent until told.
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_addr = silent.local_addr().unwrap().to_string();
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let (c, _) = silent.accept().unwrap();
-        let _ = held.recv();
-        drop(c);
-    });
     let r = run(&a, &argv, None, tmp.path(), "plain");
     let pid = r.pid();
-    let first = halfproc()
-        .args([
-            "migrate",
-            "--node",
-            &a.addr,
-            &pid.to_string(),
-            "--to",
-            &silent_addr,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while !ps(&a).contains("being migrated") {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "migration never showed in ps"
-        );
-        sleep_ms(10);
-    }
+    let held = held_migration(&a, pid);
     signal(a.pid(), libc::SIGTERM);
     sleep_ms(300);
     assert_eq!(a.exited(), None, "daemon exited with a migration in flight");
-    release.send(()).unwrap();
-    holder.join().unwrap();
-    let o = first.wait_with_output().unwrap();
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{e}");
+    let (code, e) = held.release();
+    assert_eq!(code, Some(1), "{e}");
     assert!(
         e.contains("keeps running here"),
         "the migration's answer was lost: {e}"

@@ -38,6 +38,14 @@ fn back_and_forth(name: &str, argv: &[&str], stdin: Option<&Path>, tmp: &Path) {
     assert_eq!(code, want_code, "{name}: exit status (run's stderr: {err})");
 }
 
+/// A temporary directory with `input.txt` of `len` bytes.
+fn with_input(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.txt");
+    input_file(&input, len);
+    (tmp, input)
+}
+
 #[test]
 fn c_program_migrated_20_times() {
     let tmp = tempfile::tempdir().unwrap();
@@ -46,9 +54,7 @@ fn c_program_migrated_20_times() {
 
 #[test]
 fn gzip_with_relayed_stdin_migrated_20_times() {
-    let tmp = tempfile::tempdir().unwrap();
-    let input = tmp.path().join("input.txt");
-    input_file(&input, 16 << 20);
+    let (tmp, input) = with_input(16 << 20);
     back_and_forth(
         "gzip",
         &[tool("gzip"), "-9", "-n", "-c"],
@@ -59,9 +65,7 @@ fn gzip_with_relayed_stdin_migrated_20_times() {
 
 #[test]
 fn xz_with_relayed_stdin_migrated_20_times() {
-    let tmp = tempfile::tempdir().unwrap();
-    let input = tmp.path().join("input.txt");
-    input_file(&input, 4 << 20);
+    let (tmp, input) = with_input(4 << 20);
     back_and_forth(
         "xz",
         &[tool("xz"), "-T1", "-6", "-c"],
@@ -72,9 +76,7 @@ fn xz_with_relayed_stdin_migrated_20_times() {
 
 #[test]
 fn sha256sum_migrated_20_times() {
-    let tmp = tempfile::tempdir().unwrap();
-    let input = tmp.path().join("input.txt");
-    input_file(&input, 16 << 20);
+    let (tmp, input) = with_input(16 << 20);
     let p = input.to_str().unwrap();
     let mut argv = vec![tool("sha256sum")];
     argv.extend(std::iter::repeat_n(p, 100));

@@ -6,9 +6,6 @@
 mod common;
 
 use common::*;
-use std::io::Read;
-use std::net::TcpListener;
-use std::time::{Duration, Instant};
 
 const TICKS: &str = "1500";
 
@@ -67,56 +64,15 @@ fn second_concurrent_migration_is_refused() {
     let argv = [targets(), "plain", TICKS];
     let (want, want_code) = reference(&argv, None);
     let (a, b) = (Daemon::start(), Daemon::start());
-    // A destination that accepts and never answers holds migration 1.
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_addr = silent.local_addr().unwrap().to_string();
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let (mut c, _) = silent.accept().unwrap();
-        let _ = held.recv();
-        let mut b = [0u8; 64];
-        let _ = c.read(&mut b);
-        drop(c);
-    });
     let r = run(&a, &argv, None, tmp.path(), "plain");
     let pid = r.pid();
-    let first = halfproc()
-        .args([
-            "migrate",
-            "--node",
-            &a.addr,
-            &pid.to_string(),
-            "--to",
-            &silent_addr,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while !ps(&a)
-        .lines()
-        .any(|l| l.contains(&pid.to_string()) && l.contains("being migrated"))
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "migration 1 never showed in ps"
-        );
-        sleep_ms(10);
-    }
+    let first = held_migration(&a, pid);
     let e = migrate(&a.addr, pid, &b.addr).expect_err("second migration accepted");
     eprintln!("second: {e}");
     assert!(e.contains("already being migrated"), "{e}");
-    release.send(()).unwrap();
-    holder.join().unwrap();
-    let o = first.wait_with_output().unwrap();
-    let e1 = String::from_utf8_lossy(&o.stderr);
+    let (code1, e1) = first.release();
     eprintln!("first: {e1}");
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "migration 1 to a silent node: {e1}"
-    );
+    assert_eq!(code1, Some(1), "migration 1 to a silent node: {e1}");
     assert!(e1.contains("keeps running here"), "{e1}");
     // Nothing is stuck: a real migration works now.
     let m = migrate(&a.addr, pid, &b.addr).expect("migration after the refusals");

@@ -9,6 +9,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "../../../../runtime/halfproc-migrate/tests/common/input.rs"]
+mod input;
+#[allow(unused_imports)] // each test binary uses a subset
+pub use input::input_file;
+
 pub fn halfproc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_halfproc"))
 }
@@ -174,6 +179,63 @@ pub fn migrate(from: &str, pid: i32, to: &str) -> Result<Migrated, String> {
     }
 }
 
+/// A migration of a program to a destination that accepts the connection
+/// and stays silent until released: the program is "being migrated".
+pub struct HeldMigration {
+    client: Child,
+    release: std::sync::mpsc::Sender<()>,
+    holder: std::thread::JoinHandle<()>,
+}
+
+/// Starts `halfproc migrate` of `pid` on `a` to a silent destination and
+/// returns once `ps` shows the program as being migrated.
+pub fn held_migration(a: &Daemon, pid: i32) -> HeldMigration {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = silent.local_addr().unwrap().to_string();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let (c, _) = silent.accept().unwrap();
+        let _ = held.recv();
+        drop(c);
+    });
+    let client = halfproc()
+        .args(["migrate", "--node", &a.addr, &pid.to_string(), "--to", &to])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let line = format!("{pid:>8}  ");
+    while !ps(a)
+        .lines()
+        .any(|l| l.starts_with(&line) && l.contains("being migrated"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "migration never showed in ps"
+        );
+        sleep_ms(10);
+    }
+    HeldMigration {
+        client,
+        release,
+        holder,
+    }
+}
+
+impl HeldMigration {
+    /// The destination hangs up; returns the migrate client's (exit code, stderr).
+    pub fn release(self) -> (Option<i32>, String) {
+        self.release.send(()).unwrap();
+        self.holder.join().unwrap();
+        let o = self.client.wait_with_output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+}
+
 /// `halfproc ps --node D` output.
 pub fn ps(d: &Daemon) -> String {
     let o = halfproc().args(["ps", "--node", &d.addr]).output().unwrap();
@@ -249,35 +311,6 @@ pub fn tool(name: &str) -> &'static str {
         }
     }
     panic!("{name} is not installed (apt-get install gzip xz-utils coreutils)");
-}
-
-/// Deterministic pseudo-random text of `len` bytes (compressible, not trivially).
-pub fn input_file(path: &Path, len: usize) {
-    let words = [
-        "half",
-        "process",
-        "migrate",
-        "checkpoint",
-        "restore",
-        "page",
-        "vma",
-        "signal",
-        "frame",
-        "kernel",
-    ];
-    let mut s = String::with_capacity(len + 16);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    while s.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.push_str(words[(x % 10) as usize]);
-        s.push(if x % 7 == 0 { '\n' } else { ' ' });
-        if x % 5 == 0 {
-            s.push_str(&format!("{}", x % 100000));
-        }
-    }
-    std::fs::write(path, &s.as_bytes()[..len]).unwrap();
 }
 
 /// Asserts equal bytes, naming the first difference.
