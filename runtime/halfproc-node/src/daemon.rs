@@ -371,10 +371,16 @@ async fn attach(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> {
                 }
                 let (s2, tx2) = (s.clone(), tx.clone());
                 stdin_task = Some(tokio::spawn(async move {
-                    let m = match s2.stdin(offset).await {
-                        Ok(StdinChunk::Data(d)) => Msg::StdinData(d),
-                        Ok(StdinChunk::Eof) => Msg::StdinEof,
-                        Err(e) => Msg::Error(e),
+                    let (data, eof, error) = match s2.stdin(offset).await {
+                        Ok(StdinChunk::Data(d)) => (d, false, None),
+                        Ok(StdinChunk::Eof) => (Vec::new(), true, None),
+                        Err(e) => (Vec::new(), false, Some(e)),
+                    };
+                    let m = Msg::StdinData {
+                        offset,
+                        data,
+                        eof,
+                        error,
                     };
                     let _ = tx2.send(m);
                 }));

@@ -36,7 +36,8 @@ pub enum Link {
 /// A connection to the origin node (`Attach`).
 pub struct RemoteLink {
     tx: mpsc::UnboundedSender<Msg>,
-    stdin: tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<StdinChunk, String>>>,
+    /// Stdin answers, tagged with the offset they answer.
+    stdin: tokio::sync::Mutex<mpsc::UnboundedReceiver<(u64, Result<StdinChunk, String>)>>,
 }
 
 impl Link {
@@ -67,17 +68,25 @@ impl Link {
                 let m = match r.recv().await {
                     Ok(Some(m)) => m,
                     Ok(None) | Err(_) => {
-                        let _ = stx.send(Err("origin connection closed".into()));
+                        let _ = stx.send((u64::MAX, Err("origin connection closed".into())));
                         return;
                     }
                 };
-                let chunk = match m {
-                    Msg::StdinData(d) => Ok(StdinChunk::Data(d)),
-                    Msg::StdinEof => Ok(StdinChunk::Eof),
-                    Msg::Error(e) => Err(e),
-                    _ => continue,
+                let Msg::StdinData {
+                    offset,
+                    data,
+                    eof,
+                    error,
+                } = m
+                else {
+                    continue;
                 };
-                let _ = stx.send(chunk);
+                let chunk = match (error, eof) {
+                    (Some(e), _) => Err(e),
+                    (None, true) => Ok(StdinChunk::Eof),
+                    (None, false) => Ok(StdinChunk::Data(data)),
+                };
+                let _ = stx.send((offset, chunk));
             }
         });
         Ok(Link::Remote(Arc::new(RemoteLink {
@@ -111,9 +120,14 @@ impl Link {
                 let mut rx = r.stdin.lock().await;
                 r.tx.send(Msg::StdinReq { offset })
                     .map_err(|_| "origin connection closed".to_string())?;
-                rx.recv()
-                    .await
-                    .unwrap_or_else(|| Err("origin connection closed".into()))
+                loop {
+                    match rx.recv().await {
+                        None => return Err("origin connection closed".into()),
+                        Some((at, chunk)) if at == offset || at == u64::MAX => return chunk,
+                        // The answer to a request abandoned before.
+                        Some(_) => continue,
+                    }
+                }
             }
         }
     }

@@ -175,7 +175,17 @@ pub enum Msg {
     StdinReq {
         offset: u64,
     },
-    StdinData(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Answer to `StdinReq { offset }`: stdin from `offset` (empty and
+    /// `eof` at the end). Tagged with the offset: an answer to a request
+    /// abandoned by a failed migration is recognised and dropped.
+    StdinData {
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        eof: bool,
+        /// Why stdin cannot be had (the request was bad), if so.
+        error: Option<String>,
+    },
 }
 
 /// A framed connection.

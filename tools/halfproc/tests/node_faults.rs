@@ -159,3 +159,27 @@ fn sigterm_waits_for_the_migration_in_flight() {
     signal(pid, libc::SIGKILL);
     let _ = r.finish();
 }
+
+#[test]
+fn failed_migrations_of_a_stdin_reader_lose_no_input() {
+    // gzip reads its relayed stdin while it runs on B (origin A); two
+    // migrations from B fail (a silent destination hangs up, a killed one),
+    // then it comes back to A: every input byte is compressed exactly once.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.txt");
+    input_file(&input, 16 << 20);
+    let argv = [tool("gzip"), "-6", "-n", "-c"];
+    let (want, want_code) = reference(&argv, Some(&input));
+    let (a, b, c) = (Daemon::start(), Daemon::start(), Daemon::start());
+    let r = run(&a, &argv, Some(&input), tmp.path(), "gzip");
+    let on_b = migrate(&a.addr, r.pid(), &b.addr).expect("to B").pid;
+    let (code, e) = held_migration(&b, on_b).release();
+    assert_eq!(code, Some(1), "{e}");
+    let (proxy, h) = killing_proxy(c.addr.clone(), c.pid(), KillAt::Bytes(16 << 10));
+    migrate(&b.addr, on_b, &proxy).expect_err("migrated to a killed node");
+    h.join().unwrap();
+    migrate(&b.addr, on_b, &a.addr).expect("back to A");
+    let (out, code, err) = r.finish();
+    assert_same("gzip", &out, &want);
+    assert_eq!(code, want_code, "gzip exit status ({err})");
+}
