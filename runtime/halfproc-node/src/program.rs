@@ -424,11 +424,13 @@ fn keeper(
             let mut c = std::process::Command::new(&argv[0]);
             c.args(&argv[1..]).current_dir(&cwd).env_clear().envs(env);
             c.process_group(0);
-            // SAFETY: close_range is async-signal-safe; the program gets
-            // only its three relayed fds, none the daemon inherited.
+            // SAFETY: close_range is async-signal-safe. The program gets only
+            // its three relayed fds, none the daemon inherited: fds from 3 on
+            // are marked close-on-exec (CLOSE_RANGE_CLOEXEC), not closed, so
+            // std's pipe that reports a failed exec still works.
             unsafe {
                 c.pre_exec(|| {
-                    libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                    libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 4u32);
                     Ok(())
                 })
             };
