@@ -320,6 +320,7 @@ async fn run_session(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> 
     }
     let _ = tx.send(Msg::Started { pid });
     loop {
+        session.stdin_room().await;
         match r.recv().await {
             Ok(Some(Msg::Stdin(d))) => session.push_stdin(&d),
             Ok(Some(Msg::StdinEof)) => session.stdin_eof(),

@@ -45,6 +45,9 @@ pub struct Session {
 }
 
 const STDIN_CHUNK: usize = 64 * 1024;
+/// Stdin buffered at the origin beyond which the client is not read
+/// (TCP backpressure then stops `halfproc run` from reading its stdin).
+pub const STDIN_BUFFER: usize = 4 << 20;
 
 impl Session {
     /// A session whose messages for the client go to `client`.
@@ -127,6 +130,7 @@ impl Session {
             Event::End(End::Migrated) => s.gen += 1,
             Event::End(End::Exited(exit)) => {
                 s.done = true;
+                self.stdin_seq.send_modify(|n| *n += 1);
                 let _ = self.client.send(Msg::Exited(exit));
             }
         }
@@ -141,6 +145,22 @@ impl Session {
     pub fn push_stdin(&self, data: &[u8]) {
         self.lock().stdin.extend(data);
         self.stdin_seq.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until fewer than [`STDIN_BUFFER`] bytes of stdin are buffered.
+    pub async fn stdin_room(&self) {
+        let mut seq = self.stdin_seq.subscribe();
+        loop {
+            {
+                let s = self.lock();
+                if s.stdin.len() < STDIN_BUFFER || s.done {
+                    return;
+                }
+            }
+            if seq.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The client's stdin ended.
@@ -166,6 +186,10 @@ impl Session {
                 let drop = ((offset - s.stdin_base) as usize).min(s.stdin.len());
                 s.stdin.drain(..drop);
                 s.stdin_base += drop as u64;
+                if drop > 0 {
+                    // Room for the client (see `stdin_room`).
+                    self.stdin_seq.send_modify(|n| *n += 1);
+                }
                 if s.stdin_base == offset && !s.stdin.is_empty() {
                     // Handed out but kept: a node that dies or migrates before
                     // writing them asks again from the same offset.
@@ -236,5 +260,23 @@ mod tests {
         s.stdin_eof();
         assert!(matches!(s.stdin(11).await, Ok(StdinChunk::Eof)));
         assert!(s.stdin(3).await.is_err(), "offset before what was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_full_stdin_buffer_holds_the_client_back() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let s = std::sync::Arc::new(Session::new(1, "p".into(), tx));
+        s.push_stdin(&vec![7u8; STDIN_BUFFER]);
+        let wait = tokio::time::timeout(std::time::Duration::from_millis(50), s.stdin_room());
+        assert!(wait.await.is_err(), "room reported with a full buffer");
+        let s2 = s.clone();
+        let room = tokio::spawn(async move { s2.stdin_room().await });
+        tokio::task::yield_now().await;
+        // The node wrote 1 MiB into the pipe and asks for more.
+        let _ = s.stdin(1 << 20).await;
+        tokio::time::timeout(std::time::Duration::from_secs(5), room)
+            .await
+            .expect("no room after the node consumed stdin")
+            .unwrap();
     }
 }
