@@ -11,7 +11,7 @@
 use crate::error::{Error, Result};
 use crate::image::{self, reg, Backing, Manifest};
 use crate::procfs;
-use crate::restorer::{self, Op, ANY_OK, CODE_SIZE, IGNORE, REGION_MAGIC};
+use crate::restorer::{self, Op, ANY_OK, CODE_SIZE, IGNORE};
 use crate::sigframe;
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -26,7 +26,7 @@ const TASK_SIZE: u64 = 0x7fff_ffff_f000;
 /// mmap_base of a 47-bit process; searched downwards on collision.
 const R_PREFERRED: u64 = 0x7ff0_0000_0000;
 const R_STEP: u64 = 0x10_0000_0000;
-const STACK_SIZE: u64 = 16 * 4096;
+pub(crate) const STACK_SIZE: u64 = 16 * 4096;
 const RSEQ_SIG: u64 = 0x5305_3053;
 
 extern "C" {
@@ -76,12 +76,13 @@ impl Blob {
     }
 }
 
-struct Plan {
-    data: Vec<u8>,
-    ops_addr: u64,
-    nops: u64,
-    uc_addr: u64,
-    err_slot: u64,
+/// The blob's data and where its parts are (addresses inside `R`).
+pub(crate) struct Plan {
+    pub(crate) data: Vec<u8>,
+    pub(crate) ops_addr: u64,
+    pub(crate) nops: u64,
+    pub(crate) uc_addr: u64,
+    pub(crate) err_slot: u64,
     what: Vec<String>,
 }
 
@@ -162,7 +163,7 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
     if pid == 0 {
         // SAFETY: we are the freshly forked child; `r` was checked free in the
         // parent's (= our) address space; `child_enter` never returns.
-        unsafe { child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
+        unsafe { restorer::child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
     }
     drop(helpers.status_w);
     let mut status_r = helpers.status_r;
@@ -753,76 +754,4 @@ fn plan(
         err_slot,
         what: ops.into_iter().map(|(_, w)| w).collect(),
     })
-}
-
-/// The forked child: map `R`, copy the blob in, jump to it.
-///
-/// # Safety
-///
-/// Must be called only in a freshly forked child; `r..r+r_len` must be free.
-unsafe fn child_enter(
-    r: u64,
-    r_len: u64,
-    code: &[u8],
-    p: &Plan,
-    data_base: u64,
-    status_fd: u64,
-    status_w: i32,
-) -> ! {
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
-    // SAFETY: anonymous mapping at a free address (MAP_FIXED_NOREPLACE
-    // refuses to clobber anything).
-    let got = unsafe {
-        libc::mmap(
-            r as *mut _,
-            r_len as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            -1,
-            0,
-        )
-    };
-    if got as u64 != r {
-        let msg = [
-            u64::MAX.to_le_bytes(),
-            (-(libc::EEXIST as i64)).to_le_bytes(),
-        ]
-        .concat();
-        // SAFETY: writing a local buffer to our pipe, then exiting.
-        unsafe {
-            libc::write(status_w, msg.as_ptr().cast(), msg.len());
-            libc::_exit(127)
-        }
-    }
-    // SAFETY: `R` is ours and large enough for code + stack + data (sized by
-    // the parent from the same plan); the sources are live in this process.
-    unsafe {
-        std::ptr::copy_nonoverlapping(code.as_ptr(), r as *mut u8, code.len());
-        std::ptr::copy_nonoverlapping(p.data.as_ptr(), data_base as *mut u8, p.data.len());
-        let marker = (r + CODE_SIZE) as *mut u64;
-        marker.write(REGION_MAGIC);
-        marker.add(1).write(r_len);
-        libc::mprotect(
-            r as *mut _,
-            CODE_SIZE as usize,
-            libc::PROT_READ | libc::PROT_EXEC,
-        );
-    }
-    let stack_top = r + CODE_SIZE + STACK_SIZE - 64;
-    // SAFETY: jumps to the blob on its own stack with the register arguments
-    // it documents; it never returns (rt_sigreturn or exit_group).
-    unsafe {
-        core::arch::asm!(
-            "mov rsp, {stk}",
-            "jmp {entry}",
-            stk = in(reg) stack_top,
-            entry = in(reg) r,
-            in("rdi") p.ops_addr,
-            in("rsi") p.nops,
-            in("rdx") p.uc_addr,
-            in("rcx") status_fd,
-            in("r8") p.err_slot,
-            options(noreturn)
-        )
-    }
 }
