@@ -1,7 +1,7 @@
 //! The client side, for the `halfproc` command: blocking functions that
 //! talk to a node daemon (each builds a small runtime of its own).
 
-use crate::proto::{Conn, Exit, Msg};
+use crate::proto::{Conn, Exit, Identity, Msg};
 use std::io::{self, Read, Write};
 
 /// Environment variable naming the local node daemon (`HOST:PORT`).
@@ -24,9 +24,14 @@ fn runtime() -> io::Result<tokio::runtime::Runtime> {
 
 /// Sends one request; `progress` gets every `Progress` line; returns the
 /// final answer (`Error` is returned as a message, not an `Err`).
-pub fn request(addr: &str, req: Msg, mut progress: impl FnMut(&str)) -> io::Result<Msg> {
+pub fn request(
+    addr: &str,
+    me: &Identity,
+    req: Msg,
+    mut progress: impl FnMut(&str),
+) -> io::Result<Msg> {
     runtime()?.block_on(async {
-        let mut c = Conn::connect(addr, 0).await?;
+        let mut c = Conn::connect(addr, me).await?;
         c.send(&req).await?;
         loop {
             match c.recv().await? {
@@ -40,9 +45,9 @@ pub fn request(addr: &str, req: Msg, mut progress: impl FnMut(&str)) -> io::Resu
 /// A run session: sends `first` (`Run` or `RestoreDir`), relays this
 /// process's stdin to the program and its output to this process's
 /// stdout/stderr, and returns how the program ended. `started` gets the pid.
-pub fn run(addr: &str, first: Msg, started: impl FnOnce(i32)) -> io::Result<Exit> {
+pub fn run(addr: &str, me: &Identity, first: Msg, started: impl FnOnce(i32)) -> io::Result<Exit> {
     runtime()?.block_on(async {
-        let c = Conn::connect(addr, 0).await?;
+        let c = Conn::connect(addr, me).await?;
         let (mut r, mut w) = c.split();
         w.send(&first).await?;
         let pid = match r.recv().await? {

@@ -19,6 +19,8 @@ use tokio_util::task::TaskTracker;
 pub struct Node {
     /// Random id of this daemon run (tells origins apart).
     pub id: u64,
+    /// The id and the shared secret, for handshakes.
+    pub ident: crate::proto::Identity,
     /// Address other nodes reach this one at.
     pub addr: String,
     programs: Mutex<HashMap<i32, Arc<Program>>>,
@@ -50,9 +52,11 @@ fn random_id() -> u64 {
 }
 
 impl Node {
-    pub fn new(addr: String) -> Arc<Node> {
+    pub fn new(addr: String, secret: Option<Vec<u8>>) -> Arc<Node> {
+        let id = random_id();
         Arc::new(Node {
-            id: random_id(),
+            id,
+            ident: crate::proto::Identity { node: id, secret },
             addr,
             programs: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
@@ -165,16 +169,19 @@ pub async fn serve(
 }
 
 /// Binds `listen` and runs the daemon until SIGINT or SIGTERM. `ready` is
-/// called with the bound address (port 0 picks a free one).
+/// called with the bound address (port 0 picks a free one). `secret_file`
+/// (else `$HALFPROC_NODE_SECRET_FILE`) holds the nodes' shared secret.
 pub fn run_node(
     listen: &str,
     advertise: Option<&str>,
+    secret_file: Option<&std::path::Path>,
     ready: impl FnOnce(&str, u64),
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let secret = crate::proto::Identity::load(0, secret_file)?.secret;
     rt.block_on(async {
         let listener = TcpListener::bind(listen).await?;
         let bound = listener.local_addr()?.to_string();
@@ -182,6 +189,7 @@ pub fn run_node(
             advertise
                 .map(str::to_string)
                 .unwrap_or_else(|| bound.clone()),
+            secret,
         );
         ready(&bound, node.id);
         let shutdown = async {
@@ -203,7 +211,7 @@ pub fn run_node(
 }
 
 async fn handle(node: Arc<Node>, stream: TcpStream) -> io::Result<()> {
-    let (mut conn, _) = Conn::handshake(stream, node.id).await?;
+    let (mut conn, _) = Conn::handshake(stream, &node.ident).await?;
     let first = conn.recv().await?;
     match first {
         Msg::Run { .. } | Msg::RestoreDir { .. } => run_session(node, conn, first).await,

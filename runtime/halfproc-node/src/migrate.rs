@@ -69,7 +69,7 @@ async fn migrate_acquired(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
-    let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, node.id))
+    let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, &node.ident))
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
         .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
@@ -270,7 +270,7 @@ async fn receive_and_restore(
             }
         }
     } else {
-        match Link::remote(&origin, gen, &node.addr, node.id, pid).await {
+        match Link::remote(&origin, gen, &node.addr, &node.ident, pid).await {
             Ok(l) => l,
             Err(e) => {
                 decide(false);

@@ -46,10 +46,10 @@ impl Link {
         origin: &Origin,
         gen: u64,
         me: &str,
-        node: u64,
+        ident: &proto::Identity,
         pid: i32,
     ) -> Result<Link, String> {
-        let mut c = proto::Conn::connect(&origin.addr, node)
+        let mut c = proto::Conn::connect(&origin.addr, ident)
             .await
             .map_err(|e| format!("origin {}: {e}", origin.addr))?;
         c.send(&Msg::Attach {

@@ -1,7 +1,8 @@
 //! The wire protocol: length-delimited frames (4-byte big-endian length,
 //! at most [`MAX_FRAME`]) each holding one bincode-encoded [`Msg`]. Every
 //! connection starts with both sides sending [`Msg::Hello`]; a peer that
-//! speaks another [`VERSION`] is refused with an error naming both. Byte
+//! speaks another [`VERSION`] is refused with an error naming both. Then
+//! each side proves it holds the shared secret (see [`Identity`]). Byte
 //! payloads are serialized as bytes (`serde_bytes`), not as sequences.
 
 use bytes::Bytes;
@@ -12,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, FramedRead, FramedWrite, LengthDelimitedCodec};
 
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -83,10 +84,18 @@ pub struct ProcInfo {
 /// Every message of the protocol.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Msg {
-    /// First frame in both directions.
+    /// First frame in both directions: protocol version, node id (0 for a
+    /// client) and a fresh random challenge for the peer.
     Hello {
         version: u32,
         node: u64,
+        nonce: [u8; 16],
+    },
+    /// Second frame in both directions: HMAC-SHA256 of the peer's nonce
+    /// under the shared secret (empty without a secret).
+    Auth {
+        #[serde(with = "serde_bytes")]
+        mac: Vec<u8>,
     },
 
     // Client requests.
@@ -188,6 +197,91 @@ pub enum Msg {
     },
 }
 
+/// Who this end of a connection is: its node id (0 for a client) and the
+/// shared secret of the nodes, if one is configured.
+///
+/// With a secret, each side answers the other's random nonce with
+/// HMAC-SHA256(secret, "halfproc-node" || nonce) and checks the answer it
+/// gets: a peer without the secret is refused before any request (a stranger
+/// can neither send an image nor ask for one), and a client with the secret
+/// will not talk to a node without it. Without a secret nothing is checked
+/// (for loopback and trusted networks). Traffic is not encrypted.
+#[derive(Clone, Default)]
+pub struct Identity {
+    pub node: u64,
+    pub secret: Option<Vec<u8>>,
+}
+
+/// Environment variable naming the shared-secret file.
+pub const SECRET_ENV: &str = "HALFPROC_NODE_SECRET_FILE";
+
+impl Identity {
+    /// Reads the secret from `file` (or `$HALFPROC_NODE_SECRET_FILE`), if any.
+    pub fn load(node: u64, file: Option<&std::path::Path>) -> io::Result<Identity> {
+        let path = file.map(std::path::Path::to_path_buf).or_else(|| {
+            std::env::var_os(SECRET_ENV)
+                .filter(|v| !v.is_empty())
+                .map(Into::into)
+        });
+        let secret = match path {
+            None => None,
+            Some(p) => {
+                let s = std::fs::read(&p).map_err(|e| {
+                    io::Error::new(e.kind(), format!("secret file {}: {e}", p.display()))
+                })?;
+                let s = s.trim_ascii().to_vec();
+                if s.len() < 16 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("secret file {}: fewer than 16 bytes", p.display()),
+                    ));
+                }
+                Some(s)
+            }
+        };
+        Ok(Identity { node, secret })
+    }
+
+    fn mac(&self, nonce: &[u8; 16]) -> Vec<u8> {
+        use hmac::Mac;
+        match &self.secret {
+            None => Vec::new(),
+            Some(k) => {
+                let Ok(mut m) = hmac::Hmac::<sha2::Sha256>::new_from_slice(k) else {
+                    return Vec::new();
+                };
+                m.update(b"halfproc-node");
+                m.update(nonce);
+                m.finalize().into_bytes().to_vec()
+            }
+        }
+    }
+
+    fn verify(&self, nonce: &[u8; 16], mac: &[u8]) -> bool {
+        use hmac::Mac;
+        match &self.secret {
+            None => true,
+            Some(k) => hmac::Hmac::<sha2::Sha256>::new_from_slice(k).is_ok_and(|mut m| {
+                m.update(b"halfproc-node");
+                m.update(nonce);
+                m.verify_slice(mac).is_ok()
+            }),
+        }
+    }
+}
+
+fn nonce() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        // SAFETY: getrandom into a buffer we own.
+        unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    }
+    b
+}
+
 /// A framed connection.
 pub struct Conn {
     inner: Framed<TcpStream, LengthDelimitedCodec>,
@@ -205,7 +299,8 @@ fn encode(m: &Msg) -> io::Result<Bytes> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-fn decode(b: &[u8]) -> io::Result<Msg> {
+/// One frame's body as a message (tests read the stream with it).
+pub fn decode(b: &[u8]) -> io::Result<Msg> {
     bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
@@ -218,37 +313,61 @@ pub fn closed() -> io::Error {
 }
 
 impl Conn {
-    /// Wraps a connected stream; exchanges `Hello` and checks the version.
-    /// Returns the peer's node id (0 for a client).
-    pub async fn handshake(stream: TcpStream, node: u64) -> io::Result<(Conn, u64)> {
+    /// Wraps a connected stream; exchanges `Hello` (version check) and
+    /// `Auth` (see [`Identity`]). Returns the peer's node id (0 for a client).
+    pub async fn handshake(stream: TcpStream, me: &Identity) -> io::Result<(Conn, u64)> {
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
         let _ = stream.set_nodelay(true);
         let mut c = Conn {
             inner: Framed::new(stream, codec()),
         };
+        let mine = nonce();
         c.send(&Msg::Hello {
             version: VERSION,
-            node,
+            node: me.node,
+            nonce: mine,
+        })
+        .await?;
+        let (peer, theirs) = match c.recv().await? {
+            Msg::Hello {
+                version,
+                node,
+                nonce,
+            } if version == VERSION => (node, nonce),
+            Msg::Hello { version, .. } => {
+                return Err(bad(format!(
+                    "peer speaks protocol version {version}, this node {VERSION}"
+                )))
+            }
+            other => return Err(bad(format!("expected Hello, got {other:?}"))),
+        };
+        c.send(&Msg::Auth {
+            mac: me.mac(&theirs),
         })
         .await?;
         match c.recv().await? {
-            Msg::Hello { version, node } if version == VERSION => Ok((c, node)),
-            Msg::Hello { version, .. } => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("peer speaks protocol version {version}, this node {VERSION}"),
-            )),
-            other => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("expected Hello, got {other:?}"),
-            )),
+            Msg::Auth { mac } if me.verify(&mine, &mac) => Ok((c, peer)),
+            Msg::Auth { .. } => {
+                let why =
+                    "authentication failed: the peer does not hold this node's shared secret \
+                           (--secret-file / $HALFPROC_NODE_SECRET_FILE)";
+                let _ = c.send(&Msg::Error(why.into())).await;
+                Err(io::Error::new(io::ErrorKind::PermissionDenied, why))
+            }
+            Msg::Error(e) => Err(io::Error::new(io::ErrorKind::PermissionDenied, e)),
+            other => Err(bad(format!("expected Auth, got {other:?}"))),
         }
     }
 
     /// Connects to `addr` and shakes hands.
-    pub async fn connect(addr: &str, node: u64) -> io::Result<Conn> {
+    pub async fn connect(addr: &str, me: &Identity) -> io::Result<Conn> {
         let s = TcpStream::connect(addr)
             .await
             .map_err(|e| io::Error::new(e.kind(), format!("connect to node {addr}: {e}")))?;
-        Ok(Conn::handshake(s, node).await?.0)
+        Conn::handshake(s, me)
+            .await
+            .map(|c| c.0)
+            .map_err(|e| io::Error::new(e.kind(), format!("node {addr}: {e}")))
     }
 
     pub async fn send(&mut self, m: &Msg) -> io::Result<()> {

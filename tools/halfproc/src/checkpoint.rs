@@ -37,7 +37,9 @@ pub fn run(a: CheckpointArgs) -> ExitCode {
         dir: dir.to_string_lossy().into_owned(),
         kill: a.kill,
     };
-    match halfproc_node::client::request(&addr, req, |p| eprintln!("halfproc checkpoint: {p}")) {
+    match halfproc_node::client::request(&addr, &a.node.ident(), req, |p| {
+        eprintln!("halfproc checkpoint: {p}")
+    }) {
         Ok(Msg::Done(s)) => {
             eprintln!("halfproc checkpoint: {s}");
             ExitCode::SUCCESS

@@ -34,8 +34,9 @@ pub const EXIT_NO_NODE: u8 = 69;
     version,
     about = "halfproc runtime tool: info, benchmarks, and the node daemon that runs, checkpoints and migrates programs",
     after_help = "Programs run through a node daemon (`halfproc node`); the other commands talk to it at \
---node, else $HALFPROC_NODE, else 127.0.0.1:7070 (TCP; keep it on loopback or a trusted network: \
-there is no authentication yet).\n\nExample:\n  halfproc node --listen 127.0.0.1:7070 &\n  halfproc node --listen 127.0.0.1:7071 &\n  halfproc run -- ./my_program args     # in another terminal\n  halfproc ps\n  halfproc migrate PID --to 127.0.0.1:7071"
+--node, else $HALFPROC_NODE, else 127.0.0.1:7070 (TCP). Off loopback, give every node and client \
+the same --secret-file (or $HALFPROC_NODE_SECRET_FILE): peers then authenticate with an HMAC \
+challenge; traffic is not encrypted.\n\nExample:\n  halfproc node --listen 127.0.0.1:7070 &\n  halfproc node --listen 127.0.0.1:7071 &\n  halfproc run -- ./my_program args     # in another terminal\n  halfproc ps\n  halfproc migrate PID --to 127.0.0.1:7071"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -48,11 +49,25 @@ pub struct NodeOpt {
     /// Node daemon to talk to (HOST:PORT); default $HALFPROC_NODE, else 127.0.0.1:7070.
     #[arg(long, value_name = "HOST:PORT")]
     node: Option<String>,
+    /// The nodes' shared-secret file, if they use one (default $HALFPROC_NODE_SECRET_FILE).
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<std::path::PathBuf>,
 }
 
 impl NodeOpt {
     pub fn addr(&self) -> String {
         halfproc_node::client::node_addr(self.node.as_deref())
+    }
+
+    /// This client's identity (the secret, if any); exits 2 if unreadable.
+    pub fn ident(&self) -> halfproc_node::proto::Identity {
+        match halfproc_node::proto::Identity::load(0, self.secret_file.as_deref()) {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("halfproc: {e}");
+                std::process::exit(2)
+            }
+        }
     }
 }
 

@@ -36,7 +36,9 @@ pub fn run(a: MigrateArgs) -> ExitCode {
         pid: a.pid,
         to: a.to.clone(),
     };
-    match halfproc_node::client::request(&addr, req, |p| eprintln!("halfproc migrate: {p}")) {
+    match halfproc_node::client::request(&addr, &a.node.ident(), req, |p| {
+        eprintln!("halfproc migrate: {p}")
+    }) {
         Ok(Msg::Migrated {
             pid,
             node,

@@ -30,6 +30,12 @@ pub struct NodeArgs {
     /// Address other nodes use to reach this one (default: the bound address).
     #[arg(long, value_name = "HOST:PORT")]
     advertise: Option<String>,
+    /// Shared secret of the nodes (at least 16 bytes; default
+    /// $HALFPROC_NODE_SECRET_FILE). With it, every peer (node or client) must
+    /// prove it holds the same secret (HMAC-SHA256 challenge) before any
+    /// request; without it, anyone who reaches the port is served.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: NodeArgs) -> ExitCode {
@@ -37,18 +43,23 @@ pub fn run(a: NodeArgs) -> ExitCode {
         Ok(b) => b.kind().to_string(),
         Err(e) => format!("none ({e})"),
     };
-    let r = halfproc_node::daemon::run_node(&a.listen, a.advertise.as_deref(), |addr, id| {
-        // One write, errors ignored: whoever started us may read the first
-        // line only and close the pipe.
-        let msg = format!(
-            "halfproc node: listening on {addr} (node {id:016x})\n\
+    let r = halfproc_node::daemon::run_node(
+        &a.listen,
+        a.advertise.as_deref(),
+        a.secret_file.as_deref(),
+        |addr, id| {
+            // One write, errors ignored: whoever started us may read the first
+            // line only and close the pipe.
+            let msg = format!(
+                "halfproc node: listening on {addr} (node {id:016x})\n\
              halfproc node: runtime backend {backend}; programs are started as plain \
              children (portable migration)\n"
-        );
-        let mut out = std::io::stdout().lock();
-        let _ = std::io::Write::write_all(&mut out, msg.as_bytes());
-        let _ = std::io::Write::flush(&mut out);
-    });
+            );
+            let mut out = std::io::stdout().lock();
+            let _ = std::io::Write::write_all(&mut out, msg.as_bytes());
+            let _ = std::io::Write::flush(&mut out);
+        },
+    );
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -18,7 +18,7 @@ pub struct PsArgs {
 
 pub fn run(a: PsArgs) -> ExitCode {
     let addr = a.node.addr();
-    match halfproc_node::client::request(&addr, Msg::Ps, |_| {}) {
+    match halfproc_node::client::request(&addr, &a.node.ident(), Msg::Ps, |_| {}) {
         Ok(Msg::PsList(list)) => {
             println!(
                 "{:>8}  {:<16} {:<16} {:>10}  WHERE",
@@ -41,6 +41,10 @@ pub fn run(a: PsArgs) -> ExitCode {
                 );
             }
             ExitCode::SUCCESS
+        }
+        Ok(Msg::Error(e)) => {
+            eprintln!("halfproc ps: {e}");
+            ExitCode::FAILURE
         }
         Ok(other) => {
             eprintln!("halfproc ps: unexpected answer {other:?}");

@@ -33,5 +33,5 @@ pub fn run(a: RestoreArgs) -> ExitCode {
     let first = Msg::RestoreDir {
         dir: dir.to_string_lossy().into_owned(),
     };
-    crate::run::finish(&addr, first, a.pid_file.as_deref())
+    crate::run::finish(&addr, &a.node.ident(), first, a.pid_file.as_deref())
 }

@@ -46,12 +46,17 @@ pub fn run(a: RunArgs) -> ExitCode {
         cwd,
         env: std::env::vars().collect(),
     };
-    finish(&addr, first, a.pid_file.as_deref())
+    finish(&addr, &a.node.ident(), first, a.pid_file.as_deref())
 }
 
 /// Shared with `restore`: runs the session and exits with the program's status.
-pub fn finish(addr: &str, first: Msg, pid_file: Option<&std::path::Path>) -> ExitCode {
-    let r = halfproc_node::client::run(addr, first, |pid| {
+pub fn finish(
+    addr: &str,
+    me: &halfproc_node::proto::Identity,
+    first: Msg,
+    pid_file: Option<&std::path::Path>,
+) -> ExitCode {
+    let r = halfproc_node::client::run(addr, me, first, |pid| {
         if let Some(f) = pid_file {
             if let Err(e) = std::fs::write(f, format!("{pid}\n")) {
                 eprintln!("halfproc run: {}: {e}", f.display());

@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use halfproc_node::proto::{decode, Msg};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 enum KillAt {
     /// After this many bytes of the source's stream were forwarded.
     Bytes(usize),
-    /// When the destination answers that it restored the copy (its second frame).
+    /// When the destination answers that it restored the copy (`Restored`).
     Restored,
 }
 
@@ -53,7 +54,6 @@ fn killing_proxy(dest: String, dest_pid: i32, at: KillAt) -> (String, std::threa
                 n += k;
             }
         });
-        let mut frames = 0;
         loop {
             let mut len = [0u8; 4];
             if dst.read_exact(&mut len).is_err() {
@@ -63,8 +63,8 @@ fn killing_proxy(dest: String, dest_pid: i32, at: KillAt) -> (String, std::threa
             if dst.read_exact(&mut body).is_err() {
                 break;
             }
-            frames += 1;
-            if matches!(at, KillAt::Restored) && frames == 2 {
+            let restored = matches!(decode(&body), Ok(Msg::Restored { .. }));
+            if matches!(at, KillAt::Restored) && restored {
                 cut(&src, &dst);
                 break;
             }

@@ -26,8 +26,14 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// With extra arguments of `halfproc node`.
+    pub fn start_with(args: &[&str]) -> Daemon {
         let mut child = halfproc()
             .args(["node", "--listen", "127.0.0.1:0"])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
