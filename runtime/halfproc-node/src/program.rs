@@ -488,6 +488,12 @@ fn keeper(
 }
 
 /// Waits for `pid` (our child) to exit; `None` if someone else reaped it.
+///
+/// Only an exit is ever consumed: `waitid` is called once the pidfd is
+/// readable (the process exited), first with `WNOWAIT`. A ptrace stop of a
+/// migration in progress (its tracer is another thread of this process, so
+/// the kernel reports the stop to us too, whatever the options) is never
+/// taken from the tracer.
 fn reap(pid: i32) -> Option<Exit> {
     // SAFETY: pidfd_open on our own child; the fd is owned below.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
@@ -495,6 +501,15 @@ fn reap(pid: i32) -> Option<Exit> {
         // SAFETY: a fresh fd returned by pidfd_open.
         unsafe { OwnedFd::from_raw_fd(fd) }
     });
+    let wait = |flags: i32| {
+        // SAFETY: zeroed siginfo is a valid out buffer for waitid.
+        let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child with a valid siginfo pointer.
+        let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut si, flags) };
+        // SAFETY: waitid filled `si` for a child event (or left it zeroed).
+        let (spid, status) = unsafe { (si.si_pid(), si.si_status()) };
+        (r, spid, si.si_code, status)
+    };
     loop {
         if fd >= 0 {
             let mut p = libc::pollfd {
@@ -504,30 +519,25 @@ fn reap(pid: i32) -> Option<Exit> {
             };
             // SAFETY: one valid pollfd.
             unsafe { libc::poll(&mut p, 1, 1000) };
+            if p.revents & libc::POLLIN == 0 {
+                continue;
+            }
         } else {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        // SAFETY: zeroed siginfo is a valid out buffer for waitid.
-        let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child with a valid siginfo pointer;
-        // WNOHANG: the pidfd said it exited (or we poll again).
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut si,
-                libc::WEXITED | libc::WNOHANG,
-            )
-        };
+        let (r, spid, code, status) = wait(libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
         if r != 0 {
             return None; // ECHILD: reaped by a migration's kill
         }
-        // SAFETY: waitid filled `si` for a child event (or left it zeroed).
-        let (spid, status) = unsafe { (si.si_pid(), si.si_status()) };
-        if spid == 0 {
+        let exited = matches!(code, libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED);
+        if spid == 0 || !exited {
+            if fd >= 0 {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             continue;
         }
-        return Some(if si.si_code == libc::CLD_EXITED {
+        let _ = wait(libc::WEXITED | libc::WNOHANG);
+        return Some(if code == libc::CLD_EXITED {
             Exit::Code(status)
         } else {
             Exit::Signal(status)
