@@ -26,6 +26,19 @@ fn back_and_forth(name: &str, argv: &[&str], stdin: Option<&Path>, tmp: &Path) {
         pid = m.pid;
         frozen.push(m.frozen_ms);
         here = to;
+        if i == 0 {
+            // `ps` on the origin says where the program went; there, it is local.
+            let origin = ps(&nodes[0]);
+            let place = format!("{} pid {pid}", nodes[1].addr);
+            assert!(origin.contains(&place), "{name}: origin's ps: {origin}");
+            let there = ps(&nodes[1]);
+            assert!(
+                there
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{pid} ")) && l.ends_with("here")),
+                "{name}: destination's ps: {there}"
+            );
+        }
     }
     let (out, code, err) = r.finish();
     frozen.sort_by(f64::total_cmp);
