@@ -311,6 +311,8 @@ async fn run_session(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> 
         }
     };
     let pid = started.pid;
+    // Before the relays start: the client must see Started before any Output.
+    let _ = tx.send(Msg::Started { pid });
     let n2 = node.clone();
     match program::adopt(
         started,
@@ -326,7 +328,6 @@ async fn run_session(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> 
             let _ = tx.send(Msg::Error(e));
         }
     }
-    let _ = tx.send(Msg::Started { pid });
     loop {
         session.stdin_room().await;
         match r.recv().await {

@@ -118,6 +118,13 @@ async fn migrate_acquired(
     }
     let _ = go_tx.send(killed);
     let frozen = fin_rx.await.unwrap_or_default();
+    if let (Ok(new_pid), true) = (&outcome, prog.origin.node == node.id) {
+        // The origin is here: `ps` shows the new place at once (the
+        // destination's Attach says it too, on another connection).
+        if let Some(s) = node.session(prog.origin.session) {
+            s.set_place(prog.gen + 1, format!("{to} pid {new_pid}"));
+        }
+    }
     match outcome {
         Ok(new_pid) => Ok(Msg::Migrated {
             pid: new_pid,
