@@ -79,13 +79,16 @@ fn killing_proxy(dest: String, dest_pid: i32, at: KillAt) -> (String, std::threa
 
 fn destination_killed(name: &str, at: KillAt, expect: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    // A copy of its own, so the surviving-copy check below sees only this test.
+    // A name of its own (comm is the name it is executed by), so the
+    // surviving-copy check below sees only this test. A symlink, not a copy:
+    // a copy's write fd, inherited by a child another test forks meanwhile,
+    // makes the exec fail with ETXTBSY.
     let exe = tmp.path().join(name);
-    std::fs::copy(targets(), &exe).unwrap();
-    let argv = [exe.to_str().unwrap(), "nohup", "1500"];
+    std::os::unix::fs::symlink(targets(), &exe).unwrap();
+    let argv = [exe.to_str().unwrap(), "nohup", "1500", "wait"];
     let (want, want_code) = reference(&argv, None);
     let (a, b, c) = (Daemon::start(), Daemon::start(), Daemon::start());
-    let r = run(&a, &argv, None, tmp.path(), name);
+    let (r, held) = run_held(&a, &argv, None, tmp.path(), name);
     let pid = r.pid();
     sleep_ms(100);
     let (proxy, h) = killing_proxy(b.addr.clone(), b.pid(), at);
@@ -112,6 +115,7 @@ fn destination_killed(name: &str, at: KillAt, expect: &str) {
     let m = migrate(&a.addr, pid, &c.addr).expect("migration to a healthy node");
     sleep_ms(50);
     migrate(&c.addr, m.pid, &a.addr).expect("and back");
+    held.close();
     let (out, code, err) = r.finish();
     assert_same(name, &out, &want);
     assert_eq!(code, want_code, "{name}: exit status ({err})");
@@ -130,9 +134,9 @@ fn destination_killed_after_restoring_stopped_copy() {
 #[test]
 fn sigterm_waits_for_the_migration_in_flight() {
     let tmp = tempfile::tempdir().unwrap();
-    let argv = [targets(), "plain", "1500"];
+    let argv = [targets(), "plain", "1500", "wait"];
     let mut a = Daemon::start();
-    let r = run(&a, &argv, None, tmp.path(), "plain");
+    let (r, stdin) = run_held(&a, &argv, None, tmp.path(), "plain");
     let pid = r.pid();
     let held = held_migration(&a, pid);
     signal(a.pid(), libc::SIGTERM);
@@ -157,6 +161,7 @@ fn sigterm_waits_for_the_migration_in_flight() {
     };
     assert_eq!(code, Some(0), "daemon exit status");
     signal(pid, libc::SIGKILL);
+    stdin.close();
     let _ = r.finish();
 }
 
@@ -171,7 +176,7 @@ fn failed_migrations_of_a_stdin_reader_lose_no_input() {
     let argv = [tool("gzip"), "-6", "-n", "-c"];
     let (want, want_code) = reference(&argv, Some(&input));
     let (a, b, c) = (Daemon::start(), Daemon::start(), Daemon::start());
-    let r = run(&a, &argv, Some(&input), tmp.path(), "gzip");
+    let (r, held) = run_held(&a, &argv, Some(&input), tmp.path(), "gzip");
     let on_b = migrate(&a.addr, r.pid(), &b.addr).expect("to B").pid;
     let (code, e) = held_migration(&b, on_b).release();
     assert_eq!(code, Some(1), "{e}");
@@ -179,6 +184,7 @@ fn failed_migrations_of_a_stdin_reader_lose_no_input() {
     migrate(&b.addr, on_b, &proxy).expect_err("migrated to a killed node");
     h.join().unwrap();
     migrate(&b.addr, on_b, &a.addr).expect("back to A");
+    held.close();
     let (out, code, err) = r.finish();
     assert_same("gzip", &out, &want);
     assert_eq!(code, want_code, "gzip exit status ({err})");

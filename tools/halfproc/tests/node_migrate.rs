@@ -1,7 +1,10 @@
 //! Programs started with `halfproc run` on node A and migrated between two
 //! node daemons (A, B on loopback) 20 times while they run: their output,
 //! relayed to the `run` client wherever they are, and their exit status
-//! equal an unmigrated run's, byte for byte.
+//! equal an unmigrated run's, byte for byte. Each program reads its stdin
+//! to EOF, which the test gives only after the 20 migrations: none can
+//! finish early, however slow the migrations or fast the program. The work
+//! is sized (2-3 s of CPU each) so that most migrations hit it mid-compute.
 
 mod common;
 
@@ -14,7 +17,7 @@ fn back_and_forth(name: &str, argv: &[&str], stdin: Option<&Path>, tmp: &Path) {
     let (want, want_code) = reference(argv, stdin);
     assert!(!want.is_empty(), "{name}: empty reference output");
     let nodes = [Daemon::start(), Daemon::start()];
-    let r = run(&nodes[0], argv, stdin, tmp, name);
+    let (r, held) = run_held(&nodes[0], argv, stdin, tmp, name);
     let mut pid = r.pid();
     let mut here = 0;
     let mut frozen = Vec::new();
@@ -40,6 +43,7 @@ fn back_and_forth(name: &str, argv: &[&str], stdin: Option<&Path>, tmp: &Path) {
             );
         }
     }
+    held.close();
     let (out, code, err) = r.finish();
     frozen.sort_by(f64::total_cmp);
     eprintln!(
@@ -62,7 +66,7 @@ fn with_input(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
 #[test]
 fn c_program_migrated_20_times() {
     let tmp = tempfile::tempdir().unwrap();
-    back_and_forth("prog", &[prog(), "40000"], None, tmp.path());
+    back_and_forth("prog", &[prog(), "40000", "wait"], None, tmp.path());
 }
 
 #[test]
@@ -93,5 +97,6 @@ fn sha256sum_migrated_20_times() {
     let p = input.to_str().unwrap();
     let mut argv = vec![tool("sha256sum")];
     argv.extend(std::iter::repeat_n(p, 100));
+    argv.push("-"); // and stdin, which ends after the migrations
     back_and_forth("sha256sum", &argv, None, tmp.path());
 }

@@ -22,10 +22,10 @@ fn tracer(pid: i32) -> i32 {
 
 fn refused(mode: &str, expect: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    let argv = [targets(), mode, TICKS];
+    let argv = [targets(), mode, TICKS, "wait"];
     let (want, want_code) = reference(&argv, None);
     let (a, b) = (Daemon::start(), Daemon::start());
-    let r = run(&a, &argv, None, tmp.path(), mode);
+    let (r, held) = run_held(&a, &argv, None, tmp.path(), mode);
     let pid = r.pid();
     sleep_ms(100);
     let e = match migrate(&a.addr, pid, &b.addr) {
@@ -43,6 +43,7 @@ fn refused(mode: &str, expect: &str) {
     assert!(st == 'R' || st == 'S', "{mode}: target left in state {st}");
     assert_eq!(tracer(pid), 0, "{mode}: target left traced");
     assert!(ps(&a).contains(&pid.to_string()), "{mode}: gone from ps");
+    held.close();
     let (out, code, err) = r.finish();
     assert_same(mode, &out, &want);
     assert_eq!(code, want_code, "{mode}: exit status ({err})");
@@ -61,10 +62,10 @@ fn pipe_to_another_process_is_refused_and_target_keeps_running() {
 #[test]
 fn second_concurrent_migration_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let argv = [targets(), "plain", TICKS];
+    let argv = [targets(), "plain", TICKS, "wait"];
     let (want, want_code) = reference(&argv, None);
     let (a, b) = (Daemon::start(), Daemon::start());
-    let r = run(&a, &argv, None, tmp.path(), "plain");
+    let (r, held) = run_held(&a, &argv, None, tmp.path(), "plain");
     let pid = r.pid();
     let first = held_migration(&a, pid);
     let e = migrate(&a.addr, pid, &b.addr).expect_err("second migration accepted");
@@ -77,6 +78,7 @@ fn second_concurrent_migration_is_refused() {
     // Nothing is stuck: a real migration works now.
     let m = migrate(&a.addr, pid, &b.addr).expect("migration after the refusals");
     assert!(m.pid > 0);
+    held.close();
     let (out, code, err) = r.finish();
     assert_same("plain", &out, &want);
     assert_eq!(code, want_code, "exit status ({err})");

@@ -1,6 +1,7 @@
 /* Targets of the node daemon tests: MODE sets up one resource, then the
  * program prints COUNT numbered lines with some work between them and exits
- * with status 7. The output depends only on COUNT.
+ * with status 7. The output depends only on COUNT. With a third argument
+ * "wait" it reads stdin to EOF before exiting (tests hold it running).
  *   plain   nothing
  *   socket  an unconnected unix socket (refused by migrate)
  *   pipe    a pipe to a child process that reads it (refused by migrate)
@@ -50,6 +51,9 @@ int main(int argc, char **argv)
 		printf("tick %ld %016llx\n", i, (unsigned long long)h);
 		fflush(stdout);
 	}
+	if (argc > 3 && !strcmp(argv[3], "wait"))
+		while (getchar() != EOF)
+			;
 	if (child > 0) {
 		close(p[1]);
 		waitpid(child, NULL, 0);

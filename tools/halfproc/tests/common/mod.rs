@@ -139,6 +139,64 @@ pub fn run(d: &Daemon, argv: &[&str], stdin: Option<&Path>, dir: &Path, name: &s
     }
 }
 
+/// The stdin of a `halfproc run` started by [`run_held`]: its input is
+/// written, then the pipe stays open until [`Held::close`], so a program
+/// that reads stdin to EOF cannot finish before the test is done with it.
+pub struct Held {
+    close: std::sync::mpsc::Sender<()>,
+    writer: std::thread::JoinHandle<()>,
+}
+
+impl Held {
+    /// EOF for the program.
+    pub fn close(self) {
+        let _ = self.close.send(());
+        self.writer.join().unwrap();
+    }
+}
+
+/// [`run`] with stdin from a pipe of the test: `input` (a file, or nothing),
+/// then EOF only at [`Held::close`].
+pub fn run_held(
+    d: &Daemon,
+    argv: &[&str],
+    input: Option<&Path>,
+    dir: &Path,
+    name: &str,
+) -> (Running, Held) {
+    let pid_file = dir.join(format!("{name}.pid"));
+    let out = dir.join(format!("{name}.out"));
+    let err = dir.join(format!("{name}.err"));
+    let mut child = halfproc()
+        .args(["run", "--node", &d.addr, "--pid-file"])
+        .arg(&pid_file)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(File::create(&out).unwrap())
+        .stderr(File::create(&err).unwrap())
+        .spawn()
+        .expect("start halfproc run");
+    let mut pipe = child.stdin.take().unwrap();
+    let data = input.map(|p| std::fs::read(p).unwrap()).unwrap_or_default();
+    let (close, closed) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        pipe.write_all(&data).unwrap();
+        let _ = closed.recv();
+        drop(pipe);
+    });
+    (
+        Running {
+            child,
+            pid_file,
+            out,
+            err,
+        },
+        Held { close, writer },
+    )
+}
+
 /// The program run directly: (stdout, exit code).
 pub fn reference(argv: &[&str], stdin: Option<&Path>) -> (Vec<u8>, i32) {
     let input = match stdin {
