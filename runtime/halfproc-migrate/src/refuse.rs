@@ -159,6 +159,43 @@ pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusa
     Ok(())
 }
 
+/// Pending signals the kernel will drop when it delivers them (not blocked,
+/// and ignored, or default-ignored - SIGCHLD, SIGCONT, SIGURG, SIGWINCH - and
+/// not caught): carrying them or not makes no difference. A node daemon's
+/// SIGCONT that has just resumed a restored process is one.
+fn discarded_on_delivery(st: &[(String, String)]) -> Result<u64> {
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    let default_ignored =
+        bit(libc::SIGCHLD) | bit(libc::SIGCONT) | bit(libc::SIGURG) | bit(libc::SIGWINCH);
+    let blocked = procfs::sigmask_field(st, "SigBlk")?;
+    let ignored = procfs::sigmask_field(st, "SigIgn")?;
+    let caught = procfs::sigmask_field(st, "SigCgt")?;
+    Ok((ignored | (default_ignored & !caught)) & !blocked)
+}
+
+/// Processes whose parent is `pid` (from `/proc/N/stat`; zombies included:
+/// their status would be lost too).
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<i32> = procs
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&n| {
+            fs::read_to_string(format!("/proc/{n}/stat")).is_ok_and(|st| {
+                // "pid (comm) state ppid ...": comm may contain spaces and ')'.
+                st.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|ppid| ppid.parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 /// Refuses `pid` if it has anything this engine cannot carry. Reads only
 /// `/proc`; the process keeps running.
 pub fn check(pid: i32) -> Result<()> {
@@ -181,6 +218,7 @@ pub fn check_relayed(pid: i32, relayed: &[u64]) -> Result<()> {
         return Err(Refusal::Traced { tracer }.into());
     }
     let pending = procfs::sigmask_field(&st, "SigPnd")? | procfs::sigmask_field(&st, "ShdPnd")?;
+    let pending = pending & !discarded_on_delivery(&st)?;
     if pending != 0 {
         return Err(Refusal::PendingSignals { mask: pending }.into());
     }
@@ -189,6 +227,11 @@ pub fn check_relayed(pid: i32, relayed: &[u64]) -> Result<()> {
     }
     for m in procfs::maps(pid)? {
         classify_mapping(&m)?;
+    }
+    // Last, so a pipe to a child is named as the pipe it is.
+    let kids = children(pid);
+    if !kids.is_empty() {
+        return Err(Refusal::Children { pids: kids }.into());
     }
     Ok(())
 }

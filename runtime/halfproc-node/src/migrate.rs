@@ -301,8 +301,32 @@ async fn receive_and_restore(
     .inspect_err(|_| decide(false))?;
     node.insert(p);
     decide(true);
+    wait_continued(pid).await;
     let _ = conn.send(&Msg::Resumed).await;
     Ok(())
+}
+
+/// Waits (at most 2 s) until the copy runs: no longer stopped, and the
+/// SIGCONT that woke it delivered (a migration right after would otherwise
+/// see it pending).
+async fn wait_continued(pid: i32) {
+    const SIGCONT_BIT: u64 = 1 << (libc::SIGCONT - 1);
+    for _ in 0..2000 {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |k: &str| {
+            st.lines()
+                .find(|l| l.starts_with(k))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .unwrap_or("")
+                .to_string()
+        };
+        let mask = |k: &str| u64::from_str_radix(&field(k), 16).unwrap_or(0);
+        let stopped = field("State:").starts_with('T');
+        if st.is_empty() || (!stopped && (mask("SigPnd:") | mask("ShdPnd:")) & SIGCONT_BIT == 0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 fn memfd(data: &[u8]) -> Result<std::fs::File, String> {

@@ -1,7 +1,7 @@
 //! What cannot move is refused before anything is stopped, naming the
 //! resource, and the program keeps running and finishes as if nothing had
-//! happened: a socket, a pipe to another process, a second migration of a
-//! program while one is under way.
+//! happened: a socket, a pipe to another process, a child process, a second
+//! migration of a program while one is under way.
 
 mod common;
 
@@ -57,6 +57,11 @@ fn socket_is_refused_and_target_keeps_running() {
 #[test]
 fn pipe_to_another_process_is_refused_and_target_keeps_running() {
     refused("pipe", "is a pipe or FIFO");
+}
+
+#[test]
+fn child_process_is_refused_and_target_keeps_running() {
+    refused("child", "child processes");
 }
 
 #[test]

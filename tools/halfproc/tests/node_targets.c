@@ -5,6 +5,7 @@
  *   plain   nothing
  *   socket  an unconnected unix socket (refused by migrate)
  *   pipe    a pipe to a child process that reads it (refused by migrate)
+ *   child   a child process that waits to be killed (refused by migrate)
  *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
  *           would run on (the fault tests check that none does) */
 #include <stdint.h>
@@ -27,6 +28,11 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "nohup")) {
 		signal(SIGHUP, SIG_IGN);
 		signal(SIGPIPE, SIG_IGN);
+	} else if (!strcmp(mode, "child")) {
+		child = fork();
+		if (child == 0)
+			for (;;)
+				pause();
 	} else if (!strcmp(mode, "socket")) {
 		if (socket(AF_UNIX, SOCK_STREAM, 0) < 0)
 			return 90;
@@ -55,7 +61,10 @@ int main(int argc, char **argv)
 		while (getchar() != EOF)
 			;
 	if (child > 0) {
-		close(p[1]);
+		if (p[1] >= 0)
+			close(p[1]);
+		else
+			kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
 	}
 	return 7;
