@@ -44,10 +44,13 @@ pub fn classify_fd(
     if !target.starts_with('/') || target.ends_with(" (deleted)") || target.starts_with("/memfd:") {
         return Err(Refusal::UnsupportedFd { fd, target: t });
     }
-    let md = fs::metadata(format!("/proc/{pid}/fd/{fd}")).map_err(|_| Refusal::UnsupportedFd {
-        fd,
-        target: t.clone(),
-    })?;
+    let md = match fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+        Ok(md) => md,
+        // Closed meanwhile (a running process is checked; the dump of the
+        // stopped process classifies every fd again).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(_) => return Err(Refusal::UnsupportedFd { fd, target: t }),
+    };
     let ft = md.file_type();
     if ft.is_fifo() {
         return Err(Refusal::Pipe { fd, target: t });
