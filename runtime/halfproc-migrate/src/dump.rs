@@ -3,8 +3,8 @@
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
-    self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, Rlimit, SigAction,
-    Vma,
+    self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, RelayedEnd,
+    Rlimit, SigAction, Vma,
 };
 use crate::mem::{MemoryReader, PortableReader};
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
@@ -42,25 +42,101 @@ const RLIMITS: u32 = 16;
 /// Checkpoints `pid` (a single-threaded process we may ptrace) into `dir`,
 /// which is created. Refusals happen before the target is stopped.
 pub fn checkpoint(pid: i32, dir: &Path, leave: Leave) -> Result<CheckpointStats> {
-    refuse::check(pid)?;
+    checkpoint_relayed(pid, dir, leave, &[])
+}
+
+/// [`checkpoint`] of a process whose stdio pipes with inodes in `relayed`
+/// are held and relayed by the caller: they are recorded as relayed ends
+/// (see [`crate::image::RelayedEnd`]) instead of being refused.
+pub fn checkpoint_relayed(
+    pid: i32,
+    dir: &Path,
+    leave: Leave,
+    relayed: &[u64],
+) -> Result<CheckpointStats> {
+    refuse::check_relayed(pid, relayed)?;
     fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
+    let out_path = dir.join(image::PAGES);
+    let mut out = std::io::BufWriter::new(
+        File::create(&out_path)
+            .map_err(|e| Error::io(format!("create {}", out_path.display()), e))?,
+    );
     let frozen = Frozen::seize(pid)?;
     let t0 = Instant::now();
-    let result = dump_frozen(&frozen, dir);
+    let result = dump_frozen(&frozen, relayed, &mut out).and_then(|m| {
+        out.flush().map_err(|e| Error::io("write pages.img", e))?;
+        image::write_manifest(dir, &m)?;
+        Ok(m)
+    });
     let frozen_for = t0.elapsed();
     match (&result, leave) {
         (Ok(_), Leave::Kill) => frozen.kill(),
         _ => drop(frozen),
     }
-    let (pages_bytes, vmas) = result?;
+    let m = result?;
     Ok(CheckpointStats {
-        pages_bytes,
-        vmas,
+        pages_bytes: m.pages_len,
+        vmas: m.vmas.len(),
         frozen: frozen_for,
     })
 }
 
-fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
+/// A process stopped and dumped into memory, still stopped: the caller
+/// streams the image somewhere and then either [`Dumped::kill`]s the
+/// original (the copy took over) or [`Dumped::resume`]s it (the copy
+/// failed). Dropping it resumes the process.
+///
+/// ptrace requests must come from the thread that stopped the process, so
+/// a `Dumped` cannot be sent to another thread.
+pub struct Dumped {
+    frozen: Frozen,
+    /// The image description (page runs index into `pages`).
+    pub manifest: image::Manifest,
+    /// Page contents, as `pages.img` would hold them.
+    pub pages: Vec<u8>,
+    since: Instant,
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl Dumped {
+    /// How long the process has been stopped so far.
+    pub fn frozen_for(&self) -> Duration {
+        self.since.elapsed()
+    }
+
+    /// SIGKILLs and reaps the original; returns the time it was stopped.
+    pub fn kill(self) -> Duration {
+        let d = self.since.elapsed();
+        self.frozen.kill();
+        d
+    }
+
+    /// Detaches and lets the original continue; returns the time it was stopped.
+    pub fn resume(self) -> Duration {
+        let d = self.since.elapsed();
+        drop(self.frozen);
+        d
+    }
+}
+
+/// Refuses (without stopping anything) or stops `pid` and dumps it into
+/// memory, leaving it stopped. `relayed` as in [`checkpoint_relayed`].
+pub fn freeze_and_dump(pid: i32, relayed: &[u64]) -> Result<Dumped> {
+    refuse::check_relayed(pid, relayed)?;
+    let frozen = Frozen::seize(pid)?;
+    let since = Instant::now();
+    let mut pages = Vec::new();
+    let manifest = dump_frozen(&frozen, relayed, &mut pages)?;
+    Ok(Dumped {
+        frozen,
+        manifest,
+        pages,
+        since,
+        _thread_bound: std::marker::PhantomData,
+    })
+}
+
+fn dump_frozen(f: &Frozen, relayed: &[u64], out: &mut dyn Write) -> Result<image::Manifest> {
     let pid = f.pid();
     let st = procfs::status(pid)?;
     let threads: u32 = procfs::field(&st, "Threads")?.parse().unwrap_or(0);
@@ -77,8 +153,7 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
-    let (vmas, pages_len, pages_crc) = dump_memory(pid, &reader, &maps, dir)?;
-    let n_vmas = vmas.len();
+    let (vmas, pages_len, pages_crc) = dump_memory(pid, &reader, &maps, out)?;
     let s = procfs::stat_fields(pid)?;
     let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
     let start_brk = at(47);
@@ -122,15 +197,14 @@ fn dump_frozen(f: &Frozen, dir: &Path) -> Result<(u64, usize)> {
         rlimits: rlimits(pid)?,
         cwd,
         umask,
-        fds: fds(pid)?,
+        fds: fds(pid, relayed)?,
         vmas,
         mm,
         rseq,
         pages_len,
         pages_crc,
     };
-    image::write_manifest(dir, &manifest)?;
-    Ok((pages_len, n_vmas))
+    Ok(manifest)
 }
 
 fn rlimits(pid: i32) -> Result<Vec<Rlimit>> {
@@ -154,24 +228,34 @@ fn rlimits(pid: i32) -> Result<Vec<Rlimit>> {
         .collect()
 }
 
-fn fds(pid: i32) -> Result<Vec<FdEntry>> {
+fn fds(pid: i32, relayed: &[u64]) -> Result<Vec<FdEntry>> {
     let list = procfs::fds(pid)?;
     let mut out: Vec<FdEntry> = Vec::new();
     for (fd, path) in list {
-        refuse::classify_fd(pid, fd, &path)?;
+        refuse::classify_fd(pid, fd, &path, relayed)?;
         let (flags, pos) = procfs::fdinfo(pid, fd)?;
+        let write = flags & libc::O_ACCMODE == libc::O_WRONLY;
         let dup_of = out.iter().map(|e| e.fd).find(|&other| {
             // SAFETY: kcmp only compares kernel objects of two pids.
             unsafe {
                 libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, other, fd) == 0
             }
         });
-        let pipe = match path
-            .strip_prefix("pipe:[")
-            .and_then(|r| r.strip_suffix(']'))
-        {
+        let ino = refuse::pipe_ino(&path);
+        let relayed_end = match ino.filter(|i| relayed.contains(i)) {
+            Some(ino) => Some(RelayedEnd {
+                ino,
+                write,
+                unread: if write || dup_of.is_some() {
+                    Vec::new()
+                } else {
+                    pipe_contents(pid, fd)?
+                },
+            }),
+            None => None,
+        };
+        let pipe = match ino.filter(|_| relayed_end.is_none()) {
             Some(ino) => {
-                let ino = ino.parse().unwrap_or(0);
                 let first = !out
                     .iter()
                     .any(|e| e.pipe.as_ref().is_some_and(|p| p.ino == ino));
@@ -180,11 +264,7 @@ fn fds(pid: i32) -> Result<Vec<FdEntry>> {
                 } else {
                     Vec::new()
                 };
-                Some(PipeEnd {
-                    ino,
-                    write: flags & libc::O_ACCMODE == libc::O_WRONLY,
-                    data,
-                })
+                Some(PipeEnd { ino, write, data })
             }
             None => None,
         };
@@ -195,6 +275,7 @@ fn fds(pid: i32) -> Result<Vec<FdEntry>> {
             pos,
             dup_of,
             pipe,
+            relayed: relayed_end,
         });
     }
     Ok(out)
@@ -373,21 +454,16 @@ fn is_special(path: &str) -> bool {
     refuse::SPECIAL_MAPPINGS.contains(&path)
 }
 
-/// Dumps the contents of every carried VMA into `dir/pages.img`.
+/// Writes the contents of every carried VMA to `out` (as `pages.img`).
 fn dump_memory(
     pid: i32,
     reader: &dyn MemoryReader,
     maps: &[procfs::MapsEntry],
-    dir: &Path,
+    out: &mut dyn Write,
 ) -> Result<(Vec<Vma>, u64, u32)> {
     let ps = procfs::page_size();
     let pm_path = format!("/proc/{pid}/pagemap");
     let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
-    let out_path = dir.join(image::PAGES);
-    let mut out = std::io::BufWriter::new(
-        File::create(&out_path)
-            .map_err(|e| Error::io(format!("create {}", out_path.display()), e))?,
-    );
     let mut crc = crc32fast::Hasher::new();
     let mut off = 0u64;
     let mut vmas = Vec::new();
@@ -458,7 +534,6 @@ fn dump_memory(
             pages,
         });
     }
-    out.flush().map_err(|e| Error::io("write pages.img", e))?;
     Ok((vmas, off, crc.finalize()))
 }
 

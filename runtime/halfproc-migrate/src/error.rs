@@ -21,6 +21,9 @@ pub enum Refusal {
     SharedMapping { start: u64, end: u64, path: String },
     /// A mapping that cannot be carried (device mapping, deleted file with shared flag, ...).
     UnsupportedMapping { start: u64, end: u64, path: String },
+    /// It has child processes, which would be left behind (and could no
+    /// longer be waited for).
+    Children { pids: Vec<i32> },
     /// Another tracer is attached.
     Traced { tracer: i32 },
     /// Signals are pending.
@@ -50,6 +53,10 @@ impl fmt::Display for Refusal {
             Refusal::UnsupportedMapping { start, end, path } => {
                 write!(f, "mapping {start:#x}-{end:#x} cannot be carried ({path})")
             }
+            Refusal::Children { pids } => write!(
+                f,
+                "process has child processes {pids:?}; they would be left behind"
+            ),
             Refusal::Traced { tracer } => write!(f, "process is already ptraced by pid {tracer}"),
             Refusal::PendingSignals { mask } => write!(f, "signals pending (mask {mask:#x})"),
             Refusal::NotRunning { state } => write!(f, "process is not running (state {state})"),

@@ -38,6 +38,38 @@ fn ptrace(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> io::Result<l
 }
 
 fn wait_stop(pid: i32) -> Result<i32> {
+    // Look first (WNOWAIT): an exit is left for the process's parent to
+    // collect (a node daemon reports it to the program's user); only a stop
+    // is consumed.
+    loop {
+        // SAFETY: zeroed siginfo is a valid out buffer for waitid.
+        let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid with a valid siginfo pointer; nothing is consumed.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut si,
+                libc::WEXITED | libc::WSTOPPED | libc::__WALL | libc::WNOWAIT,
+            )
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::io(format!("waitid({pid})"), e));
+        }
+        if matches!(
+            si.si_code,
+            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
+        ) {
+            return Err(Error::Restore(format!(
+                "pid {pid} exited while being frozen"
+            )));
+        }
+        break;
+    }
     let mut status = 0;
     loop {
         // SAFETY: `status` is a valid out pointer.

@@ -110,6 +110,22 @@ pub struct FdEntry {
     pub dup_of: Option<i32>,
     /// Set for an end of a pipe whose both ends only this process holds.
     pub pipe: Option<PipeEnd>,
+    /// Set for a pipe whose other end the caller (the node daemon) holds and
+    /// relays: restore takes a replacement fd from its caller.
+    #[serde(default)]
+    pub relayed: Option<RelayedEnd>,
+}
+
+/// A relayed pipe end (stdio of a program run by the node daemon).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RelayedEnd {
+    /// Pipe inode at checkpoint time.
+    pub ino: u64,
+    /// The process holds the write end (stdout, stderr).
+    pub write: bool,
+    /// Bytes written into a read end (stdin) not yet read by the process,
+    /// copied with `tee`; whoever recreates the pipe writes them first.
+    pub unread: Vec<u8>,
 }
 
 /// One end of a self-pipe (both ends held by the process, by nobody else).
@@ -207,6 +223,27 @@ pub fn read(dir: &Path) -> Result<Manifest> {
     let text = fs::read(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
     let m: Manifest = serde_json::from_slice(&text)
         .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
+    check_manifest(&m)?;
+    let pages = dir.join(PAGES);
+    let data = fs::read(&pages).map_err(|e| Error::io(format!("read {}", pages.display()), e))?;
+    verify_pages(&m, &data)?;
+    Ok(m)
+}
+
+/// Parses a manifest from bytes (as sent over the network) and checks its
+/// version and xsave checksum; the pages are checked by [`verify_pages`].
+pub fn parse_manifest(text: &[u8]) -> Result<Manifest> {
+    let m: Manifest = serde_json::from_slice(text).map_err(|e| Error::Image(e.to_string()))?;
+    check_manifest(&m)?;
+    Ok(m)
+}
+
+/// The manifest as bytes (JSON), as [`parse_manifest`] reads it.
+pub fn manifest_bytes(m: &Manifest) -> Result<Vec<u8>> {
+    serde_json::to_vec(m).map_err(|e| Error::Image(e.to_string()))
+}
+
+fn check_manifest(m: &Manifest) -> Result<()> {
     if m.version != VERSION {
         return Err(Error::Image(format!(
             "version {} (this tool reads {VERSION})",
@@ -223,13 +260,14 @@ pub fn read(dir: &Path) -> Result<Manifest> {
     if crc32fast::hash(&m.xstate) != m.xstate_crc {
         return Err(Error::Image("xsave area checksum mismatch".into()));
     }
-    let pages = dir.join(PAGES);
-    let data = fs::read(&pages).map_err(|e| Error::io(format!("read {}", pages.display()), e))?;
-    if data.len() as u64 != m.pages_len || crc32fast::hash(&data) != m.pages_crc {
-        return Err(Error::Image(format!(
-            "{} size or checksum mismatch",
-            pages.display()
-        )));
+    Ok(())
+}
+
+/// Checks the page contents against the manifest: size, CRC-32, and every
+/// run inside its VMA and inside the contents.
+pub fn verify_pages(m: &Manifest, data: &[u8]) -> Result<()> {
+    if data.len() as u64 != m.pages_len || crc32fast::hash(data) != m.pages_crc {
+        return Err(Error::Image("pages size or checksum mismatch".into()));
     }
     for v in &m.vmas {
         for r in &v.pages {
@@ -241,5 +279,5 @@ pub fn read(dir: &Path) -> Result<Manifest> {
             }
         }
     }
-    Ok(m)
+    Ok(())
 }

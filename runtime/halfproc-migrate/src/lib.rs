@@ -22,7 +22,7 @@ mod sigframe;
 mod dump;
 mod restore;
 
-pub use dump::{checkpoint, CheckpointStats, Leave};
+pub use dump::{checkpoint, checkpoint_relayed, freeze_and_dump, CheckpointStats, Dumped, Leave};
 pub use error::{Error, Refusal, Result};
 pub use mem::{MemoryReader, PortableReader};
-pub use restore::{restore, Restored};
+pub use restore::{restore, restore_from, RestoreOptions, Restored};

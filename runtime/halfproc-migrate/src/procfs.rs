@@ -124,9 +124,13 @@ pub fn fds(pid: i32) -> Result<Vec<(i32, String)>> {
         let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
-        let target = fs::read_link(e.path())
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let target = match fs::read_link(e.path()) {
+            Ok(p) => p.to_string_lossy().into_owned(),
+            // Closed since the directory was read (the process runs while
+            // it is checked; the dump of the stopped process reads again).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => String::new(),
+        };
         out.push((fd, target));
     }
     out.sort();

@@ -19,10 +19,20 @@ pub const STATELESS_DEVICES: &[&str] = &[
 pub const SPECIAL_MAPPINGS: &[&str] = &["[vdso]", "[vvar]", "[vvar_vclock]"];
 
 /// What kind of fd this is, as restore will treat it.
-pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), Refusal> {
+/// `relayed` lists the inodes of pipes whose other end the caller holds and
+/// relays (the node daemon's stdio pipes): those are carried, not refused.
+pub fn classify_fd(
+    pid: i32,
+    fd: i32,
+    target: &str,
+    relayed: &[u64],
+) -> std::result::Result<(), Refusal> {
     let t = target.to_string();
     if target.starts_with("socket:") {
         return Err(Refusal::Socket { fd, target: t });
+    }
+    if pipe_ino(target).is_some_and(|ino| relayed.contains(&ino)) {
+        return Ok(());
     }
     if target.starts_with("pipe:") {
         return if is_self_pipe(pid, target) {
@@ -34,10 +44,13 @@ pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), R
     if !target.starts_with('/') || target.ends_with(" (deleted)") || target.starts_with("/memfd:") {
         return Err(Refusal::UnsupportedFd { fd, target: t });
     }
-    let md = fs::metadata(format!("/proc/{pid}/fd/{fd}")).map_err(|_| Refusal::UnsupportedFd {
-        fd,
-        target: t.clone(),
-    })?;
+    let md = match fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+        Ok(md) => md,
+        // Closed meanwhile (a running process is checked; the dump of the
+        // stopped process classifies every fd again).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(_) => return Err(Refusal::UnsupportedFd { fd, target: t }),
+    };
     let ft = md.file_type();
     if ft.is_fifo() {
         return Err(Refusal::Pipe { fd, target: t });
@@ -55,6 +68,15 @@ pub fn classify_fd(pid: i32, fd: i32, target: &str) -> std::result::Result<(), R
         return Ok(());
     }
     Err(Refusal::UnsupportedFd { fd, target: t })
+}
+
+/// The inode of a `pipe:[ino]` fd target.
+pub fn pipe_ino(target: &str) -> Option<u64> {
+    target
+        .strip_prefix("pipe:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// A pipe whose read and write ends are both open in `pid` and in no other
@@ -140,9 +162,51 @@ pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusa
     Ok(())
 }
 
+/// Pending signals the kernel will drop when it delivers them (not blocked,
+/// and ignored, or default-ignored - SIGCHLD, SIGCONT, SIGURG, SIGWINCH - and
+/// not caught): carrying them or not makes no difference. A node daemon's
+/// SIGCONT that has just resumed a restored process is one.
+fn discarded_on_delivery(st: &[(String, String)]) -> Result<u64> {
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    let default_ignored =
+        bit(libc::SIGCHLD) | bit(libc::SIGCONT) | bit(libc::SIGURG) | bit(libc::SIGWINCH);
+    let blocked = procfs::sigmask_field(st, "SigBlk")?;
+    let ignored = procfs::sigmask_field(st, "SigIgn")?;
+    let caught = procfs::sigmask_field(st, "SigCgt")?;
+    Ok((ignored | (default_ignored & !caught)) & !blocked)
+}
+
+/// Processes whose parent is `pid` (from `/proc/N/stat`; zombies included:
+/// their status would be lost too).
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<i32> = procs
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&n| {
+            fs::read_to_string(format!("/proc/{n}/stat")).is_ok_and(|st| {
+                // "pid (comm) state ppid ...": comm may contain spaces and ')'.
+                st.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|ppid| ppid.parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 /// Refuses `pid` if it has anything this engine cannot carry. Reads only
 /// `/proc`; the process keeps running.
 pub fn check(pid: i32) -> Result<()> {
+    check_relayed(pid, &[])
+}
+
+/// [`check`], accepting pipes whose inode is in `relayed` (see [`classify_fd`]).
+pub fn check_relayed(pid: i32, relayed: &[u64]) -> Result<()> {
     let st = procfs::status(pid)?;
     let state = procfs::field(&st, "State")?.to_string();
     if state.starts_with('Z') || state.starts_with('X') {
@@ -157,14 +221,20 @@ pub fn check(pid: i32) -> Result<()> {
         return Err(Refusal::Traced { tracer }.into());
     }
     let pending = procfs::sigmask_field(&st, "SigPnd")? | procfs::sigmask_field(&st, "ShdPnd")?;
+    let pending = pending & !discarded_on_delivery(&st)?;
     if pending != 0 {
         return Err(Refusal::PendingSignals { mask: pending }.into());
     }
     for (fd, target) in procfs::fds(pid)? {
-        classify_fd(pid, fd, &target)?;
+        classify_fd(pid, fd, &target, relayed)?;
     }
     for m in procfs::maps(pid)? {
         classify_mapping(&m)?;
+    }
+    // Last, so a pipe to a child is named as the pipe it is.
+    let kids = children(pid);
+    if !kids.is_empty() {
+        return Err(Refusal::Children { pids: kids }.into());
     }
     Ok(())
 }

@@ -11,13 +11,13 @@
 use crate::error::{Error, Result};
 use crate::image::{self, reg, Backing, Manifest};
 use crate::procfs;
-use crate::restorer::{self, Op, ANY_OK, CODE_SIZE, IGNORE, REGION_MAGIC};
+use crate::restorer::{self, Op, ANY_OK, CODE_SIZE, IGNORE};
 use crate::sigframe;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// Highest user address (47-bit address space).
@@ -26,7 +26,7 @@ const TASK_SIZE: u64 = 0x7fff_ffff_f000;
 /// mmap_base of a 47-bit process; searched downwards on collision.
 const R_PREFERRED: u64 = 0x7ff0_0000_0000;
 const R_STEP: u64 = 0x10_0000_0000;
-const STACK_SIZE: u64 = 16 * 4096;
+pub(crate) const STACK_SIZE: u64 = 16 * 4096;
 const RSEQ_SIG: u64 = 0x5305_3053;
 
 extern "C" {
@@ -38,6 +38,22 @@ extern "C" {
 #[derive(Debug, Clone, Copy)]
 pub struct Restored {
     pub pid: i32,
+}
+
+/// How [`restore_from`] builds the process.
+#[derive(Debug, Default, Clone)]
+pub struct RestoreOptions {
+    /// Replacements for the image's relayed fds: (fd number in the image,
+    /// an fd of the caller). Every relayed fd of the image needs one; the
+    /// caller keeps its own fd (it is duplicated into the process).
+    pub inherit: Vec<(i32, RawFd)>,
+    /// Leave the restored process stopped (SIGSTOP) just before it resumes
+    /// the program, in its own process group, with `PR_SET_PDEATHSIG`
+    /// SIGKILL so it dies with the restoring thread until it is continued;
+    /// the caller continues it with SIGCONT (which then clears the death
+    /// signal) or kills it. Used by migration: the original stays stopped
+    /// until the copy is known to exist.
+    pub stopped: bool,
 }
 
 struct Blob {
@@ -60,18 +76,21 @@ impl Blob {
     }
 }
 
-struct Plan {
-    data: Vec<u8>,
-    ops_addr: u64,
-    nops: u64,
-    uc_addr: u64,
-    err_slot: u64,
+/// The blob's data and where its parts are (addresses inside `R`).
+pub(crate) struct Plan {
+    pub(crate) data: Vec<u8>,
+    pub(crate) ops_addr: u64,
+    pub(crate) nops: u64,
+    pub(crate) uc_addr: u64,
+    pub(crate) err_slot: u64,
     what: Vec<String>,
 }
 
 struct Helpers {
     pages: File,
     files: BTreeMap<String, File>,
+    /// (image fd, caller's fd) for relayed fds.
+    inherit: Vec<(i32, RawFd)>,
     status_w: OwnedFd,
     status_r: File,
     /// First fd number of the helpers in the restored process.
@@ -86,20 +105,44 @@ fn page_up(x: u64) -> u64 {
 /// once the blob has rebuilt it (the process then runs on its own).
 pub fn restore(dir: &Path) -> Result<Restored> {
     let m = image::read(dir)?;
-    check_files(&m)?;
+    let pages_path = dir.join(image::PAGES);
+    let pages = File::open(&pages_path)
+        .map_err(|e| Error::io(format!("open {}", pages_path.display()), e))?;
+    restore_from(&m, pages, &RestoreOptions::default())
+}
+
+/// Restores the image described by `m` whose page contents are in `pages`
+/// (a file, memfd, ... read with `pread`; the caller has checked it, e.g.
+/// with [`image::verify_pages`]). See [`RestoreOptions`].
+pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<Restored> {
+    check_files(m)?;
+    for f in &m.fds {
+        if f.relayed.is_some()
+            && f.dup_of.is_none()
+            && !opts.inherit.iter().any(|(fd, _)| *fd == f.fd)
+        {
+            return Err(Error::Restore(format!(
+                "fd {} ({}) was relayed by the node daemon; restoring it needs a replacement",
+                f.fd, f.path
+            )));
+        }
+    }
     let own = procfs::parse_maps(
         &std::fs::read_to_string("/proc/self/maps")
             .map_err(|e| Error::io("read /proc/self/maps", e))?,
     )?;
-    let specials = match_specials(&m, &own)?;
-    let helpers = open_helpers(dir, &m)?;
+    let specials = match_specials(m, &own)?;
+    let helpers = open_helpers(pages, m, opts)?;
     let scratch_len: u64 = specials.iter().map(|s| s.2).sum();
-    let dry = plan(&m, &helpers, &specials, 0, 0)?;
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u64;
+    let stop = opts.stopped.then_some(me);
+    let dry = plan(m, &helpers, &specials, 0, 0, stop)?;
     let r_len = CODE_SIZE + STACK_SIZE + page_up(dry.data.len() as u64) + scratch_len;
-    let r = choose_region(&m, &own, r_len)?;
+    let r = choose_region(m, &own, r_len)?;
     let data_base = r + CODE_SIZE + STACK_SIZE;
     let scratch = data_base + page_up(dry.data.len() as u64);
-    let p = plan(&m, &helpers, &specials, data_base, scratch)?;
+    let p = plan(m, &helpers, &specials, data_base, scratch, stop)?;
     if p.data.len() != dry.data.len() {
         return Err(Error::Restore(format!(
             "restorer data is {} bytes, sized for {} (internal error)",
@@ -120,7 +163,7 @@ pub fn restore(dir: &Path) -> Result<Restored> {
     if pid == 0 {
         // SAFETY: we are the freshly forked child; `r` was checked free in the
         // parent's (= our) address space; `child_enter` never returns.
-        unsafe { child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
+        unsafe { restorer::child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
     }
     drop(helpers.status_w);
     let mut status_r = helpers.status_r;
@@ -141,6 +184,16 @@ pub fn restore(dir: &Path) -> Result<Restored> {
         return Err(Error::Restore(format!(
             "restorer step {idx} ({what}) failed: {err}"
         )));
+    }
+    if opts.stopped {
+        let mut st = 0;
+        // SAFETY: waiting for our own child to stop (or die).
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) };
+        if r != pid || !libc::WIFSTOPPED(st) {
+            return Err(Error::Restore(format!(
+                "restored process {pid} did not stop before resuming (wait status {st:#x})"
+            )));
+        }
     }
     Ok(Restored { pid })
 }
@@ -188,10 +241,7 @@ fn match_specials(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<Vec<(u64, u
     Ok(out)
 }
 
-fn open_helpers(dir: &Path, m: &Manifest) -> Result<Helpers> {
-    let pages_path = dir.join(image::PAGES);
-    let pages = File::open(&pages_path)
-        .map_err(|e| Error::io(format!("open {}", pages_path.display()), e))?;
+fn open_helpers(pages: File, m: &Manifest, opts: &RestoreOptions) -> Result<Helpers> {
     let mut files = BTreeMap::new();
     for v in &m.vmas {
         if let Backing::File { path, .. } = &v.backing {
@@ -219,6 +269,7 @@ fn open_helpers(dir: &Path, m: &Manifest) -> Result<Helpers> {
     Ok(Helpers {
         pages,
         files,
+        inherit: opts.inherit.clone(),
         status_w,
         status_r,
         base: own_max.max(image_max) + 1,
@@ -251,6 +302,7 @@ fn plan(
     specials: &[(u64, u64, u64)],
     base: u64,
     scratch: u64,
+    stop_under: Option<u64>,
 ) -> Result<Plan> {
     let mut b = Blob {
         base,
@@ -271,13 +323,21 @@ fn plan(
         "block all signals".into(),
     );
 
-    // Helper fds at base.. (status pipe first, then pages, then mapped files).
-    let mut helpers: Vec<(i32, &str)> = vec![
-        (h.status_w.as_raw_fd(), "status pipe"),
-        (h.pages.as_raw_fd(), "pages.img"),
+    // Helper fds at base.. (status pipe first, then pages, then mapped
+    // files, then the caller's replacements of relayed fds).
+    let mut helpers: Vec<(i32, String)> = vec![
+        (h.status_w.as_raw_fd(), "status pipe".into()),
+        (h.pages.as_raw_fd(), "pages.img".into()),
     ];
-    helpers.extend(h.files.iter().map(|(p, f)| (f.as_raw_fd(), p.as_str())));
+    helpers.extend(h.files.iter().map(|(p, f)| (f.as_raw_fd(), p.clone())));
+    let n_files = h.files.len();
+    helpers.extend(
+        h.inherit
+            .iter()
+            .map(|(fd, cur)| (*cur, format!("relayed fd {fd}"))),
+    );
     let mut file_fd = BTreeMap::new();
+    let mut inherit_fd = BTreeMap::new();
     for (i, (cur, name)) in helpers.iter().enumerate() {
         let to = h.base as u64 + i as u64;
         op(
@@ -286,8 +346,10 @@ fn plan(
             to,
             format!("dup2 helper fd for {name}"),
         );
-        if i >= 2 {
-            file_fd.insert(name.to_string(), to);
+        if i >= 2 + n_files {
+            inherit_fd.insert(h.inherit[i - 2 - n_files].0, to);
+        } else if i >= 2 {
+            file_fd.insert(name.clone(), to);
         }
     }
     let pages_fd = h.base as u64 + 1;
@@ -491,12 +553,20 @@ fn plan(
     // Every open file description is first made at a temporary number
     // above the helpers (the low fds are all free, so open returns 0 and
     // pipe2 returns 0 and 1), then dup2-ed to its numbers.
-    let mut tmp = h.base as u64 + 64 + h.files.len() as u64;
+    let mut tmp = h.base as u64 + 64 + helpers.len() as u64;
     let mut made: BTreeMap<(u64, bool), u64> = BTreeMap::new(); // pipe (ino, write end) -> tmp
     let mut by_fd: BTreeMap<i32, u64> = BTreeMap::new(); // fd -> tmp
     for f in &m.fds {
         if let Some(of) = f.dup_of {
             by_fd.insert(f.fd, by_fd[&of]);
+            continue;
+        }
+        if f.relayed.is_some() {
+            let to = inherit_fd
+                .get(&f.fd)
+                .copied()
+                .ok_or_else(|| Error::Restore(format!("no replacement for relayed fd {}", f.fd)))?;
+            by_fd.insert(f.fd, to);
             continue;
         }
         let status = (f.flags & (O_APPEND | O_NONBLOCK | O_DIRECT | O_NOATIME | O_ASYNC)) as u64;
@@ -629,12 +699,36 @@ fn plan(
         0,
         "arch_prctl(ARCH_SET_GS)".into(),
     );
+    if let Some(parent) = stop_under {
+        // Die with the restoring thread while stopped; checked against the
+        // parent's pid so a parent gone before the prctl is noticed.
+        op(
+            SYS_prctl,
+            &[PR_SET_PDEATHSIG as u64, SIGKILL as u64],
+            0,
+            "prctl(PR_SET_PDEATHSIG, SIGKILL)".into(),
+        );
+        op(SYS_getppid, &[], parent, "parent still there".into());
+        op(SYS_setpgid, &[0, 0], 0, "setpgid(0, 0)".into());
+    }
     op(
         SYS_close_range,
         &[h.base as u64, u32::MAX as u64, 0],
         0,
         "close helper fds".into(),
     );
+    if stop_under.is_some() {
+        // Status pipe closed (the caller sees success), then stop; SIGCONT
+        // resumes here. Nothing can report a failure any more: a failing
+        // call exits 127, which the caller sees with waitpid.
+        op(SYS_kill, &[0, SIGSTOP as u64], 0, "kill(0, SIGSTOP)".into());
+        op(
+            SYS_prctl,
+            &[PR_SET_PDEATHSIG as u64, 0],
+            0,
+            "prctl(PR_SET_PDEATHSIG, 0)".into(),
+        );
+    }
 
     let xsave = sigframe::xsave_image(&m.xstate);
     let fpstate = b.push(&xsave, 64);
@@ -660,76 +754,4 @@ fn plan(
         err_slot,
         what: ops.into_iter().map(|(_, w)| w).collect(),
     })
-}
-
-/// The forked child: map `R`, copy the blob in, jump to it.
-///
-/// # Safety
-///
-/// Must be called only in a freshly forked child; `r..r+r_len` must be free.
-unsafe fn child_enter(
-    r: u64,
-    r_len: u64,
-    code: &[u8],
-    p: &Plan,
-    data_base: u64,
-    status_fd: u64,
-    status_w: i32,
-) -> ! {
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
-    // SAFETY: anonymous mapping at a free address (MAP_FIXED_NOREPLACE
-    // refuses to clobber anything).
-    let got = unsafe {
-        libc::mmap(
-            r as *mut _,
-            r_len as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            -1,
-            0,
-        )
-    };
-    if got as u64 != r {
-        let msg = [
-            u64::MAX.to_le_bytes(),
-            (-(libc::EEXIST as i64)).to_le_bytes(),
-        ]
-        .concat();
-        // SAFETY: writing a local buffer to our pipe, then exiting.
-        unsafe {
-            libc::write(status_w, msg.as_ptr().cast(), msg.len());
-            libc::_exit(127)
-        }
-    }
-    // SAFETY: `R` is ours and large enough for code + stack + data (sized by
-    // the parent from the same plan); the sources are live in this process.
-    unsafe {
-        std::ptr::copy_nonoverlapping(code.as_ptr(), r as *mut u8, code.len());
-        std::ptr::copy_nonoverlapping(p.data.as_ptr(), data_base as *mut u8, p.data.len());
-        let marker = (r + CODE_SIZE) as *mut u64;
-        marker.write(REGION_MAGIC);
-        marker.add(1).write(r_len);
-        libc::mprotect(
-            r as *mut _,
-            CODE_SIZE as usize,
-            libc::PROT_READ | libc::PROT_EXEC,
-        );
-    }
-    let stack_top = r + CODE_SIZE + STACK_SIZE - 64;
-    // SAFETY: jumps to the blob on its own stack with the register arguments
-    // it documents; it never returns (rt_sigreturn or exit_group).
-    unsafe {
-        core::arch::asm!(
-            "mov rsp, {stk}",
-            "jmp {entry}",
-            stk = in(reg) stack_top,
-            entry = in(reg) r,
-            in("rdi") p.ops_addr,
-            in("rsi") p.nops,
-            in("rdx") p.uc_addr,
-            in("rcx") status_fd,
-            in("r8") p.err_slot,
-            options(noreturn)
-        )
-    }
 }

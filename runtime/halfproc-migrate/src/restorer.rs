@@ -8,6 +8,7 @@
 //!
 //! The code is copied byte for byte, so it may not reference anything
 //! outside itself: no calls, no absolute addresses, no memory but the table.
+//! [`child_enter`] (Rust, in the forked child) maps the region and jumps in.
 
 /// One system call of the table (64 bytes, read by the blob).
 #[repr(C)]
@@ -117,5 +118,77 @@ pub fn code() -> &'static [u8] {
         let s = &raw const halfproc_migrate_restorer_start;
         let e = &raw const halfproc_migrate_restorer_end;
         std::slice::from_raw_parts(s, e.offset_from(s) as usize)
+    }
+}
+
+/// The forked child: map `R`, copy the blob in, jump to it.
+///
+/// # Safety
+///
+/// Must be called only in a freshly forked child; `r..r+r_len` must be free.
+pub(crate) unsafe fn child_enter(
+    r: u64,
+    r_len: u64,
+    code: &[u8],
+    p: &crate::restore::Plan,
+    data_base: u64,
+    status_fd: u64,
+    status_w: i32,
+) -> ! {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: anonymous mapping at a free address (MAP_FIXED_NOREPLACE
+    // refuses to clobber anything).
+    let got = unsafe {
+        libc::mmap(
+            r as *mut _,
+            r_len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    if got as u64 != r {
+        let msg = [
+            u64::MAX.to_le_bytes(),
+            (-(libc::EEXIST as i64)).to_le_bytes(),
+        ]
+        .concat();
+        // SAFETY: writing a local buffer to our pipe, then exiting.
+        unsafe {
+            libc::write(status_w, msg.as_ptr().cast(), msg.len());
+            libc::_exit(127)
+        }
+    }
+    // SAFETY: `R` is ours and large enough for code + stack + data (sized by
+    // the parent from the same plan); the sources are live in this process.
+    unsafe {
+        std::ptr::copy_nonoverlapping(code.as_ptr(), r as *mut u8, code.len());
+        std::ptr::copy_nonoverlapping(p.data.as_ptr(), data_base as *mut u8, p.data.len());
+        let marker = (r + CODE_SIZE) as *mut u64;
+        marker.write(REGION_MAGIC);
+        marker.add(1).write(r_len);
+        libc::mprotect(
+            r as *mut _,
+            CODE_SIZE as usize,
+            libc::PROT_READ | libc::PROT_EXEC,
+        );
+    }
+    let stack_top = r + CODE_SIZE + crate::restore::STACK_SIZE - 64;
+    // SAFETY: jumps to the blob on its own stack with the register arguments
+    // it documents; it never returns (rt_sigreturn or exit_group).
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, {stk}",
+            "jmp {entry}",
+            stk = in(reg) stack_top,
+            entry = in(reg) r,
+            in("rdi") p.ops_addr,
+            in("rsi") p.nops,
+            in("rdx") p.uc_addr,
+            in("rcx") status_fd,
+            in("r8") p.err_slot,
+            options(noreturn)
+        )
     }
 }

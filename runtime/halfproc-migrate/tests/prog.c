@@ -1,5 +1,7 @@
 /* Test program for halfproc-migrate: globals, malloc state, stdio buffers,
- * SSE doubles. Deterministic output for a given iteration count. */
+ * SSE doubles. Deterministic output for a given iteration count. With a
+ * second argument "wait" it reads stdin to EOF before its last line (the
+ * node daemon's tests hold it running that way). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,9 @@ int main(int argc, char **argv)
 			printf("%s %ld h=%016llx counter=%llu acc=%.6f\n", label, i,
 			       (unsigned long long)h, (unsigned long long)counter, acc);
 	}
+	if (argc > 2 && !strcmp(argv[2], "wait"))
+		while (getchar() != EOF)
+			;
 	printf("done counter=%llu acc=%.6f\n", (unsigned long long)counter, acc);
 	return (int)(counter % 200);
 }

@@ -3,147 +3,115 @@
 //!
 //! ```text
 //! halfproc info [--backend auto|kernel|portable] [--probe]
+//! halfproc bench copy|mm ...
+//! halfproc node --listen ADDR                 # the node daemon
+//! halfproc run -- PROG ARGS...                # through the node daemon
+//! halfproc ps | migrate PID --to ADDR | checkpoint PID -o DIR | restore DIR
 //! ```
 //!
-//! The top of the crate graph: it depends on the runtime and the
-//! benchmarks (and will on migration and DMI); nothing depends on it.
-//! Adding a subcommand: add a variant to `Command` with its own `Args`
-//! struct and a `run_*` function returning an exit code.
+//! The top of the crate graph: it depends on the runtime, the benchmarks
+//! and the node daemon (which depends on the migration engine); nothing
+//! depends on it. Adding a subcommand: a file with its `Args` struct and a
+//! `run` function returning an exit code, and a variant of `Command`.
 
-fn main() -> std::process::ExitCode {
-    cli::main()
+mod checkpoint;
+mod info;
+mod migrate;
+mod node;
+mod ps;
+mod restore;
+mod run;
+
+use clap::{Args, Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Exit code when the node daemon cannot be reached (EX_UNAVAILABLE).
+pub const EXIT_NO_NODE: u8 = 69;
+
+#[derive(Parser)]
+#[command(
+    name = "halfproc",
+    version,
+    about = "halfproc runtime tool: info, benchmarks, and the node daemon that runs, checkpoints and migrates programs",
+    after_help = "Programs run through a node daemon (`halfproc node`); the other commands talk to it at \
+--node, else $HALFPROC_NODE, else 127.0.0.1:7070 (TCP). Off loopback, give every node and client \
+the same --secret-file (or $HALFPROC_NODE_SECRET_FILE): peers then authenticate with an HMAC \
+challenge; traffic is not encrypted.\n\nExample:\n  halfproc node --listen 127.0.0.1:7070 &\n  halfproc node --listen 127.0.0.1:7071 &\n  halfproc run -- ./my_program args     # in another terminal\n  halfproc ps\n  halfproc migrate PID --to 127.0.0.1:7071"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-mod cli {
-    use std::process::ExitCode;
-    use std::sync::atomic::{AtomicU64, Ordering};
+/// Where the node daemon is (shared by the client subcommands).
+#[derive(Args, Clone)]
+pub struct NodeOpt {
+    /// Node daemon to talk to (HOST:PORT); default $HALFPROC_NODE, else 127.0.0.1:7070.
+    #[arg(long, value_name = "HOST:PORT")]
+    node: Option<String>,
+    /// The nodes' shared-secret file, if they use one (default $HALFPROC_NODE_SECRET_FILE).
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<std::path::PathBuf>,
+}
 
-    use clap::{Args, Parser, Subcommand};
-    use halfproc::backend::{Backend, Request};
-    use halfproc::{Member, Set, SetConfig};
-
-    #[derive(Parser)]
-    #[command(name = "halfproc", version, about = "halfproc runtime tool")]
-    struct Cli {
-        #[command(subcommand)]
-        command: Command,
+impl NodeOpt {
+    pub fn addr(&self) -> String {
+        halfproc_node::client::node_addr(self.node.as_deref())
     }
 
-    #[derive(Subcommand)]
-    enum Command {
-        /// Print the detected backend and which half-process semantics hold.
-        Info(InfoArgs),
-        /// Benchmarks: `bench copy` (intra-node copy strategies, the paper's
-        /// Figs. 7/8) and `bench mm` (mmap/fault overhead of the shared
-        /// range, section 4.4.3). `halfproc bench copy --help` lists options.
-        Bench {
-            /// `copy|mm` and its options.
-            #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-            args: Vec<String>,
-        },
-    }
-
-    #[derive(Args)]
-    struct InfoArgs {
-        /// Backend to use: auto (default: $HALFPROC_BACKEND or detection), kernel, portable.
-        #[arg(long)]
-        backend: Option<String>,
-        /// Also create a set and check it works (member, shared memory, lock, dmread).
-        #[arg(long)]
-        probe: bool,
-    }
-
-    pub(crate) fn main() -> ExitCode {
-        let cli = Cli::parse();
-        match cli.command {
-            Command::Info(a) => run_info(a),
-            Command::Bench { args } => {
-                ExitCode::from(halfproc_bench::main_with_args(&args).clamp(0, 255) as u8)
-            }
-        }
-    }
-
-    fn run_info(a: InfoArgs) -> ExitCode {
-        let backend = match a.backend.as_deref() {
-            Some(s) => s.parse::<Request>().and_then(Backend::select),
-            None => Backend::from_env(),
-        };
-        let backend = match backend {
-            Ok(b) => b,
+    /// This client's identity (the secret, if any); exits 2 if unreadable.
+    pub fn ident(&self) -> halfproc_node::proto::Identity {
+        match halfproc_node::proto::Identity::load(0, self.secret_file.as_deref()) {
+            Ok(i) => i,
             Err(e) => {
                 eprintln!("halfproc: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        println!("backend: {}", backend.kind());
-        println!("reason: {}", backend.reason());
-        println!(
-            "kernel module: {}",
-            if Backend::kernel_available() {
-                "loaded"
-            } else {
-                "not loaded"
-            }
-        );
-        println!("semantics:");
-        for s in backend.semantics() {
-            println!(
-                "  [{}] {:<44} {}",
-                if s.holds { "x" } else { " " },
-                s.name,
-                s.note
-            );
-        }
-        if !a.probe {
-            return ExitCode::SUCCESS;
-        }
-        match probe(&backend) {
-            Ok(()) => {
-                println!("probe: ok");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                println!("probe: FAILED: {e}");
-                ExitCode::FAILURE
+                std::process::exit(2)
             }
         }
     }
+}
 
-    static PRIVATE: AtomicU64 = AtomicU64::new(0x5eed);
+#[derive(Subcommand)]
+enum Command {
+    /// Print the detected backend and which half-process semantics hold.
+    Info(info::InfoArgs),
+    /// Benchmarks: `bench copy` (intra-node copy strategies, the paper's
+    /// Figs. 7/8) and `bench mm` (mmap/fault overhead of the shared
+    /// range, section 4.4.3). `halfproc bench copy --help` lists options.
+    Bench {
+        /// `copy|mm` and its options.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    Node(node::NodeArgs),
+    Run(run::RunArgs),
+    Ps(ps::PsArgs),
+    Migrate(migrate::MigrateArgs),
+    Checkpoint(checkpoint::CheckpointArgs),
+    Restore(restore::RestoreArgs),
+}
 
-    fn probe_member(cell: &halfproc::sync::Mutex<u64>) -> i32 {
-        *cell
-            .lock()
-            .unwrap_or_else(|e| e.into_inner().expect("member of the set")) += 41;
-        0
-    }
-
-    fn probe(backend: &Backend) -> Result<(), Box<dyn std::error::Error>> {
-        let req = Request::Exactly(backend.kind());
-        let set = Set::init(SetConfig::from_env()?.backend(req))?;
-        println!(
-            "probe: arena {:#x} + {} MiB, creator pid {}",
-            set.base() as usize,
-            set.size() >> 20,
-            set.creator_pid()
-        );
-        let cell: &'static halfproc::sync::Mutex<u64> = halfproc::SharedBox::leak(
-            halfproc::alloc::shared_box(halfproc::sync::Mutex::new(1u64))?,
-        );
-        let m = Member::spawn(set, move || probe_member(cell))?;
-        let st = m.join()?;
-        let v = *cell.lock().map_err(|e| e.to_string())?;
-        println!("probe: member {st}, shared counter {v}");
-        if !st.success() || v != 42 {
-            return Err("member did not update shared memory".into());
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Info(a) => info::run(a),
+        Command::Bench { args } => {
+            ExitCode::from(halfproc_bench::main_with_args(&args).clamp(0, 255) as u8)
         }
-        let mut buf = [0u8; 8];
-        let n = halfproc::dmread(set.creator_pid(), PRIVATE.as_ptr() as usize, 8, &mut buf)?;
-        PRIVATE.fetch_add(0, Ordering::Relaxed);
-        println!("probe: dmread copied {n} bytes");
-        if u64::from_ne_bytes(buf) != 0x5eed {
-            return Err("dmread returned wrong bytes".into());
-        }
-        Ok(())
+        Command::Node(a) => node::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Ps(a) => ps::run(a),
+        Command::Migrate(a) => migrate::run(a),
+        Command::Checkpoint(a) => checkpoint::run(a),
+        Command::Restore(a) => restore::run(a),
     }
+}
+
+/// Reports a failure to reach the node daemon and returns [`EXIT_NO_NODE`].
+pub fn no_node(addr: &str, e: &std::io::Error) -> ExitCode {
+    eprintln!("halfproc: cannot reach the node daemon at {addr}: {e}");
+    eprintln!(
+        "halfproc: start one with `halfproc node --listen {addr}` or set --node / $HALFPROC_NODE"
+    );
+    ExitCode::from(EXIT_NO_NODE)
 }

@@ -9,6 +9,10 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+mod input;
+#[allow(unused_imports)] // each test binary uses a subset
+pub use input::input_file;
+
 /// Compiles `tests/NAME.c` with cc into a per-process temporary directory.
 fn build_c(name: &str, flags: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("halfproc-migrate-{name}-{}", std::process::id()));
@@ -95,35 +99,6 @@ pub fn reference(cmd: &Path, args: &[&str], stdin: Option<&Path>, dir: &Path) ->
 
 pub fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
-}
-
-/// Deterministic pseudo-random text of `len` bytes (compressible, not trivially).
-pub fn input_file(path: &Path, len: usize) {
-    let words = [
-        "half",
-        "process",
-        "migrate",
-        "checkpoint",
-        "restore",
-        "page",
-        "vma",
-        "signal",
-        "frame",
-        "kernel",
-    ];
-    let mut s = String::with_capacity(len + 16);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    while s.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.push_str(words[(x % 10) as usize]);
-        s.push(if x % 7 == 0 { '\n' } else { ' ' });
-        if x % 5 == 0 {
-            s.push_str(&format!("{}", x % 100000));
-        }
-    }
-    std::fs::write(path, &s.as_bytes()[..len]).unwrap();
 }
 
 /// Asserts equal output, naming the first differing line.

@@ -1,0 +1,21 @@
+//! The halfproc node daemon (`halfproc node`) and its client side: runs
+//! programs with their stdio relayed to a `halfproc run` client, lists them,
+//! checkpoints and restores them, and migrates them between nodes by
+//! streaming a `halfproc-migrate` image over a framed TCP connection.
+//! See `docs/migration.md`.
+//!
+//! # Layout
+//!
+//! - [`proto`]: the framed, versioned messages;
+//! - [`daemon`]: listener, one task per connection, program and session tables, shutdown;
+//! - [`session`]: a run session at the program's origin (output order, stdin buffer);
+//! - [`program`]: one incarnation on a node (keeper thread, relays, link to the origin);
+//! - [`migrate`]: source and destination of a migration, checkpoint through the daemon;
+//! - [`client`]: blocking client functions for the `halfproc` command.
+
+pub mod client;
+pub mod daemon;
+pub mod migrate;
+pub mod program;
+pub mod proto;
+pub mod session;

@@ -1,0 +1,437 @@
+//! The wire protocol: length-delimited frames (4-byte big-endian length,
+//! at most [`MAX_FRAME`]) each holding one bincode-encoded [`Msg`]. Every
+//! connection starts with both sides sending [`Msg::Hello`]; a peer that
+//! speaks another [`VERSION`] is refused with an error naming both. Then
+//! each side proves it holds the shared secret (see [`Identity`]). Byte
+//! payloads are serialized as bytes (`serde_bytes`), not as sequences.
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use std::io;
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, FramedRead, FramedWrite, LengthDelimitedCodec};
+
+/// Protocol version; both ends of a connection must speak the same.
+pub const VERSION: u32 = 2;
+/// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
+pub const MAX_FRAME: usize = 8 << 20;
+/// Size of the page-data frames of a migration.
+pub const CHUNK: usize = 1 << 20;
+
+/// Which relayed stream: 0 stdin, 1 stdout, 2 stderr.
+pub type Stream = u8;
+
+/// How a program ended, as `run` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Exit {
+    /// Exited with this status.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Checkpointed into this directory and stopped (`checkpoint --kill`).
+    Checkpointed(String),
+    /// The node it ran on went away.
+    Lost(String),
+}
+
+impl Exit {
+    /// The exit code of `halfproc run`: the program's, 128 + signal like a
+    /// shell, 75 (EX_TEMPFAIL) when checkpointed and stopped, 70 when lost.
+    pub fn code(&self) -> u8 {
+        match self {
+            Exit::Code(c) => (*c & 0xff) as u8,
+            Exit::Signal(s) => (128 + *s).clamp(0, 255) as u8,
+            Exit::Checkpointed(_) => 75,
+            Exit::Lost(_) => 70,
+        }
+    }
+}
+
+/// What ended one incarnation of a program on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum End {
+    /// The program ended.
+    Exited(Exit),
+    /// It continues on another node as the next incarnation.
+    Migrated,
+}
+
+/// The origin of a program: the node whose `run` client gets its output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// Address of the origin node daemon.
+    pub addr: String,
+    /// Its node id (random, per daemon start).
+    pub node: u64,
+    /// The run session on it.
+    pub session: u64,
+}
+
+/// One line of `halfproc ps`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub program: String,
+    /// `R`/`S`/... from /proc, or `migrating`, or `remote`.
+    pub state: String,
+    /// Resident set in KiB (0 when remote).
+    pub rss_kib: u64,
+    /// `here`, or `NODE pid N` for programs started here running elsewhere.
+    pub place: String,
+}
+
+/// Every message of the protocol.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Msg {
+    /// First frame in both directions: protocol version, node id (0 for a
+    /// client) and a fresh random challenge for the peer.
+    Hello {
+        version: u32,
+        node: u64,
+        nonce: [u8; 16],
+    },
+    /// Second frame in both directions: HMAC-SHA256 of the peer's nonce
+    /// under the shared secret (empty without a secret).
+    Auth {
+        #[serde(with = "serde_bytes")]
+        mac: Vec<u8>,
+    },
+
+    // Client requests.
+    /// Start a program (argv, working directory, environment).
+    Run {
+        argv: Vec<String>,
+        cwd: String,
+        env: Vec<(String, String)>,
+    },
+    /// Restore a checkpoint directory as a new run session.
+    RestoreDir {
+        dir: String,
+    },
+    /// List programs.
+    Ps,
+    /// Migrate a local program to the node at `to`.
+    Migrate {
+        pid: i32,
+        to: String,
+    },
+    /// Checkpoint a local program into `dir` (on the node's filesystem).
+    Checkpoint {
+        pid: i32,
+        dir: String,
+        kill: bool,
+    },
+
+    // A run session.
+    Started {
+        pid: i32,
+    },
+    Stdin(#[serde(with = "serde_bytes")] Vec<u8>),
+    StdinEof,
+    Output {
+        stream: Stream,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    Exited(Exit),
+
+    // Replies.
+    PsList(Vec<ProcInfo>),
+    Progress(String),
+    Migrated {
+        pid: i32,
+        node: String,
+        bytes: u64,
+        frozen_us: u64,
+        total_us: u64,
+    },
+    Done(String),
+    Error(String),
+
+    // Node to node: migration (source -> destination).
+    MigrateIn {
+        origin: Origin,
+        /// Incarnation number the program gets there.
+        gen: u64,
+        /// Offset in the stdin stream of the next byte to write into the pipe.
+        stdin_offset: u64,
+        program: String,
+        /// The image's manifest (JSON, see halfproc_migrate::image).
+        #[serde(with = "serde_bytes")]
+        manifest: Vec<u8>,
+    },
+    /// A chunk of page contents; `PagesEnd` follows the last.
+    Pages(#[serde(with = "serde_bytes")] Vec<u8>),
+    PagesEnd,
+    /// Destination: restored, stopped, waiting for `Commit`.
+    Restored {
+        pid: i32,
+    },
+    /// Source: the original is stopped for good; continue the copy.
+    Commit,
+    /// Destination: the copy runs.
+    Resumed,
+
+    // Node to node: an incarnation reports to its origin.
+    Attach {
+        session: u64,
+        gen: u64,
+        node: String,
+        pid: i32,
+    },
+    End(End),
+    StdinReq {
+        offset: u64,
+    },
+    /// Answer to `StdinReq { offset }`: stdin from `offset` (empty and
+    /// `eof` at the end). Tagged with the offset: an answer to a request
+    /// abandoned by a failed migration is recognised and dropped.
+    StdinData {
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        eof: bool,
+        /// Why stdin cannot be had (the request was bad), if so.
+        error: Option<String>,
+    },
+}
+
+/// Who this end of a connection is: its node id (0 for a client) and the
+/// shared secret of the nodes, if one is configured.
+///
+/// With a secret, each side answers the other's random nonce with
+/// HMAC-SHA256(secret, "halfproc-node" || nonce) and checks the answer it
+/// gets: a peer without the secret is refused before any request (a stranger
+/// can neither send an image nor ask for one), and a client with the secret
+/// will not talk to a node without it. Without a secret nothing is checked
+/// (for loopback and trusted networks). Traffic is not encrypted.
+#[derive(Clone, Default)]
+pub struct Identity {
+    pub node: u64,
+    pub secret: Option<Vec<u8>>,
+}
+
+/// Environment variable naming the shared-secret file.
+pub const SECRET_ENV: &str = "HALFPROC_NODE_SECRET_FILE";
+
+impl Identity {
+    /// Reads the secret from `file` (or `$HALFPROC_NODE_SECRET_FILE`), if any.
+    pub fn load(node: u64, file: Option<&std::path::Path>) -> io::Result<Identity> {
+        let path = file.map(std::path::Path::to_path_buf).or_else(|| {
+            std::env::var_os(SECRET_ENV)
+                .filter(|v| !v.is_empty())
+                .map(Into::into)
+        });
+        let secret = match path {
+            None => None,
+            Some(p) => {
+                let s = std::fs::read(&p).map_err(|e| {
+                    io::Error::new(e.kind(), format!("secret file {}: {e}", p.display()))
+                })?;
+                let s = s.trim_ascii().to_vec();
+                if s.len() < 16 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("secret file {}: fewer than 16 bytes", p.display()),
+                    ));
+                }
+                Some(s)
+            }
+        };
+        Ok(Identity { node, secret })
+    }
+
+    fn mac(&self, nonce: &[u8; 16]) -> Vec<u8> {
+        use hmac::Mac;
+        match &self.secret {
+            None => Vec::new(),
+            Some(k) => {
+                let Ok(mut m) = hmac::Hmac::<sha2::Sha256>::new_from_slice(k) else {
+                    return Vec::new();
+                };
+                m.update(b"halfproc-node");
+                m.update(nonce);
+                m.finalize().into_bytes().to_vec()
+            }
+        }
+    }
+
+    fn verify(&self, nonce: &[u8; 16], mac: &[u8]) -> bool {
+        use hmac::Mac;
+        match &self.secret {
+            None => true,
+            Some(k) => hmac::Hmac::<sha2::Sha256>::new_from_slice(k).is_ok_and(|mut m| {
+                m.update(b"halfproc-node");
+                m.update(nonce);
+                m.verify_slice(mac).is_ok()
+            }),
+        }
+    }
+}
+
+fn nonce() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        // SAFETY: getrandom into a buffer we own.
+        unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    }
+    b
+}
+
+/// A framed connection.
+pub struct Conn {
+    inner: Framed<TcpStream, LengthDelimitedCodec>,
+}
+
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+fn encode(m: &Msg) -> io::Result<Bytes> {
+    bincode::serialize(m)
+        .map(Bytes::from)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// One frame's body as a message (tests read the stream with it).
+pub fn decode(b: &[u8]) -> io::Result<Msg> {
+    bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Connection closed by the peer.
+pub fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "connection closed by the peer",
+    )
+}
+
+impl Conn {
+    /// Wraps a connected stream; exchanges `Hello` (version check) and
+    /// `Auth` (see [`Identity`]). Returns the peer's node id (0 for a client).
+    pub async fn handshake(stream: TcpStream, me: &Identity) -> io::Result<(Conn, u64)> {
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+        let _ = stream.set_nodelay(true);
+        let mut c = Conn {
+            inner: Framed::new(stream, codec()),
+        };
+        let mine = nonce();
+        c.send(&Msg::Hello {
+            version: VERSION,
+            node: me.node,
+            nonce: mine,
+        })
+        .await?;
+        let (peer, theirs) = match c.recv().await? {
+            Msg::Hello {
+                version,
+                node,
+                nonce,
+            } if version == VERSION => (node, nonce),
+            Msg::Hello { version, .. } => {
+                return Err(bad(format!(
+                    "peer speaks protocol version {version}, this node {VERSION}"
+                )))
+            }
+            other => return Err(bad(format!("expected Hello, got {other:?}"))),
+        };
+        c.send(&Msg::Auth {
+            mac: me.mac(&theirs),
+        })
+        .await?;
+        match c.recv().await? {
+            Msg::Auth { mac } if me.verify(&mine, &mac) => Ok((c, peer)),
+            Msg::Auth { .. } => {
+                let why =
+                    "authentication failed: the peer does not hold this node's shared secret \
+                           (--secret-file / $HALFPROC_NODE_SECRET_FILE)";
+                let _ = c.send(&Msg::Error(why.into())).await;
+                Err(io::Error::new(io::ErrorKind::PermissionDenied, why))
+            }
+            Msg::Error(e) => Err(io::Error::new(io::ErrorKind::PermissionDenied, e)),
+            other => Err(bad(format!("expected Auth, got {other:?}"))),
+        }
+    }
+
+    /// Connects to `addr` and shakes hands.
+    pub async fn connect(addr: &str, me: &Identity) -> io::Result<Conn> {
+        let s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("connect to node {addr}: {e}")))?;
+        Conn::handshake(s, me)
+            .await
+            .map(|c| c.0)
+            .map_err(|e| io::Error::new(e.kind(), format!("node {addr}: {e}")))
+    }
+
+    pub async fn send(&mut self, m: &Msg) -> io::Result<()> {
+        self.inner.send(encode(m)?).await
+    }
+
+    /// The next message; an error on EOF.
+    pub async fn recv(&mut self) -> io::Result<Msg> {
+        match self.inner.next().await {
+            Some(b) => decode(&b?),
+            None => Err(closed()),
+        }
+    }
+
+    /// Splits into a reading and a writing half.
+    pub fn split(self) -> (Reader, Writer) {
+        let parts = self.inner.into_parts();
+        let (r, w) = parts.io.into_split();
+        let mut reader = FramedRead::new(r, codec());
+        reader.read_buffer_mut().extend_from_slice(&parts.read_buf);
+        (
+            Reader { inner: reader },
+            Writer {
+                inner: FramedWrite::new(w, codec()),
+            },
+        )
+    }
+}
+
+/// Reading half of a [`Conn`].
+pub struct Reader {
+    inner: FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
+}
+
+impl Reader {
+    /// The next message, `None` at a clean EOF.
+    pub async fn recv(&mut self) -> io::Result<Option<Msg>> {
+        match self.inner.next().await {
+            Some(b) => decode(&b?).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Writing half of a [`Conn`].
+pub struct Writer {
+    inner: FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>,
+}
+
+impl Writer {
+    pub async fn send(&mut self, m: &Msg) -> io::Result<()> {
+        self.inner.send(encode(m)?).await
+    }
+}
+
+/// Spawns a task writing every message of the returned channel to `w`.
+pub fn writer_task(mut w: Writer) -> tokio::sync::mpsc::UnboundedSender<Msg> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Msg>();
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if w.send(&m).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}

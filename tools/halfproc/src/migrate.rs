@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `halfproc migrate`: move a running program to another node.
+
+use crate::NodeOpt;
+use clap::Args;
+use halfproc_node::proto::Msg;
+use std::process::ExitCode;
+
+/// Move program PID of the node daemon (--node) to the node daemon at --to:
+/// refuse what cannot move (naming the resource) before stopping anything,
+/// then freeze it, stream its image over TCP, restore it there and resume
+/// it. Its stdio stays connected to its `halfproc run`.
+///
+/// If anything fails before the copy runs (destination unreachable or
+/// killed, connection dropped, restore error), the program is resumed where
+/// it was and the error says what happened.
+#[derive(Args)]
+#[command(
+    after_help = "Prints progress on stderr and the program's new pid (on the destination) \
+alone on stdout. Exit codes: 0 migrated; 1 refused or failed (the program keeps running where it \
+was); 69 if the node daemon cannot be reached."
+)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    node: NodeOpt,
+    /// Pid of the program on its node (see `halfproc ps`).
+    pid: i32,
+    /// Destination node daemon.
+    #[arg(long, value_name = "HOST:PORT")]
+    to: String,
+}
+
+pub fn run(a: MigrateArgs) -> ExitCode {
+    let addr = a.node.addr();
+    let req = Msg::Migrate {
+        pid: a.pid,
+        to: a.to.clone(),
+    };
+    match halfproc_node::client::request(&addr, &a.node.ident(), req, |p| {
+        eprintln!("halfproc migrate: {p}")
+    }) {
+        Ok(Msg::Migrated {
+            pid,
+            node,
+            bytes,
+            frozen_us,
+            total_us,
+        }) => {
+            eprintln!(
+                "halfproc migrate: pid {} -> {node} pid {pid}: {:.1} MiB, frozen {:.1} ms, total {:.1} ms",
+                a.pid,
+                bytes as f64 / 1048576.0,
+                frozen_us as f64 / 1000.0,
+                total_us as f64 / 1000.0
+            );
+            println!("{pid}");
+            ExitCode::SUCCESS
+        }
+        Ok(Msg::Error(e)) => {
+            eprintln!("halfproc migrate: {e}");
+            ExitCode::FAILURE
+        }
+        Ok(other) => {
+            eprintln!("halfproc migrate: unexpected answer {other:?}");
+            ExitCode::FAILURE
+        }
+        Err(e) => crate::no_node(&addr, &e),
+    }
+}

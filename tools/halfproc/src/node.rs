@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `halfproc node`: the node daemon.
+
+use clap::Args;
+use std::process::ExitCode;
+
+/// Run the node daemon: the parent of the programs started with `halfproc
+/// run` on this machine, which relays their stdio, checkpoints, restores and
+/// migrates them to and from other node daemons.
+///
+/// Backend: portable only for now: a program is a plain child of the daemon
+/// (not yet a member of a half-process set made with clone3(CLONE_HALFPROC)).
+/// Programs must be single-threaded; sockets, pipes to other processes,
+/// devices and shared writable mappings are refused by `migrate`.
+///
+/// Clients (`run`, `ps`, `migrate`, `checkpoint`, `restore`) and other nodes
+/// connect to the same TCP port. SIGINT/SIGTERM: stop accepting, finish
+/// every migration in flight (commit or abort), then exit; programs keep
+/// running, without their stdio relay.
+#[derive(Args)]
+#[command(
+    after_help = "Prints `halfproc node: listening on ADDR (node ID)` and the detected runtime \
+backend once ready. \
+Exit codes: 0 after a clean shutdown, 1 if the address cannot be bound."
+)]
+pub struct NodeArgs {
+    /// Address to listen on (TCP). Port 0 picks a free port (printed).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7070")]
+    listen: String,
+    /// Address other nodes use to reach this one (default: the bound address).
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<String>,
+    /// Shared secret of the nodes (at least 16 bytes; default
+    /// $HALFPROC_NODE_SECRET_FILE). With it, every peer (node or client) must
+    /// prove it holds the same secret (HMAC-SHA256 challenge) before any
+    /// request; without it, anyone who reaches the port is served.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<std::path::PathBuf>,
+}
+
+pub fn run(a: NodeArgs) -> ExitCode {
+    let backend = match halfproc::backend::Backend::from_env() {
+        Ok(b) => b.kind().to_string(),
+        Err(e) => format!("none ({e})"),
+    };
+    let r = halfproc_node::daemon::run_node(
+        &a.listen,
+        a.advertise.as_deref(),
+        a.secret_file.as_deref(),
+        |addr, id| {
+            // One write, errors ignored: whoever started us may read the first
+            // line only and close the pipe.
+            let msg = format!(
+                "halfproc node: listening on {addr} (node {id:016x})\n\
+             halfproc node: runtime backend {backend}; programs are started as plain \
+             children (portable migration)\n"
+            );
+            let mut out = std::io::stdout().lock();
+            let _ = std::io::Write::write_all(&mut out, msg.as_bytes());
+            let _ = std::io::Write::flush(&mut out);
+        },
+    );
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("halfproc node: {}: {e}", a.listen);
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Helpers of the node daemon tests: daemons on loopback ports, `halfproc
+//! run` clients with their output in files, migrations, C test programs.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+#[path = "../../../../runtime/halfproc-migrate/tests/common/input.rs"]
+mod input;
+#[allow(unused_imports)] // each test binary uses a subset
+pub use input::input_file;
+
+pub fn halfproc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_halfproc"))
+}
+
+/// A node daemon on 127.0.0.1 with a port of its own; SIGTERM on drop.
+pub struct Daemon {
+    child: Child,
+    pub addr: String,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// With extra arguments of `halfproc node`.
+    pub fn start_with(args: &[&str]) -> Daemon {
+        let mut child = halfproc()
+            .args(["node", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start halfproc node");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .split_whitespace()
+            .nth(4)
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Daemon { child, addr }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Whether the daemon process has exited (and its status code).
+    pub fn exited(&mut self) -> Option<Option<i32>> {
+        self.child.try_wait().unwrap().map(|s| s.code())
+    }
+
+    /// SIGKILL, as a crashed machine would.
+    pub fn kill(&mut self) {
+        signal(self.pid(), libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        signal(self.pid(), libc::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: sending a signal has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// A `halfproc run` client, stdout and stderr in files.
+pub struct Running {
+    child: Child,
+    pid_file: PathBuf,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Running {
+    /// The program's pid on its first node (waits for the pid file).
+    pub fn pid(&self) -> i32 {
+        let t = Instant::now();
+        loop {
+            if let Ok(s) = std::fs::read_to_string(&self.pid_file) {
+                if let Ok(p) = s.trim().parse() {
+                    return p;
+                }
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "no pid file");
+            sleep_ms(5);
+        }
+    }
+
+    /// Waits for `run` to exit: (stdout bytes, exit code, stderr text).
+    pub fn finish(mut self) -> (Vec<u8>, i32, String) {
+        let st = self.child.wait().unwrap();
+        (
+            std::fs::read(&self.out).unwrap(),
+            st.code().unwrap_or(-1),
+            std::fs::read_to_string(&self.err).unwrap(),
+        )
+    }
+}
+
+/// `halfproc run --node D -- argv` with stdin from a file (or /dev/null).
+pub fn run(d: &Daemon, argv: &[&str], stdin: Option<&Path>, dir: &Path, name: &str) -> Running {
+    let pid_file = dir.join(format!("{name}.pid"));
+    let out = dir.join(format!("{name}.out"));
+    let err = dir.join(format!("{name}.err"));
+    let input = match stdin {
+        Some(p) => Stdio::from(File::open(p).unwrap()),
+        None => Stdio::null(),
+    };
+    let child = halfproc()
+        .args(["run", "--node", &d.addr, "--pid-file"])
+        .arg(&pid_file)
+        .arg("--")
+        .args(argv)
+        .stdin(input)
+        .stdout(File::create(&out).unwrap())
+        .stderr(File::create(&err).unwrap())
+        .spawn()
+        .expect("start halfproc run");
+    Running {
+        child,
+        pid_file,
+        out,
+        err,
+    }
+}
+
+/// The stdin of a `halfproc run` started by [`run_held`]: its input is
+/// written, then the pipe stays open until [`Held::close`], so a program
+/// that reads stdin to EOF cannot finish before the test is done with it.
+pub struct Held {
+    close: std::sync::mpsc::Sender<()>,
+    writer: std::thread::JoinHandle<()>,
+}
+
+impl Held {
+    /// EOF for the program.
+    pub fn close(self) {
+        let _ = self.close.send(());
+        self.writer.join().unwrap();
+    }
+}
+
+/// [`run`] with stdin from a pipe of the test: `input` (a file, or nothing),
+/// then EOF only at [`Held::close`].
+pub fn run_held(
+    d: &Daemon,
+    argv: &[&str],
+    input: Option<&Path>,
+    dir: &Path,
+    name: &str,
+) -> (Running, Held) {
+    let pid_file = dir.join(format!("{name}.pid"));
+    let out = dir.join(format!("{name}.out"));
+    let err = dir.join(format!("{name}.err"));
+    let mut child = halfproc()
+        .args(["run", "--node", &d.addr, "--pid-file"])
+        .arg(&pid_file)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(File::create(&out).unwrap())
+        .stderr(File::create(&err).unwrap())
+        .spawn()
+        .expect("start halfproc run");
+    let mut pipe = child.stdin.take().unwrap();
+    let data = input.map(|p| std::fs::read(p).unwrap()).unwrap_or_default();
+    let (close, closed) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        pipe.write_all(&data).unwrap();
+        let _ = closed.recv();
+        drop(pipe);
+    });
+    (
+        Running {
+            child,
+            pid_file,
+            out,
+            err,
+        },
+        Held { close, writer },
+    )
+}
+
+/// The program run directly: (stdout, exit code).
+pub fn reference(argv: &[&str], stdin: Option<&Path>) -> (Vec<u8>, i32) {
+    let input = match stdin {
+        Some(p) => Stdio::from(File::open(p).unwrap()),
+        None => Stdio::null(),
+    };
+    let o = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(input)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    (o.stdout, o.status.code().unwrap_or(-1))
+}
+
+/// A successful migration: new pid, frozen time reported by the CLI.
+#[derive(Debug)]
+pub struct Migrated {
+    pub pid: i32,
+    pub frozen_ms: f64,
+}
+
+/// `halfproc migrate --node FROM PID --to TO`: the new pid, or stderr.
+pub fn migrate(from: &str, pid: i32, to: &str) -> Result<Migrated, String> {
+    let o: Output = halfproc()
+        .args(["migrate", "--node", from, &pid.to_string(), "--to", to])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    if o.status.success() {
+        let pid = String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| format!("no pid printed; stderr: {err}"))?;
+        let frozen_ms = err
+            .rsplit("frozen ")
+            .next()
+            .and_then(|s| s.split(" ms").next())
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("no frozen time in {err:?}"))?;
+        Ok(Migrated { pid, frozen_ms })
+    } else {
+        Err(format!("exit {:?}: {err}", o.status.code()))
+    }
+}
+
+/// A migration of a program to a destination that accepts the connection
+/// and stays silent until released: the program is "being migrated".
+pub struct HeldMigration {
+    client: Child,
+    release: std::sync::mpsc::Sender<()>,
+    holder: std::thread::JoinHandle<()>,
+}
+
+/// Starts `halfproc migrate` of `pid` on `a` to a silent destination and
+/// returns once `ps` shows the program as being migrated.
+pub fn held_migration(a: &Daemon, pid: i32) -> HeldMigration {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = silent.local_addr().unwrap().to_string();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let (c, _) = silent.accept().unwrap();
+        let _ = held.recv();
+        drop(c);
+    });
+    let client = halfproc()
+        .args(["migrate", "--node", &a.addr, &pid.to_string(), "--to", &to])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let line = format!("{pid:>8}  ");
+    while !ps(a)
+        .lines()
+        .any(|l| l.starts_with(&line) && l.contains("being migrated"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "migration never showed in ps"
+        );
+        sleep_ms(10);
+    }
+    HeldMigration {
+        client,
+        release,
+        holder,
+    }
+}
+
+impl HeldMigration {
+    /// The destination hangs up; returns the migrate client's (exit code, stderr).
+    pub fn release(self) -> (Option<i32>, String) {
+        self.release.send(()).unwrap();
+        self.holder.join().unwrap();
+        let o = self.client.wait_with_output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+}
+
+/// `halfproc ps --node D` output.
+pub fn ps(d: &Daemon) -> String {
+    let o = halfproc().args(["ps", "--node", &d.addr]).output().unwrap();
+    assert!(o.status.success(), "ps failed");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// State letter of a process from /proc.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Pids of the live (not zombie) processes whose comm is `comm`.
+pub fn named(comm: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm)
+                && proc_state(p).is_some_and(|s| s != 'Z')
+        })
+        .collect()
+}
+
+pub fn sleep_ms(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+fn build_c(src: &Path, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("halfproc-node-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let st = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc failed for {}", src.display());
+    out
+}
+
+/// The migration engine's C test program (globals, printf, malloc churn).
+pub fn prog() -> &'static str {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/halfproc-migrate/tests/prog.c");
+    P.get_or_init(|| build_c(&src, "prog")).to_str().unwrap()
+}
+
+/// tests/node_targets.c.
+pub fn targets() -> &'static str {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node_targets.c");
+    P.get_or_init(|| build_c(&src, "node_targets"))
+        .to_str()
+        .unwrap()
+}
+
+/// A Debian tool by name.
+pub fn tool(name: &str) -> &'static str {
+    for dir in ["/usr/bin", "/bin"] {
+        let p = Path::new(dir).join(name);
+        if p.exists() {
+            return Box::leak(p.to_string_lossy().into_owned().into_boxed_str());
+        }
+    }
+    panic!("{name} is not installed (apt-get install gzip xz-utils coreutils)");
+}
+
+/// Asserts equal bytes, naming the first difference.
+pub fn assert_same(what: &str, got: &[u8], want: &[u8]) {
+    if got == want {
+        return;
+    }
+    let i = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    panic!(
+        "{what}: output differs at byte {i} (got {} bytes, want {})",
+        got.len(),
+        want.len()
+    );
+}

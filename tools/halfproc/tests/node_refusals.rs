@@ -1,0 +1,90 @@
+//! What cannot move is refused before anything is stopped, naming the
+//! resource, and the program keeps running and finishes as if nothing had
+//! happened: a socket, a pipe to another process, a child process, a second
+//! migration of a program while one is under way.
+
+mod common;
+
+use common::*;
+
+const TICKS: &str = "1500";
+
+fn tracer(pid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn refused(mode: &str, expect: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [targets(), mode, TICKS, "wait"];
+    let (want, want_code) = reference(&argv, None);
+    let (a, b) = (Daemon::start(), Daemon::start());
+    let (r, held) = run_held(&a, &argv, None, tmp.path(), mode);
+    let pid = r.pid();
+    sleep_ms(100);
+    let e = match migrate(&a.addr, pid, &b.addr) {
+        Ok(m) => panic!("{mode}: migrated (to pid {}) instead of refused", m.pid),
+        Err(e) => e,
+    };
+    eprintln!("{mode}: {e}");
+    assert!(e.contains("exit Some(1)"), "{mode}: exit code: {e}");
+    assert!(
+        e.contains(expect),
+        "{mode}: refusal does not name {expect:?}: {e}"
+    );
+    assert!(e.contains("keeps running here"), "{mode}: {e}");
+    let st = proc_state(pid).unwrap();
+    assert!(st == 'R' || st == 'S', "{mode}: target left in state {st}");
+    assert_eq!(tracer(pid), 0, "{mode}: target left traced");
+    assert!(ps(&a).contains(&pid.to_string()), "{mode}: gone from ps");
+    held.close();
+    let (out, code, err) = r.finish();
+    assert_same(mode, &out, &want);
+    assert_eq!(code, want_code, "{mode}: exit status ({err})");
+}
+
+#[test]
+fn socket_is_refused_and_target_keeps_running() {
+    refused("socket", "is a socket");
+}
+
+#[test]
+fn pipe_to_another_process_is_refused_and_target_keeps_running() {
+    refused("pipe", "is a pipe or FIFO");
+}
+
+#[test]
+fn child_process_is_refused_and_target_keeps_running() {
+    refused("child", "child processes");
+}
+
+#[test]
+fn second_concurrent_migration_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [targets(), "plain", TICKS, "wait"];
+    let (want, want_code) = reference(&argv, None);
+    let (a, b) = (Daemon::start(), Daemon::start());
+    let (r, held) = run_held(&a, &argv, None, tmp.path(), "plain");
+    let pid = r.pid();
+    let first = held_migration(&a, pid);
+    let e = migrate(&a.addr, pid, &b.addr).expect_err("second migration accepted");
+    eprintln!("second: {e}");
+    assert!(e.contains("already being migrated"), "{e}");
+    let (code1, e1) = first.release();
+    eprintln!("first: {e1}");
+    assert_eq!(code1, Some(1), "migration 1 to a silent node: {e1}");
+    assert!(e1.contains("keeps running here"), "{e1}");
+    // Nothing is stuck: a real migration works now.
+    let m = migrate(&a.addr, pid, &b.addr).expect("migration after the refusals");
+    assert!(m.pid > 0);
+    held.close();
+    let (out, code, err) = r.finish();
+    assert_same("plain", &out, &want);
+    assert_eq!(code, want_code, "exit status ({err})");
+}

@@ -1,0 +1,71 @@
+/* Targets of the node daemon tests: MODE sets up one resource, then the
+ * program prints COUNT numbered lines with some work between them and exits
+ * with status 7. The output depends only on COUNT. With a third argument
+ * "wait" it reads stdin to EOF before exiting (tests hold it running).
+ *   plain   nothing
+ *   socket  an unconnected unix socket (refused by migrate)
+ *   pipe    a pipe to a child process that reads it (refused by migrate)
+ *   child   a child process that waits to be killed (refused by migrate)
+ *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
+ *           would run on (the fault tests check that none does) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "plain";
+	long count = argc > 2 ? atol(argv[2]) : 100;
+	int p[2] = { -1, -1 };
+	pid_t child = -1;
+	uint64_t h = 1469598103934665603ULL;
+
+	if (!strcmp(mode, "nohup")) {
+		signal(SIGHUP, SIG_IGN);
+		signal(SIGPIPE, SIG_IGN);
+	} else if (!strcmp(mode, "child")) {
+		child = fork();
+		if (child == 0)
+			for (;;)
+				pause();
+	} else if (!strcmp(mode, "socket")) {
+		if (socket(AF_UNIX, SOCK_STREAM, 0) < 0)
+			return 90;
+	} else if (!strcmp(mode, "pipe")) {
+		if (pipe(p))
+			return 91;
+		child = fork();
+		if (child == 0) {
+			char c;
+			close(p[1]);
+			while (read(p[0], &c, 1) > 0)
+				;
+			_exit(0);
+		}
+		close(p[0]);
+	}
+	for (long i = 0; i < count; i++) {
+		for (long k = 0; k < 400000; k++) {
+			h ^= (uint64_t)k;
+			h *= 1099511628211ULL;
+		}
+		printf("tick %ld %016llx\n", i, (unsigned long long)h);
+		fflush(stdout);
+	}
+	if (argc > 3 && !strcmp(argv[3], "wait"))
+		while (getchar() != EOF)
+			;
+	if (child > 0) {
+		if (p[1] >= 0)
+			close(p[1]);
+		else
+			kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+	return 7;
+}
