@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * dmread()/dmwrite(): copies between members' private memory.  Data over
- * many sizes and alignments, the error list, short copies, and targets that
- * unmap or exit in the middle of large copies (no pin may leak).
+ * many sizes and alignments, the error list, short copies, targets that
+ * unmap or exit in the middle of large copies (no pin may leak), and who may
+ * copy: members only, with ptrace's credentials, to a dumpable target.
  */
 #include "../lib/halfproc_test.h"
+#include <sys/prctl.h>
 #include "kselftest_harness.h"
 
 #define MB (1UL << 20)
@@ -338,6 +340,82 @@ TEST(target_vanishes_mid_copy)
 	ASSERT_GT(acq1 - acq0, 0);
 	ASSERT_EQ(acq1 - acq0, rel1 - rel0);
 	free(local);
+}
+
+/*
+ * Membership is not enough: dm* also needs what ptrace attach would (same
+ * real credentials or CAP_SYS_PTRACE, a dumpable target, the LSM hook), and
+ * a non-dumpable target refuses every member.
+ */
+TEST(credentials_and_dumpable)
+{
+	unsigned char **slot;
+	unsigned char *remote;
+	char buf[8];
+	struct chan c;
+	struct peer p;
+	pid_t q;
+
+	REQUIRE_HALFPROC();
+	if (getuid() != 0)
+		SKIP(return, "needs root to drop privileges");
+	ASSERT_EQ(0, peer_start(&p, 4 * PAGE, 3));
+	remote = *p.buf;
+
+	/* A member that dropped to uid 1000 cannot reach a root member. */
+	q = hp_spawn();
+	ASSERT_GE(q, 0);
+	if (q == 0) {
+		char tmp[8] = "dropped";
+
+		if (setresgid(1000, 1000, 1000) || setresuid(1000, 1000, 1000))
+			_exit(1);
+		if (dmwrite(p.pid, remote, 8, tmp) != -1 || errno != EPERM)
+			_exit(2);
+		if (dmread(p.pid, remote, 8, tmp) != -1 || errno != EPERM)
+			_exit(3);
+		_exit(0);
+	}
+	ASSERT_EQ(0, wait_status(q));
+	/* A root member still can, and nothing was written. */
+	ASSERT_EQ(8, dmread(p.pid, remote, 8, buf));
+	for (int i = 0; i < 8; i++)
+		ASSERT_EQ(pat(i, 3), (unsigned char)buf[i]);
+
+	/* A member that made itself non-dumpable cannot be read, even by root. */
+	slot = shared_slot();
+	ASSERT_NE(MAP_FAILED, slot);
+	ASSERT_EQ(0, chan_open(&c));
+	q = hp_spawn();
+	ASSERT_GE(q, 0);
+	if (q == 0) {
+		static char secret[PAGE] = "secret";
+
+		if (prctl(PR_SET_DUMPABLE, 0))
+			_exit(1);
+		*slot = (unsigned char *)secret;
+		tell_parent(&c, 'n');
+		if (from_parent(&c) != 'd' || prctl(PR_SET_DUMPABLE, 1))
+			_exit(2);
+		tell_parent(&c, 'y');
+		from_parent(&c);
+		_exit(0);
+	}
+	ASSERT_EQ('n', from_child(&c));
+	errno = 0;
+	ASSERT_EQ(-1, dmread(q, *slot, 6, buf));
+	ASSERT_EQ(EPERM, errno);
+	errno = 0;
+	ASSERT_EQ(-1, dmwrite(q, *slot, 6, "public"));
+	ASSERT_EQ(EPERM, errno);
+	/* Dumpable again: readable again. */
+	tell_child(&c, 'd');
+	ASSERT_EQ('y', from_child(&c));
+	ASSERT_EQ(6, dmread(q, *slot, 6, buf));
+	ASSERT_EQ(0, memcmp(buf, "secret", 6));
+	tell_child(&c, 'q');
+	ASSERT_EQ(0, wait_status(q));
+	ASSERT_EQ(0, peer_stop(&p));
 }
 
 int main(int argc, char **argv)
