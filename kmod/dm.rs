@@ -5,9 +5,25 @@
 //!
 //! The shape is that of `process_vm_readv()` (`mm/process_vm_access.c`): pin
 //! a bounded batch of the remote pages, copy each page to or from the local
-//! iterator, unpin, let others run, repeat. Set membership replaces the
-//! ptrace check: a caller may copy only to or from a member of its own set,
-//! whatever its privileges, and ptrace permissions play no part.
+//! iterator, unpin, let others run, repeat.
+//!
+//! # Who may copy
+//!
+//! Membership is equal trust for the shared range only: a caller may copy
+//! to or from `pid` when all of these hold, and gets `EPERM` otherwise.
+//!
+//! - Both are members of the same set (whatever the caller's privileges: a
+//!   process outside the set never may).
+//! - The caller may attach to `pid` as `ptrace` would
+//!   (`PTRACE_MODE_ATTACH_REALCREDS`: the same real credentials or
+//!   `CAP_SYS_PTRACE`, a dumpable target, the LSM hook), checked with the
+//!   target's mm under its `exec_update_lock`, as `process_vm_readv()` does.
+//!   A member that dropped privileges cannot reach a root member; an exec
+//!   that changes credentials (set-uid) already leaves the set.
+//! - The target's mm is dumpable by its own user: a member that made itself
+//!   non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, or an exec of an image it
+//!   cannot read) refuses every member, `CAP_SYS_PTRACE` or not. It stays a
+//!   member: the shared range is shared with it whatever it runs.
 //!
 //! # Return value
 //!
@@ -46,10 +62,10 @@ pub(crate) unsafe fn copy(
 ) -> Result<usize> {
     let me = Mm::current().ok_or(EPERM)?;
     let task = TaskRef::by_vpid(pid).ok_or(ESRCH)?;
-    let target = MmGuard::of_task(&task).ok_or(ESRCH)?;
+    let target = MmGuard::access(&task)?.ok_or(ESRCH)?;
     let set = me.halfproc();
     // A set mm never runs a syscall, so `me` is a member here.
-    if set.is_null() || target.halfproc() != set {
+    if set.is_null() || target.halfproc() != set || !target.dumpable() {
         return Err(EPERM);
     }
     // SAFETY: `iter` is valid (caller).

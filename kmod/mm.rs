@@ -10,7 +10,7 @@
 //! C headers: [`include/linux/mm_types.h`](srctree/include/linux/mm_types.h),
 //! [`include/linux/halfproc.h`](srctree/include/linux/halfproc.h).
 
-use kernel::{bindings, prelude::*, types::Opaque};
+use kernel::{bindings, error::from_err_ptr, prelude::*, types::Opaque};
 
 /// A `struct mm_struct`.
 ///
@@ -65,6 +65,14 @@ impl Mm {
     pub(crate) fn set_halfproc(&self, set: *mut bindings::halfproc_set) {
         // SAFETY: `self` is a live mm; the accessor does a release store.
         unsafe { bindings::halfproc_mm_publish(self.as_raw(), set) }
+    }
+
+    /// Whether the mm is dumpable by its own user (`SUID_DUMP_USER`): not
+    /// after `prctl(PR_SET_DUMPABLE, 0)`, nor after an exec of an unreadable
+    /// or privilege-changing image.
+    pub(crate) fn dumpable(&self) -> bool {
+        // SAFETY: `self` is a live mm; the accessor reads its flags.
+        unsafe { bindings::halfproc_mm_dumpable(self.as_raw()) }
     }
 
     /// Take the mmap lock for writing.
@@ -135,7 +143,7 @@ impl Drop for MmapReadGuard<'_> {
     }
 }
 
-/// A reference on a user address space (`mm_users`), as `get_task_mm()`
+/// A reference on a user address space (`mm_users`), as `mm_access()`
 /// gives one.
 ///
 /// # Invariants
@@ -144,16 +152,23 @@ impl Drop for MmapReadGuard<'_> {
 pub(crate) struct MmGuard(*mut bindings::mm_struct);
 
 impl MmGuard {
-    /// The mm of `task`, or `None` for a task without one (exited or a
-    /// kernel thread).
-    pub(crate) fn of_task(task: &TaskRef) -> Option<MmGuard> {
+    /// The mm of `task` if the current task may attach to it as ptrace
+    /// would (`PTRACE_MODE_ATTACH_REALCREDS`: same real credentials or
+    /// `CAP_SYS_PTRACE`, a dumpable target, the LSM hook), checked under the
+    /// target's `exec_update_lock` so that the mm is the one the check saw;
+    /// `Ok(None)` for a task without an mm.
+    ///
+    /// Errors: `EPERM` if the check fails, `EINTR` on a fatal signal.
+    pub(crate) fn access(task: &TaskRef) -> Result<Option<MmGuard>> {
         // SAFETY: `task` holds a task reference.
-        let mm = unsafe { bindings::get_task_mm(task.0) };
+        let mm = unsafe { bindings::halfproc_mm_access(task.0) };
         if mm.is_null() {
-            return None;
+            return Ok(None);
         }
-        // INVARIANT: `get_task_mm()` took a reference.
-        Some(MmGuard(mm))
+        // `mm_access()` says `EACCES` where the ptrace family says `EPERM`.
+        let mm = from_err_ptr(mm).map_err(|e| if e == EACCES { EPERM } else { e })?;
+        // INVARIANT: `mm_access()` took a reference.
+        Ok(Some(MmGuard(mm)))
     }
 }
 

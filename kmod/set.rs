@@ -16,6 +16,12 @@
 //! the caller as first member, by the first `clone3(CLONE_HALFPROC)` or
 //! `mmap(MAP_HALFPROC)` of a process outside any set.
 //!
+//! # Memory cgroup
+//!
+//! The set's pages are charged to one memory cgroup, the creator's at set
+//! creation: [`Set::create`] takes the reference, the set mm keeps it until
+//! it is released, and a set mm has no owner task (patch 0014).
+//!
 //! # TLB coherence
 //!
 //! A CPU running member A caches shared-range translations under A's PCID; a
@@ -229,10 +235,15 @@ impl Set {
             GFP_KERNEL,
         )?;
         let core = set.core.get();
-        // SAFETY: `core` is ours alone until published below.
+        // SAFETY: `core` is ours alone until published below. The memcg
+        // reference passes to the set mm in `halfproc_set_mm_alloc()`, which
+        // drops it on failure or when the set mm is released.
         unsafe {
             (*core).mm = core::ptr::null_mut();
             (*core).owner = crate::this_module();
+            // Who pays for the shared range: the memory cgroup of the
+            // creator, now (docs/design.md, "Memory cgroup").
+            (*core).memcg = bindings::halfproc_current_memcg();
         }
         // SAFETY: `core` is valid; on success the set mm points back at it,
         // and the set outlives the set mm (released in `leave`).

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * dmread()/dmwrite(): copies between members' private memory.  Data over
- * many sizes and alignments, the error list, short copies, and targets that
- * unmap or exit in the middle of large copies (no pin may leak).
+ * many sizes and alignments, the error list, short copies, targets that
+ * unmap or exit in the middle of large copies (no pin may leak), and who may
+ * copy: members only, with ptrace's credentials, to a dumpable target.
  */
 #include "../lib/halfproc_test.h"
+#include <sys/prctl.h>
 #include "kselftest_harness.h"
 
 #define MB (1UL << 20)
@@ -338,6 +340,190 @@ TEST(target_vanishes_mid_copy)
 	ASSERT_GT(acq1 - acq0, 0);
 	ASSERT_EQ(acq1 - acq0, rel1 - rel0);
 	free(local);
+}
+
+/*
+ * Membership is not enough: dm* also needs what ptrace attach would (same
+ * real credentials or CAP_SYS_PTRACE, a dumpable target, the LSM hook), and
+ * a non-dumpable target refuses every member.
+ */
+TEST(credentials_and_dumpable)
+{
+	unsigned char **slot;
+	unsigned char *remote;
+	char buf[8];
+	struct chan c;
+	struct peer p;
+	pid_t q;
+
+	REQUIRE_HALFPROC();
+	if (getuid() != 0)
+		SKIP(return, "needs root to drop privileges");
+	ASSERT_EQ(0, peer_start(&p, 4 * PAGE, 3));
+	remote = *p.buf;
+
+	/* A member that dropped to uid 1000 cannot reach a root member. */
+	q = hp_spawn();
+	ASSERT_GE(q, 0);
+	if (q == 0) {
+		char tmp[8] = "dropped";
+
+		if (setresgid(1000, 1000, 1000) || setresuid(1000, 1000, 1000))
+			_exit(1);
+		if (dmwrite(p.pid, remote, 8, tmp) != -1 || errno != EPERM)
+			_exit(2);
+		if (dmread(p.pid, remote, 8, tmp) != -1 || errno != EPERM)
+			_exit(3);
+		_exit(0);
+	}
+	ASSERT_EQ(0, wait_status(q));
+	/* A root member still can, and nothing was written. */
+	ASSERT_EQ(8, dmread(p.pid, remote, 8, buf));
+	for (int i = 0; i < 8; i++)
+		ASSERT_EQ(pat(i, 3), (unsigned char)buf[i]);
+
+	/* A member that made itself non-dumpable cannot be read, even by root. */
+	slot = shared_slot();
+	ASSERT_NE(MAP_FAILED, slot);
+	ASSERT_EQ(0, chan_open(&c));
+	q = hp_spawn();
+	ASSERT_GE(q, 0);
+	if (q == 0) {
+		static char secret[PAGE] = "secret";
+
+		if (prctl(PR_SET_DUMPABLE, 0))
+			_exit(1);
+		*slot = (unsigned char *)secret;
+		tell_parent(&c, 'n');
+		if (from_parent(&c) != 'd' || prctl(PR_SET_DUMPABLE, 1))
+			_exit(2);
+		tell_parent(&c, 'y');
+		from_parent(&c);
+		_exit(0);
+	}
+	ASSERT_EQ('n', from_child(&c));
+	errno = 0;
+	ASSERT_EQ(-1, dmread(q, *slot, 6, buf));
+	ASSERT_EQ(EPERM, errno);
+	errno = 0;
+	ASSERT_EQ(-1, dmwrite(q, *slot, 6, "public"));
+	ASSERT_EQ(EPERM, errno);
+	/* Dumpable again: readable again. */
+	tell_child(&c, 'd');
+	ASSERT_EQ('y', from_child(&c));
+	ASSERT_EQ(6, dmread(q, *slot, 6, buf));
+	ASSERT_EQ(0, memcmp(buf, "secret", 6));
+	tell_child(&c, 'q');
+	ASSERT_EQ(0, wait_status(q));
+	ASSERT_EQ(0, peer_stop(&p));
+}
+
+/* Copy @src to @dst with mode @mode. */
+static int copy_file(const char *src, const char *dst, mode_t mode)
+{
+	char buf[65536];
+	int in = open(src, O_RDONLY), out;
+	ssize_t n;
+
+	unlink(dst);
+	out = open(dst, O_WRONLY | O_CREAT | O_EXCL, 0700);
+	if (in < 0 || out < 0)
+		return -1;
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, n) != n)
+			return -1;
+	close(in);
+	return n || fchmod(out, mode) || close(out) ? -1 : 0;
+}
+
+/* The start of @pid's first mapping, from /proc/<pid>/maps, or 0. */
+static unsigned long first_mapping(pid_t pid)
+{
+	unsigned long start = 0;
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%lx-", &start) != 1)
+		start = 0;
+	fclose(f);
+	return start;
+}
+
+/* Whether /proc/<pid>/comm is @comm. */
+static int comm_is(pid_t pid, const char *comm)
+{
+	char path[64], buf[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+	return !strcmp(buf, comm);
+}
+
+/*
+ * A member (uid 1000) execs a program it may read: it stays a member and
+ * the root member can read it.  The same program, execute-only: still a
+ * member, but not dumpable, so nobody may read it.
+ */
+TEST(exec_of_unreadable_image)
+{
+	static const struct { mode_t mode; const char *name; int ok; } cases[] = {
+		{ 0755, "hp_bb_readable", 1 },
+		{ 0111, "hp_bb_execonly", 0 },
+	};
+
+	REQUIRE_HALFPROC();
+	if (getuid() != 0)
+		SKIP(return, "needs root to drop privileges");
+	if (access("/bin/busybox", R_OK))
+		SKIP(return, "no /bin/busybox to exec");
+	for (int i = 0; i < 2; i++) {
+		char path[64], buf[8];
+		unsigned long addr = 0;
+		ssize_t r;
+		pid_t q;
+
+		snprintf(path, sizeof(path), "/tmp/%s", cases[i].name);
+		ASSERT_EQ(0, copy_file("/bin/busybox", path, cases[i].mode));
+		q = hp_spawn();
+		ASSERT_GE(q, 0);
+		if (q == 0) {
+			if (setresgid(1000, 1000, 1000) || setresuid(1000, 1000, 1000))
+				_exit(1);
+			/* Dropping uids made it non-dumpable; the exec decides. */
+			prctl(PR_SET_DUMPABLE, 1);
+			execl(path, "sleep", "30", (char *)NULL);
+			_exit(2);
+		}
+		for (int t = 0; t < 1000 && !comm_is(q, cases[i].name); t++)
+			usleep(10000);
+		ASSERT_TRUE(comm_is(q, cases[i].name));
+		addr = first_mapping(q);
+		ASSERT_NE(0, addr);
+		errno = 0;
+		r = dmread(q, (void *)addr, sizeof(buf), buf);
+		TH_LOG("%s (mode %o): dmread %zd, errno %d", cases[i].name,
+		       cases[i].mode, r, errno);
+		if (cases[i].ok) {
+			EXPECT_EQ((ssize_t)sizeof(buf), r);
+		} else {
+			EXPECT_EQ(-1, r);
+			EXPECT_EQ(EPERM, errno);
+		}
+		kill(q, SIGKILL);
+		wait_status(q);
+		unlink(path);
+	}
 }
 
 int main(int argc, char **argv)

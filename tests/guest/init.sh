@@ -9,6 +9,8 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp
 mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
+# cgroup v2 (hp_memcg); absent without CONFIG_CGROUPS, and hp_memcg skips.
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 ip link set lo up 2>/dev/null
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/tests
 # The runtime's tests and CLI must use the kernel backend here.
@@ -142,7 +144,7 @@ if [ "$mode" = demo ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in hp_sets hp_fork hp_tlb hp_dm rt/guest_tests; do
+	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg rt/guest_tests; do
 		prog "$t" "/tests/$t" || rc=1
 	done
 	halfproc info --probe; tap $? runtime_info_probe

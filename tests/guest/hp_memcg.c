@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The set's memory cgroup.  The shared range's pages are charged to the
+ * memcg its creator was in when the set was created (docs/design.md,
+ * "Memory cgroup"), whoever faults them and whether or not the creator still
+ * lives.  A set mm has no owner task: before, it kept the creator as owner
+ * after the creator was reaped, and the next fault in the range charged
+ * through the freed task_struct (a general protection fault in task_css()).
+ *
+ * creator_reaped_then_member_faults runs without cgroups too (any MEMCG
+ * kernel charges every fault); the cgroup checks SKIP where the cgroup v2
+ * memory controller is absent.
+ */
+#include "../lib/halfproc_test.h"
+#include <poll.h>
+#include <sys/prctl.h>
+#include "kselftest_harness.h"
+
+#define MB (1UL << 20)
+#define CG "/sys/fs/cgroup"
+/* Per-CPU charge stocks make memory.current run ahead by up to 64 pages. */
+#define SLACK (1 * MB)
+
+#define REQUIRE_HALFPROC() do {						\
+	if (!hp_supported())						\
+		SKIP(return, "halfproc module not loaded");		\
+} while (0)
+
+/* Whether the cgroup v2 memory controller can be used here (as root). */
+static int memcg_available(void)
+{
+	char line[256] = "";
+	FILE *f = fopen(CG "/cgroup.controllers", "r");
+	int ok;
+
+	if (!f)
+		return 0;
+	ok = fgets(line, sizeof(line), f) && strstr(line, "memory");
+	fclose(f);
+	if (!ok)
+		return 0;
+	f = fopen(CG "/cgroup.subtree_control", "w");
+	if (!f)
+		return 0;
+	ok = fputs("+memory", f) >= 0;
+	return fclose(f) == 0 && ok;
+}
+
+static int cg_write(const char *cg, const char *file, const char *val)
+{
+	char path[256];
+	int fd, ok;
+
+	snprintf(path, sizeof(path), "%s/%s", cg, file);
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -1;
+	ok = write(fd, val, strlen(val)) == (ssize_t)strlen(val);
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+/* A number from a cgroup file; with @key, the value on the line "key N". */
+static long cg_read(const char *cg, const char *file, const char *key)
+{
+	char path[256], name[64];
+	long v, r = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", cg, file);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!key) {
+		if (fscanf(f, "%ld", &v) == 1)
+			r = v;
+	} else {
+		while (fscanf(f, "%63s %ld", name, &v) == 2)
+			if (!strcmp(name, key))
+				r = v;
+	}
+	fclose(f);
+	return r;
+}
+
+/* A fresh cgroup under the root; its path goes to @cg. */
+static int cg_make(char *cg, size_t len, const char *tag)
+{
+	snprintf(cg, len, CG "/hp_memcg_%s_%d", tag, getpid());
+	rmdir(cg);
+	return mkdir(cg, 0755);
+}
+
+/* Remove @cg once the tasks in it are gone (their exit is asynchronous). */
+static void cg_remove(const char *cg)
+{
+	for (int i = 0; i < 200 && rmdir(cg) && errno == EBUSY; i++)
+		usleep(10000);
+}
+
+/* Touch @len bytes at @p, one write per page; 0 if the pattern reads back. */
+static int touch(char *p, size_t len, char v)
+{
+	for (size_t i = 0; i < len; i += PAGE)
+		p[i] = v;
+	for (size_t i = 0; i < len; i += PAGE)
+		if (p[i] != v)
+			return -1;
+	return 0;
+}
+
+/*
+ * The creator makes the set and a member, then exits and is reaped; only
+ * then does the member fault fresh pages in the range.  With a cgroup, the
+ * creator was in it, and the pages are still charged there.
+ */
+TEST(creator_reaped_then_member_faults)
+{
+	char cg[128] = "";
+	struct chan c;
+	pid_t creator, member;
+	long before = 0, after;
+	int pidp[2];
+	char r;
+
+	REQUIRE_HALFPROC();
+	if (memcg_available())
+		ASSERT_EQ(0, cg_make(cg, sizeof(cg), "reaped"));
+	/* The member is reparented to us when the creator exits. */
+	ASSERT_EQ(0, prctl(PR_SET_CHILD_SUBREAPER, 1));
+	ASSERT_EQ(0, chan_open(&c));
+	/* The creator says who the member is on a pipe of its own. */
+	ASSERT_EQ(0, pipe(pidp));
+	creator = hp_clone(0);
+	ASSERT_GE(creator, 0);
+	if (creator == 0) {
+		char *p;
+		pid_t m;
+
+		if (cg[0] && cg_write(cg, "cgroup.procs", "0"))
+			_exit(10);
+		/* This process starts the set and touches none of it. */
+		p = hp_anon(16 * MB);
+		if (p == MAP_FAILED)
+			_exit(11);
+		m = hp_spawn();
+		if (m == 0) {
+			char *q;
+
+			/* Go only when the creator is reaped and freed. */
+			if (from_parent(&c) != 'g')
+				_exit(20);
+			usleep(300000);	/* past an RCU grace period */
+			if (touch(p, 16 * MB, 'm'))
+				_exit(21);
+			q = hp_anon(4 * MB);
+			if (q == MAP_FAILED || touch(q, 4 * MB, 'n'))
+				_exit(22);
+			tell_parent(&c, 'd');
+			if (from_parent(&c) != 'q')
+				_exit(23);
+			_exit(0);
+		}
+		if (m < 0)
+			_exit(12);
+		if (write(pidp[1], &m, sizeof(m)) != sizeof(m))
+			_exit(13);
+		_exit(0);
+	}
+	ASSERT_EQ(sizeof(member), read(pidp[0], &member, sizeof(member)));
+	ASSERT_EQ(0, wait_status(creator));
+	if (cg[0])
+		before = cg_read(cg, "memory.current", NULL);
+	tell_child(&c, 'g');
+	r = from_child(&c);
+	ASSERT_EQ('d', r);
+	if (cg[0]) {
+		after = cg_read(cg, "memory.current", NULL);
+		TH_LOG("creator's cgroup, creator gone: memory.current %ld -> %ld",
+		       before, after);
+		/* 16 + 4 MiB of shared pages, charged to the creator's cgroup. */
+		EXPECT_GE(after - before, (long)(20 * MB - SLACK));
+	}
+	tell_child(&c, 'q');
+	ASSERT_EQ(0, wait_status(member));
+	if (cg[0])
+		cg_remove(cg);
+}
+
+/*
+ * The creator in cgroup A, a member in cgroup B.  The member's faults in the
+ * range are charged to A, not B.  Beyond A's memory.max the memcg OOM killer
+ * runs in A and kills the creator, the only task there; the member's fault
+ * cannot be charged (nothing left to kill in A) and is retried until the
+ * member is killed: it never gets memory beyond A's limit.
+ */
+TEST(shared_pages_charge_the_set_cgroup)
+{
+	const size_t first = 4 * MB, total = 64 * MB, max = 16 * MB;
+	char a[128], b[128], v[32];
+	long a0, b0, a1, b1, oom0;
+	struct chan c;
+	pid_t creator, member;
+	int pidp[2], st;
+
+	REQUIRE_HALFPROC();
+	if (!memcg_available())
+		SKIP(return, "no cgroup v2 memory controller");
+	ASSERT_EQ(0, cg_make(a, sizeof(a), "a"));
+	ASSERT_EQ(0, cg_make(b, sizeof(b), "b"));
+	snprintf(v, sizeof(v), "%zu", max);
+	ASSERT_EQ(0, cg_write(a, "memory.max", v));
+	ASSERT_EQ(0, prctl(PR_SET_CHILD_SUBREAPER, 1));
+	ASSERT_EQ(0, chan_open(&c));
+	/* The creator says who the member is on a pipe of its own. */
+	ASSERT_EQ(0, pipe(pidp));
+	creator = hp_clone(0);
+	ASSERT_GE(creator, 0);
+	if (creator == 0) {
+		char *p;
+		pid_t m;
+
+		if (cg_write(a, "cgroup.procs", "0"))
+			_exit(10);
+		p = hp_anon(total);
+		if (p == MAP_FAILED)
+			_exit(11);
+		m = hp_spawn();
+		if (m == 0) {
+			if (cg_write(b, "cgroup.procs", "0"))
+				_exit(20);
+			tell_parent(&c, 'r');
+			if (from_parent(&c) != '1' || touch(p, first, 'x'))
+				_exit(21);
+			tell_parent(&c, 'a');
+			if (from_parent(&c) != '2')
+				_exit(22);
+			/* Over A's limit: must not complete. */
+			touch(p, total, 'y');
+			tell_parent(&c, 'd');
+			_exit(0);
+		}
+		if (m < 0 || write(pidp[1], &m, sizeof(m)) != sizeof(m))
+			_exit(12);
+		pause();	/* until the OOM killer or we kill it */
+		_exit(0);
+	}
+	ASSERT_EQ(sizeof(member), read(pidp[0], &member, sizeof(member)));
+	ASSERT_EQ('r', from_child(&c));
+	a0 = cg_read(a, "memory.current", NULL);
+	b0 = cg_read(b, "memory.current", NULL);
+	oom0 = cg_read(a, "memory.events", "oom_kill");
+	tell_child(&c, '1');
+	ASSERT_EQ('a', from_child(&c));
+	a1 = cg_read(a, "memory.current", NULL);
+	b1 = cg_read(b, "memory.current", NULL);
+	TH_LOG("member faulted %zu MiB: A (creator) %ld -> %ld, B (member) %ld -> %ld",
+	       first / MB, a0, a1, b0, b1);
+	EXPECT_GE(a1 - a0, (long)(first - SLACK));
+	EXPECT_LT(b1 - b0, (long)SLACK);
+
+	/* Over the limit of the set's cgroup. */
+	tell_child(&c, '2');
+	ASSERT_EQ(creator, waitpid(creator, &st, 0));
+	EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	EXPECT_GE(cg_read(a, "memory.events", "oom_kill"), oom0 + 1);
+	EXPECT_LE(cg_read(a, "memory.current", NULL), (long)max);
+	EXPECT_LT(cg_read(b, "memory.current", NULL) - b0, (long)SLACK);
+	{
+		struct pollfd pfd = { .fd = c.up[0], .events = POLLIN };
+
+		/*
+		 * The member is still retrying its fault, not done (each retry
+		 * prints an OOM report: keep the wait short).
+		 */
+		EXPECT_EQ(0, poll(&pfd, 1, 1000));
+	}
+	ASSERT_EQ(0, kill(member, SIGKILL));
+	ASSERT_EQ(member, waitpid(member, &st, 0));
+	EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	cg_remove(a);
+	cg_remove(b);
+}
+
+TEST_HARNESS_MAIN
