@@ -5,9 +5,10 @@
 # (`dmi run -n N`, loopback) at SIZE (default: small), and check that every
 # checksum agrees with the serial one within the app's stated tolerance
 # (common/checksum.c).  Exit 1 naming each app and rank or node count that
-# disagreed or failed to run.  The DMI part needs `cargo build -p dmi -p
-# dmi-cli` (libdmi and the dmi command in the workspace's target/debug, or
-# $DMI_LIBDIR and $DMI_BIN); DMI_NODES="1 2" changes the node counts.
+# disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
+# dmi-cli` first (libdmi and the dmi command in the workspace's
+# target/debug; nothing to do when they are up to date); DMI_NODES="1 2"
+# changes the node counts.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 size="${1:-small}"
@@ -16,12 +17,13 @@ apps=(jacobi nbody pagerank cg)
 ranks=(1 2 4)
 read -r -a nodes <<<"${DMI_NODES:-1 2 3}"
 target="${CARGO_TARGET_DIR:-$here/../target}"
-dmi="${DMI_BIN:-$target/debug/dmi}"
+dmi="$target/debug/dmi"
 per_run=60	# seconds; a small run takes well under 5
 
 command -v mpicc >/dev/null && command -v mpirun >/dev/null ||
 	{ echo "apps: mpicc/mpirun missing (scripts/deps.sh installs them)" >&2; exit 1; }
-[ -x "$dmi" ] || { echo "apps: no $dmi: run cargo build -p dmi -p dmi-cli" >&2; exit 1; }
+cargo build -q -j2 --manifest-path "$here/../Cargo.toml" -p dmi -p dmi-cli ||
+	{ echo "apps: cargo build -p dmi -p dmi-cli failed" >&2; exit 1; }
 make -s -C "$here" -j "$(nproc)" O="$out" all dmi >&2 || { echo "apps: build failed" >&2; exit 1; }
 
 passed=0
