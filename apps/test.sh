@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# apps/test.sh [SIZE]: build the apps, run each serial reference and its MPI
-# version on 1, 2 and 4 ranks at SIZE (default: small), and check that every
-# MPI checksum agrees with the serial one within the app's stated tolerance
-# (common/checksum.c).  Exit 1 naming each app and rank count that disagreed
-# or failed to run.
+# apps/test.sh [SIZE]: build the apps, run each serial reference, its MPI
+# version on 1, 2 and 4 ranks and its DMI version on 1, 2 and 3 nodes
+# (`dmi run -n N`, loopback) at SIZE (default: small), and check that every
+# checksum agrees with the serial one within the app's stated tolerance
+# (common/checksum.c).  Exit 1 naming each app and rank or node count that
+# disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
+# dmi-cli` first (libdmi and the dmi command in the workspace's
+# target/debug; nothing to do when they are up to date); DMI_NODES="1 2"
+# changes the node counts.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 size="${1:-small}"
 out="${APPS_OUT:-$here/../out/apps}"
 apps=(jacobi nbody pagerank cg)
 ranks=(1 2 4)
+read -r -a nodes <<<"${DMI_NODES:-1 2 3}"
+target="${CARGO_TARGET_DIR:-$here/../target}"
+dmi="$target/debug/dmi"
 per_run=60	# seconds; a small run takes well under 5
 
 command -v mpicc >/dev/null && command -v mpirun >/dev/null ||
 	{ echo "apps: mpicc/mpirun missing (scripts/deps.sh installs them)" >&2; exit 1; }
-make -s -C "$here" -j "$(nproc)" O="$out" >&2 || { echo "apps: build failed" >&2; exit 1; }
+cargo build -q -j2 --manifest-path "$here/../Cargo.toml" -p dmi -p dmi-cli ||
+	{ echo "apps: cargo build -p dmi -p dmi-cli failed" >&2; exit 1; }
+make -s -C "$here" -j "$(nproc)" O="$out" all dmi >&2 || { echo "apps: build failed" >&2; exit 1; }
 
 passed=0
 failed=()
@@ -32,31 +41,38 @@ run() {
 	printf '%s\n' "$log" | awk '{ v[$1] = $2 }
 		END { if ("checksum" in v) print v["checksum"], v["iterations"], v["time_per_iter"] }'
 }
+# check APP IMPL N UNIT COMMAND...: runs it, compares with $ref
+check() {
+	local app="$1" impl="$2" np="$3" unit="$4" val="" iters secs verdict ok
+	shift 4
+	read -r val iters secs < <(run "$app $impl $np $unit" "$@")
+	if [ -z "$val" ]; then
+		failed+=("$app $impl $np $unit: no checksum")
+		return
+	fi
+	verdict="$("$out/cks-cmp" "$app" "$ref" "$val")"
+	ok=$?
+	printf '%-8s %-13s %4s iterations, %.2e s/iteration; checksum %s; %s\n' \
+		"$app" "$impl $np $unit" "$iters" "$secs" "$val" "${verdict#*: }"
+	if ((ok == 0)); then
+		passed=$((passed + 1))
+	else
+		failed+=("$app $impl $np $unit: checksum $val, serial $ref")
+	fi
+}
 for app in "${apps[@]}"; do
 	read -r ref iters secs < <(run "$app serial" "$out/serial/$app" "$size")
 	if [ -z "${ref:-}" ]; then
 		failed+=("$app serial: no checksum")
 		continue
 	fi
-	printf '%-8s serial        %4s iterations, %.2e s/iteration; checksum %s\n' \
-		"$app" "$iters" "$secs" "$ref"
+	printf '%-8s %-13s %4s iterations, %.2e s/iteration; checksum %s\n' \
+		"$app" serial "$iters" "$secs" "$ref"
 	for np in "${ranks[@]}"; do
-		val=""
-		read -r val iters secs < <(run "$app mpi $np" \
-			"$here/mpirun.sh" "$np" "$out/mpi/$app" "$size")
-		if [ -z "$val" ]; then
-			failed+=("$app mpi $np ranks: no checksum")
-			continue
-		fi
-		verdict="$("$out/cks-cmp" "$app" "$ref" "$val")"
-		ok=$?
-		printf '%-8s mpi %d ranks   %4s iterations, %.2e s/iteration; checksum %s; %s\n' \
-			"$app" "$np" "$iters" "$secs" "$val" "${verdict#*: }"
-		if ((ok == 0)); then
-			passed=$((passed + 1))
-		else
-			failed+=("$app mpi $np ranks: checksum $val, serial $ref")
-		fi
+		check "$app" mpi "$np" ranks "$here/mpirun.sh" "$np" "$out/mpi/$app" "$size"
+	done
+	for np in "${nodes[@]}"; do
+		check "$app" dmi "$np" nodes "$dmi" run -n "$np" "$out/dmi/$app" "$size"
 	done
 done
 echo "apps: ${passed} passed, ${#failed[@]} failed"

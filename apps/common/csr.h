@@ -22,6 +22,14 @@ void csr_free(struct csr *a);
 /* y[i] = sum_k val[k] * x[col[k]] over row i, k in order (val NULL: 1). */
 void csr_spmv(const struct csr *a, const double *x, double *y);
 
+/*
+ * Renumbers a's columns into a local vector layout: [lo, lo + nloc) to
+ * 0 .. nloc - 1, then the other columns ("ghosts"), distinct and ascending,
+ * to nloc .. nloc + nghost - 1.  Returns nghost; *ghost (malloc'd, the
+ * caller frees it) gets their global indices in that order.
+ */
+int64_t csr_localize(struct csr *a, int64_t lo, int64_t nloc, int64_t **ghost);
+
 /* Local vector helpers with a fixed summation order. */
 double vec_dot(int64_t n, const double *x, const double *y);
 /* y += alpha * x */

@@ -3,31 +3,6 @@
 
 #include <stdlib.h>
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* The sorted, distinct columns of a outside [lo, hi); returns their count. */
-static int64_t ghost_columns(const struct csr *a, int64_t lo, int64_t hi,
-			     int64_t **out)
-{
-	int64_t nnz = a->rowptr[a->rows], k = 0, u = 0;
-	int64_t *g = xcalloc((size_t)nnz, sizeof(int64_t));
-
-	for (int64_t e = 0; e < nnz; e++)
-		if (a->col[e] < lo || a->col[e] >= hi)
-			g[k++] = a->col[e];
-	qsort(g, (size_t)k, sizeof(int64_t), cmp_i64);
-	for (int64_t e = 0; e < k; e++)
-		if (!u || g[u - 1] != g[e])
-			g[u++] = g[e];
-	*out = g;
-	return u;
-}
-
 void halo_setup(struct halo *h, struct csr *a, int64_t n,
 		const struct mpi_world *w)
 {
@@ -36,21 +11,7 @@ void halo_setup(struct halo *h, struct csr *a, int64_t n,
 
 	h->lo = block_lo(n, p, w->rank);
 	h->nloc = block_len(n, p, w->rank);
-	h->nghost = ghost_columns(a, h->lo, h->lo + h->nloc, &ghost);
-
-	/* renumber: own entries first, then the ghosts in ascending order */
-	for (int64_t e = 0; e < a->rowptr[a->rows]; e++) {
-		int64_t j = a->col[e];
-
-		if (j >= h->lo && j < h->lo + h->nloc) {
-			a->col[e] = j - h->lo;
-		} else {
-			int64_t *at = bsearch(&j, ghost, (size_t)h->nghost,
-					      sizeof(int64_t), cmp_i64);
-
-			a->col[e] = h->nloc + (at - ghost);
-		}
-	}
+	h->nghost = csr_localize(a, h->lo, h->nloc, &ghost);
 
 	/* how many entries we want from each rank, and they from us */
 	int *want = xcalloc((size_t)p, sizeof(int));

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What every DMI app does the same way: start, share region addresses,
+ * reduce a double over the nodes, and report from node 0 - all through the
+ * global address space (dmi.h).
+ */
+#ifndef APPS_DMI_COMMON_H
+#define APPS_DMI_COMMON_H
+
+#include <stdint.h>
+
+#include <dmi.h>
+
+#include "checksum.h"
+#include "common.h"
+
+struct dmi_world {
+	int rank, size;
+};
+
+/* Exits with "what: DMI_errmsg()" when rc < 0; returns rc otherwise. */
+int64_t dmi_check(int64_t rc, const char *what);
+#define DMI_CHECK(call) dmi_check((call), #call)
+
+/* DMI_init and this node's rank and the node count. */
+struct dmi_world dmi_start(void);
+
+/*
+ * Collective: node 0 maps n regions, region k of page_num[k] pages of
+ * page_size[k] bytes, and passes their addresses to every node through the
+ * root page; addr[k] gets them on every node.
+ */
+void dmi_map(int n, const int64_t *page_size, const int64_t *page_num,
+	     int64_t *addr);
+
+/*
+ * An all-reduce of one double: every node writes its value into its own
+ * slot (one page each, EXCLUSIVE: the node becomes its owner once and every
+ * later write is local), meets the others at the barrier and reads all
+ * slots with one group GET, combining them in rank order, so every node
+ * gets the same bits.  The slots alternate between two sets by call
+ * parity, so one barrier per reduction suffices: a node can overwrite a set
+ * only after the next reduction's barrier, which every node reaches after
+ * reading it.
+ */
+enum dmi_op { DMI_OP_SUM, DMI_OP_MAX };
+struct dmi_reduce {
+	struct dmi_world w;
+	int64_t slots;		/* 2 * size pages of one double */
+	int parity;
+	double *vals;
+	DMI_access_t *acc;
+};
+
+void dmi_reduce_init(struct dmi_reduce *r, const struct dmi_world *w);
+double dmi_allreduce(struct dmi_reduce *r, double v, enum dmi_op op);
+void dmi_reduce_free(struct dmi_reduce *r);
+
+/*
+ * Adds the nodes' checksum parts in rank order and, on node 0, prints the
+ * report with the slowest node's time; then DMI_finalize.
+ */
+void dmi_report(const struct dmi_world *w, const char *app, enum app_size size,
+		int iterations, double seconds, cks_t part);
+
+#endif
