@@ -99,16 +99,26 @@ grep -q halfproc /proc/modules; tap $? module_listed
 
 if [ "$mode" = sabotage ]; then
 	# Stale translations must be detected: hp_tlb failing on violations
-	# is the pass here (its own TAP goes to the log as comments).
-	# halfproc.repeat=N measures the detector's power over N runs.
-	i=0
+	# is the pass here (its own TAP goes to the log as comments).  One run
+	# sees none in a few percent of runs (measured 1 in 10 with a build
+	# sharing the host's cores: the readers' vCPU did not run while a
+	# stale entry lived), so the claim is the issue's: the detector fails
+	# the sabotaged module in most of halfproc.repeat=N runs.  Each run is
+	# reported on a "# sabotage run" line (scripts/tlb-proof.sh counts them).
+	i=0 seen=0
 	while [ "$i" -lt "$repeat" ]; do
 		i=$((i + 1))
 		/tests/hp_tlb >/tmp/hp_tlb.out 2>&1; r=$?
 		sed 's/^/# hp_tlb: /' /tmp/hp_tlb.out
-		[ "$r" != 0 ] && grep -q "STALE TRANSLATIONS" /tmp/hp_tlb.out
-		tap $? "sabotaged_member_flush_is_detected_by_hp_tlb_run_$i"
+		if [ "$r" != 0 ] && grep -q "STALE TRANSLATIONS" /tmp/hp_tlb.out; then
+			seen=$((seen + 1)); echo "# sabotage run $i of $repeat: detected"
+		else
+			echo "# sabotage run $i of $repeat: missed"
+		fi
 	done
+	echo "# sabotaged module detected in $seen of $repeat runs"
+	[ $((2 * seen)) -gt "$repeat" ]
+	tap $? "sabotaged_member_flush_is_detected_in_most_of_${repeat}_runs"
 	mode=done
 fi
 if [ "$mode" = test ] && [ -n "$only" ]; then
