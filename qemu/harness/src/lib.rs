@@ -11,6 +11,7 @@
 //! # Layout
 //!
 //! - [`cpio`]: a `newc` archive writer for the initramfs;
+//! - [`console`]: the programs' lines, with printk records taken out;
 //! - [`scan`]: the console scanner;
 //! - [`tap`]: TAP lines;
 //! - [`programs`]: which program printed which line (`/init`'s markers);
@@ -21,6 +22,7 @@
 //! - [`qemu`]: the QEMU invocation and timeout.
 
 pub mod breaches;
+pub mod console;
 pub mod cpio;
 pub mod programs;
 pub mod qemu;

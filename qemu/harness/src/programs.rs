@@ -86,7 +86,9 @@ fn parse_marker(line: &str) -> Option<Marker<'_>> {
     }
 }
 
-/// Splits a console log into program runs; `init` comes first.
+/// Splits a console log into program runs; `init` comes first. Only the
+/// programs' own lines count, whole again where printk records split them
+/// ([`crate::console::user_lines`]).
 ///
 /// A `begin` while another program is still open leaves that one unended
 /// (its end marker never came); an `end` for another name than the open
@@ -98,7 +100,8 @@ pub fn split(log: &str) -> Vec<ProgramRun> {
         ..Default::default()
     }];
     let mut cur = 0;
-    for line in log.lines().map(|l| l.trim_end_matches('\r')) {
+    for line in crate::console::user_lines(log) {
+        let line = line.as_str();
         match parse_marker(line) {
             Some(Marker::Begin(name)) => {
                 runs.push(ProgramRun {
@@ -192,5 +195,28 @@ mod tests {
             serde_json::json!({"name": "hp_sets", "plan": 2, "reported": 2,
                                "rc": 0, "ended": true})
         );
+    }
+
+    #[test]
+    fn a_printk_record_splitting_a_line_changes_no_run() {
+        // A record at every byte of every line: the runs, their plans,
+        // results, exit statuses and bail-outs stay those of the clean log
+        // (before, `not [ts] msg` + `ok 2 - b` was a pass, `o[ts]` + `k 1`
+        // dropped a result, and `test x ... [ts]` + `ok` added one).
+        let log = format!("{LOG}test tcp ... ok\nok 5 init.bench_strategies\n");
+        let want = split(&log);
+        for (n, line) in log.lines().enumerate() {
+            for at in 0..=line.len() {
+                let spliced: String = log
+                    .lines()
+                    .enumerate()
+                    .map(|(i, l)| match i == n {
+                        true => format!("{}[   12.345678] rcu: msg\n{}\n", &l[..at], &l[at..]),
+                        false => format!("{l}\n"),
+                    })
+                    .collect();
+                assert_eq!(split(&spliced), want, "line {n} byte {at}:\n{spliced}");
+            }
+        }
     }
 }

@@ -51,17 +51,7 @@ const PATTERNS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Length of the printk timestamp (`[    1.234567]`) that starts `s`, if
-/// one does.
-fn stamp_len(s: &str) -> Option<usize> {
-    let rest = s.strip_prefix('[')?;
-    let end = rest.find(']')?;
-    let stamp = rest[..end].trim();
-    let ok = !stamp.is_empty()
-        && stamp.contains('.')
-        && stamp.chars().all(|c| c.is_ascii_digit() || c == '.');
-    ok.then_some(end + 2)
-}
+use crate::console::stamp_len;
 
 /// The kernel messages of one console line: the line itself (without its
 /// timestamp), and every message that starts at a timestamp later in the
