@@ -8,6 +8,8 @@
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
 //!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
+//! * `slurm` and `hostlist`: start-up under `srun` (ranks and peers from
+//!   the `SLURM_*` variables and a rendezvous at rank 0).
 
 pub mod addr;
 #[allow(non_camel_case_types, non_snake_case)]
@@ -15,12 +17,14 @@ pub mod capi;
 pub mod check;
 mod control;
 pub mod error;
+pub mod hostlist;
 pub mod msg;
 pub mod node;
 mod owner;
 pub mod rmw;
 pub mod runtime;
 pub mod sim;
+pub mod slurm;
 pub mod transport;
 
 pub use addr::{NodeId, ROOT};

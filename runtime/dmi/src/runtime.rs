@@ -42,14 +42,18 @@ pub struct Config {
 fn env(name: &str) -> Result<String, DmiError> {
     std::env::var(name).map_err(|_| {
         DmiError::Setup(format!(
-            "{name} is not set (start the program with `dmi run -n N prog`)"
+            "{name} is not set (start the program with `dmi run -n N prog` or `srun -n N prog`)"
         ))
     })
 }
 
 impl Config {
-    /// Reads `DMI_RANK`, `DMI_SIZE`, `DMI_PEERS`, `DMI_LISTEN_FD`, `DMI_ERRORS`.
+    /// Reads `DMI_RANK`, `DMI_SIZE`, `DMI_PEERS`, `DMI_LISTEN_FD`, `DMI_ERRORS`;
+    /// under `srun` without them, the `SLURM_*` variables (`slurm.rs`).
     pub fn from_env() -> Result<Config, DmiError> {
+        if crate::slurm::detected() {
+            return crate::slurm::config();
+        }
         let bad = |what: &str, v: &str| DmiError::Setup(format!("{what}={v:?} is not valid"));
         let rank_s = env("DMI_RANK")?;
         let size_s = env("DMI_SIZE")?;
