@@ -5,7 +5,7 @@
 //! the environment `dmi run` sets.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, LazyLock, RwLock};
 
 use crate::error::DmiError;
@@ -16,13 +16,40 @@ use crate::runtime::{Dmi, Handle};
 static NODE: RwLock<Option<Dmi>> = RwLock::new(None);
 static RMW: LazyLock<Arc<RmwTable>> = LazyLock::new(|| Arc::new(RmwTable::default()));
 
+/// Room for the last error message (longer ones are cut at a character).
+const ERRMSG_MAX: usize = 1024;
+
 thread_local! {
-    static LAST: RefCell<CString> = RefCell::new(CString::default());
+    // A fixed buffer, so the pointer DMI_errmsg returned stays valid (the
+    // text changes with the next error of this thread, the place does not).
+    static LAST: RefCell<[u8; ERRMSG_MAX]> = const { RefCell::new([0; ERRMSG_MAX]) };
+}
+
+/// The errno value of an error (documented in `dmi.h`).
+pub fn errno_of(e: &DmiError) -> c_int {
+    match e {
+        DmiError::BadAddress(_) => libc::EFAULT,
+        DmiError::OutOfRange(_) => libc::ERANGE,
+        DmiError::BadArgument(_) => libc::EINVAL,
+        DmiError::NotInitialized => libc::ENOTCONN,
+        DmiError::NodeFailed { .. } => libc::EHOSTDOWN,
+        DmiError::Setup(_) => libc::EIO,
+    }
 }
 
 fn set_err(e: &DmiError) {
-    let s = CString::new(e.to_string().replace('\0', " ")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = s);
+    let s = e.to_string().replace('\0', " ");
+    let mut n = s.len().min(ERRMSG_MAX - 1);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    LAST.with(|l| {
+        let mut b = l.borrow_mut();
+        b[..n].copy_from_slice(&s.as_bytes()[..n]);
+        b[n] = 0;
+    });
+    // SAFETY: __errno_location returns this thread's errno, always valid.
+    unsafe { *libc::__errno_location() = errno_of(e) };
 }
 
 fn with<T>(fail: T, f: impl FnOnce(&Dmi) -> Result<T, DmiError>) -> T {
@@ -98,7 +125,7 @@ unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> &'a mut [u8] {
 /// The last error of this thread (empty if none).
 #[no_mangle]
 pub extern "C" fn DMI_errmsg() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    LAST.with(|l| l.as_ptr().cast::<c_char>().cast_const())
 }
 
 /// Connects this node to the others (environment of `dmi run`).
@@ -136,14 +163,19 @@ pub extern "C" fn DMI_finalize() -> c_int {
     }
 }
 
+/// This node's rank; -1 before `DMI_init` (leaving the last error alone,
+/// so `fprintf(..., DMI_rank(), DMI_errmsg())` still shows the reason).
 #[no_mangle]
 pub extern "C" fn DMI_rank() -> c_int {
-    with(-1, |d| Ok(d.rank() as c_int))
+    let g = NODE.read().unwrap_or_else(|e| e.into_inner());
+    g.as_ref().map_or(-1, |d| d.rank() as c_int)
 }
 
+/// The number of nodes; -1 before `DMI_init` (the last error is kept).
 #[no_mangle]
 pub extern "C" fn DMI_size() -> c_int {
-    with(-1, |d| Ok(d.size() as c_int))
+    let g = NODE.read().unwrap_or_else(|e| e.into_inner());
+    g.as_ref().map_or(-1, |d| d.size() as c_int)
 }
 
 #[no_mangle]
