@@ -8,7 +8,13 @@
  * `pkg-config --cflags --libs dmi`.
  *
  * Every call returns 0 (or a value) on success and -1 on error; the reason
- * is in DMI_errmsg(). A node that loses a peer prints which and exits with
+ * is in DMI_errmsg() (a per-thread buffer whose address stays valid; the
+ * text is that of the thread's last error) and errno: EFAULT for an address
+ * outside every region, ERANGE for an access past a region's end, EINVAL
+ * for a bad mode, size, function, NULL buffer or handle, ENOTCONN before
+ * DMI_init or after DMI_finalize, EHOSTDOWN when a node failed, EIO when
+ * start-up failed. DMI_rank and DMI_size return -1 before DMI_init and
+ * leave the last error alone. A node that loses a peer prints which and exits with
  * status 3 (set DMI_ERRORS=return to get -1 from the calls instead).
  * Sequential consistency holds per page; an access spanning pages behaves
  * like separate concurrent accesses to each page.

@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, LazyLock, RwLock};
 
+use crate::addr::{REGION_MAX, REGION_SHIFT};
 use crate::error::DmiError;
 use crate::msg::{ReadMode, WriteMode};
 use crate::rmw::{RmwFn, RmwTable};
@@ -98,6 +99,20 @@ fn check_buf(buf: *const c_void, size: i64) -> Result<usize, DmiError> {
         return Err(DmiError::BadArgument("buf is NULL".into()));
     }
     Ok(size as usize)
+}
+
+/// A buffer for an access: `check_buf`, and a size larger than any region
+/// (`REGION_MAX` bytes) is refused before the buffer is touched, so it is
+/// an error, not an attempt to copy that much. (Smaller sizes past a
+/// region's end are found by the node, which knows the regions.)
+fn check_access(buf: *const c_void, size: i64) -> Result<usize, DmiError> {
+    let len = check_buf(buf, size)?;
+    if len as u64 > REGION_MAX {
+        return Err(DmiError::OutOfRange(format!(
+            "size {size} runs past the end of any region (a region has at most 2^{REGION_SHIFT} bytes)"
+        )));
+    }
+    Ok(len)
 }
 
 /// Copies a C buffer (checked by `check_buf`).
@@ -198,7 +213,7 @@ pub extern "C" fn DMI_munmap(addr: i64) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn DMI_read(addr: i64, size: i64, buf: *mut c_void, mode: c_int) -> c_int {
     with(-1, |d| {
-        let len = check_buf(buf, size)?;
+        let len = check_access(buf, size)?;
         let mode = read_mode(mode)?;
         // SAFETY: the caller guarantees `buf` is writable for `size` bytes.
         status(d.read(addr, unsafe { bytes_mut(buf, len) }, mode))
@@ -210,7 +225,7 @@ pub unsafe extern "C" fn DMI_read(addr: i64, size: i64, buf: *mut c_void, mode: 
 #[no_mangle]
 pub unsafe extern "C" fn DMI_write(addr: i64, size: i64, buf: *const c_void, mode: c_int) -> c_int {
     with(-1, |d| {
-        let len = check_buf(buf, size)?;
+        let len = check_access(buf, size)?;
         let mode = write_mode(mode)?;
         // SAFETY: the caller guarantees `buf` is readable for `size` bytes.
         status(d.write(addr, unsafe { bytes(buf, len) }, mode))
@@ -249,7 +264,7 @@ unsafe fn group(
     // SAFETY: the caller guarantees `acc` points to `num` entries.
     let acc = unsafe { accesses(acc, num)? };
     acc.iter()
-        .map(|a| Ok((a.addr, a.buf, check_buf(a.buf, a.size)?)))
+        .map(|a| Ok((a.addr, a.buf, check_access(a.buf, a.size)?)))
         .collect()
 }
 
@@ -394,7 +409,7 @@ unsafe fn start_async(
     req: impl FnOnce(usize) -> Result<crate::node::CallReq, DmiError>,
 ) -> c_int {
     with(-1, |d| {
-        let len = check_buf(buf, size)?;
+        let len = check_access(buf, size)?;
         if h.is_null() {
             return Err(DmiError::BadArgument("handle is NULL".into()));
         }

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! Bad input to the C API over real node processes:
+//! `runtime/dmi/examples/bad_input.c` (built through `pkg-config dmi`) on 1
+//! and 3 nodes. Every bad call must return -1 with its errno and a message,
+//! change nothing, and leave the nodes working; a crash of a node (a size
+//! of INT64_MAX once aborted it in an allocation) fails the run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The program, built once for all tests of this file.
+fn program() -> &'static (PathBuf, PathBuf) {
+    static P: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    P.get_or_init(|| build("bad_input"))
+}
+
+/// Builds libdmi, writes a `dmi.pc` for it and compiles the example with
+/// `pkg-config --cflags --libs dmi`; returns the program and libdmi's dir.
+fn build(name: &str) -> (PathBuf, PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
+    if lib.ends_with("release") {
+        cargo.arg("--release");
+    }
+    assert!(cargo.status().unwrap().success(), "cargo build -p dmi");
+    let dir = std::env::temp_dir().join(format!("dmi-bad-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pc = std::fs::read_to_string(root.join("dmi.pc.in"))
+        .unwrap()
+        .replace("@PREFIX@", root.to_str().unwrap())
+        .replace("@LIBDIR@", lib.to_str().unwrap())
+        .replace("@INCLUDEDIR@", root.join("include").to_str().unwrap())
+        .replace("@VERSION@", "0.1.0")
+        .replace("@LIBNAME@", "dmi");
+    std::fs::write(dir.join("dmi.pc"), pc).unwrap();
+    let flags = Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", &dir)
+        .args(["--cflags", "--libs", "dmi"])
+        .output()
+        .expect("pkg-config is installed");
+    assert!(flags.status.success(), "pkg-config dmi: {}", text(&flags));
+    let out = dir.join(name);
+    let cc = Command::new("cc")
+        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(root.join(format!("examples/{name}.c")))
+        .args(String::from_utf8(flags.stdout).unwrap().split_whitespace())
+        .output()
+        .expect("cc is installed");
+    assert!(cc.status.success(), "compiling {name}.c: {}", text(&cc));
+    (out, lib)
+}
+
+#[test]
+fn bad_input_is_an_error_on_1_and_3_nodes() {
+    let (prog, lib) = program();
+    for n in [1, 3] {
+        let o = Command::new(env!("CARGO_BIN_EXE_dmi"))
+            .args(["run", "-n", &n.to_string(), "--"])
+            .arg(prog)
+            .env("LD_LIBRARY_PATH", lib)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{n} nodes: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("bad input ok: {n} nodes, ")),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
+fn init_without_an_environment_is_an_error() {
+    let (prog, lib) = program();
+    let o = Command::new(prog)
+        .env("LD_LIBRARY_PATH", lib)
+        .env_remove("DMI_RANK")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad_input: DMI_init: start-up: DMI_RANK is not set"),
+        "{}",
+        text(&o)
+    );
+}
