@@ -2,6 +2,10 @@
 //! The `dmi` command: `dmi run` starts N DMI nodes on loopback; `dmi stress`
 //! and `dmi check` are a coherence test over real processes.
 
+mod bench;
+mod bench_dmi;
+mod bench_phys;
+mod bench_stats;
 mod run;
 mod stress;
 
@@ -30,6 +34,7 @@ enum Cmd {
     Run(run::RunArgs),
     Stress(stress::StressArgs),
     Check(stress::CheckArgs),
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -38,6 +43,7 @@ fn main() {
         Cmd::Run(a) => run::run(a),
         Cmd::Stress(a) => stress::stress(a),
         Cmd::Check(a) => stress::check(a),
+        Cmd::Bench(a) => bench::bench(a),
     };
     std::process::exit(code);
 }

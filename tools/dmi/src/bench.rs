@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `dmi bench`: DMI_read/DMI_write latency and bandwidth per mode, against
+//! memcpy and loopback TCP measured in the same run. Started by hand, it
+//! measures the physical limits, then runs itself as the nodes of
+//! `dmi run -n N` for each N of `--nodes` and collects node 0's results;
+//! started as a node (by `dmi run` or `srun`), it runs `bench_dmi`.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::bench_dmi::{self, Opts};
+use crate::bench_phys::{self, Tcp};
+use crate::bench_stats::Sample;
+
+/// Measure DMI reads and writes per mode against memcpy and loopback TCP.
+///
+/// Prints a table to stderr and the results as JSON to stdout (or to
+/// --json FILE). Each operation is timed REPS times one by one; the table
+/// gives the minimum and the median and the bandwidth of each. Build with
+/// --release for meaningful numbers.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Node counts to run (each at least 2).
+    #[arg(long, value_delimiter = ',', default_value = "2,3")]
+    nodes: Vec<u32>,
+    /// Access sizes in bytes (one page each).
+    #[arg(long, value_delimiter = ',', default_value = "8,4096,65536,1048576")]
+    sizes: Vec<usize>,
+    /// Repetitions of each operation.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(3..=100_000))]
+    reps: u64,
+    /// Accesses per group read/write.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    group: u64,
+    /// Write the JSON here instead of stdout.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+const LINE: &str = "dmi-bench-json ";
+
+fn in_node() -> bool {
+    std::env::var_os("DMI_RANK").is_some() || dmi::slurm::detected()
+}
+
+pub fn bench(a: BenchArgs) -> i32 {
+    if a.sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
+        eprintln!("dmi bench: sizes must be 1 byte to 1 GiB");
+        return 2;
+    }
+    if in_node() {
+        return node(&a);
+    }
+    match lead(&a) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("dmi bench: {e}");
+            1
+        }
+    }
+}
+
+/// One node of a run: node 0 prints its samples as one JSON line.
+fn node(a: &BenchArgs) -> i32 {
+    let d = match dmi::Dmi::from_env(Arc::new(dmi::rmw::RmwTable::default())) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("dmi bench: {e}");
+            return 1;
+        }
+    };
+    let o = Opts {
+        sizes: a.sizes.clone(),
+        reps: a.reps as usize,
+        group: a.group as usize,
+    };
+    let r = bench_dmi::run(&d, &o);
+    let rank = d.rank();
+    let fin = d.finalize();
+    match (r, fin) {
+        (Ok(samples), Ok(())) => {
+            if rank == 0 {
+                let v: Vec<Value> = samples.iter().map(Sample::to_json).collect();
+                println!("{LINE}{}", Value::Array(v));
+            }
+            0
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("dmi bench: node {rank}: {e}");
+            1
+        }
+    }
+}
+
+fn physical(a: &BenchArgs) -> Result<Vec<Sample>, String> {
+    let reps = a.reps as usize;
+    let mut out: Vec<Sample> = a
+        .sizes
+        .iter()
+        .map(|&s| bench_phys::memcpy(s, reps))
+        .collect();
+    let mut tcp = Tcp::start().map_err(|e| format!("loopback TCP: {e}"))?;
+    for &s in &a.sizes {
+        out.push(
+            tcp.request(s, reps)
+                .map_err(|e| format!("loopback TCP: {e}"))?,
+        );
+    }
+    out.push(
+        tcp.stream(64 << 20, reps.min(10))
+            .map_err(|e| format!("loopback TCP: {e}"))?,
+    );
+    Ok(out)
+}
+
+fn dmi_nodes(a: &BenchArgs, n: u32) -> Result<Vec<Sample>, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let o = Command::new(&me)
+        .args(["run", "-n", &n.to_string(), "--"])
+        .arg(&me)
+        .args([
+            "bench",
+            "--reps",
+            &a.reps.to_string(),
+            "--group",
+            &a.group.to_string(),
+        ])
+        .arg("--sizes")
+        .arg(
+            a.sizes
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+        .output()
+        .map_err(|e| format!("starting dmi run: {e}"))?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    if !o.status.success() {
+        return Err(format!(
+            "dmi run -n {n} failed ({}):\n{}{}",
+            o.status,
+            text,
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(LINE))
+        .ok_or_else(|| format!("{n} nodes: no results from node 0"))?;
+    let v: Value = serde_json::from_str(line).map_err(|e| format!("{n} nodes: {e}"))?;
+    v.as_array()
+        .ok_or("results are not a list")?
+        .iter()
+        .map(|s| Sample::from_json(s).ok_or_else(|| format!("{n} nodes: malformed sample {s}")))
+        .collect()
+}
+
+fn uname_r() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn lead(a: &BenchArgs) -> Result<(), String> {
+    if a.nodes.iter().any(|&n| n < 2) {
+        return Err("--nodes: each count must be at least 2".into());
+    }
+    let phys = physical(a)?;
+    let tcp_at = |size: usize| {
+        phys.iter()
+            .find(|s| s.op == "tcp request-response" && s.size == size)
+            .map(|s| s.median)
+    };
+    let mut runs = Vec::new();
+    eprintln!("{}  x tcp", Sample::header());
+    for s in &phys {
+        eprintln!("{}", s.row());
+    }
+    for &n in &a.nodes {
+        let samples = dmi_nodes(a, n)?;
+        eprintln!("-- {n} nodes (loopback TCP)");
+        for s in &samples {
+            let ratio = tcp_at(s.size)
+                .filter(|t| !t.is_zero())
+                .map(|t| format!("{:>6.1}", s.median.as_secs_f64() / t.as_secs_f64()))
+                .unwrap_or_default();
+            eprintln!("{} {ratio}", s.row());
+        }
+        runs.push(json!({
+            "nodes": n,
+            "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
+        }));
+    }
+    let doc = json!({
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "kernel": uname_r(),
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "reps": a.reps,
+        "group": a.group,
+        "transport": "loopback TCP, one connection per node pair",
+        "intra_node": "not measured: the shared-range pool (intra-node DMI) is not built yet",
+        "physical": phys.iter().map(Sample::to_json).collect::<Vec<_>>(),
+        "dmi": runs,
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    match &a.json {
+        Some(p) => std::fs::write(p, text + "\n").map_err(|e| format!("{}: {e}", p.display())),
+        None => {
+            println!("{text}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `dmi bench` end to end on 2 and 3 loopback nodes: the JSON has every
+//! mode at every size with min <= median, the physical limits beside them,
+//! and the numbers mean what they say (a cached read is cheaper than the
+//! miss that fetched it; a write that must update a third node's copy
+//! costs more than one without copies).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn find<'a>(samples: &'a [Value], op: &str, mode: &str, size: u64) -> &'a Value {
+    samples
+        .iter()
+        .find(|s| {
+            s["op"].as_str().unwrap().starts_with(op) && s["mode"] == mode && s["size"] == size
+        })
+        .unwrap_or_else(|| panic!("no {op} {mode} {size} in {samples:?}"))
+}
+
+#[test]
+fn bench_reports_every_mode_against_memcpy_and_tcp() {
+    let json = std::env::temp_dir().join(format!("dmi-bench-{}.json", std::process::id()));
+    let o = Command::new(env!("CARGO_BIN_EXE_dmi"))
+        .args([
+            "bench", "--reps", "7", "--sizes", "8,4096", "--nodes", "2,3", "--json",
+        ])
+        .arg(&json)
+        .env_remove("DMI_RANK")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let phys = doc["physical"].as_array().unwrap();
+    for size in [8, 4096] {
+        find(phys, "memcpy", "", size);
+        find(phys, "tcp request-response", "", size);
+    }
+    let runs = doc["dmi"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for run in runs {
+        let n = run["nodes"].as_u64().unwrap();
+        let s = run["samples"].as_array().unwrap();
+        for v in s {
+            assert_eq!(v["reps"], 7, "{v}");
+            assert!(v["min_us"].as_f64().unwrap() > 0.0, "{v}");
+            assert!(v["min_us"].as_f64() <= v["median_us"].as_f64(), "{v}");
+        }
+        for size in [8, 4096] {
+            for (op, mode) in [
+                ("read (remote owner)", "GET"),
+                ("write (remote owner", "PUT"),
+                ("read miss", "INVALIDATE"),
+                ("read miss", "UPDATE"),
+                ("write miss", "EXCLUSIVE"),
+                ("group read", "GET"),
+                ("group write", "PUT"),
+            ] {
+                find(
+                    s,
+                    op,
+                    mode,
+                    if op.starts_with("group") {
+                        size * 16
+                    } else {
+                        size
+                    },
+                );
+            }
+            let min = |op, mode| find(s, op, mode, size)["min_us"].as_f64().unwrap();
+            for mode in ["INVALIDATE", "UPDATE"] {
+                assert!(
+                    min("read hit", mode) < min("read miss", mode),
+                    "{n} nodes, {mode}: {err}"
+                );
+            }
+            assert!(
+                min("write hit", "EXCLUSIVE") < min("write miss", "EXCLUSIVE"),
+                "{err}"
+            );
+            if n == 3 {
+                let plain = min("write (remote owner", "PUT");
+                assert!(
+                    min("write, a 3rd node has an UPDATE copy", "PUT") > plain,
+                    "{err}"
+                );
+                assert!(
+                    min("write, a 3rd node has an INVALIDATE copy", "PUT") > plain,
+                    "{err}"
+                );
+            }
+        }
+    }
+}
