@@ -3,7 +3,8 @@
 //! accesses to pages whose home and owner is node 1 (so each remote access
 //! is one request and one answer, no forwarding), the others serve and
 //! meet it at barriers. A miss is timed on a page this node never touched
-//! before (one fresh page per repetition); a hit on a page it holds.
+//! before (one fresh page per repetition); a hit on a page it holds. Each
+//! size starts with a few untimed accesses (warm-up).
 
 use std::time::{Duration, Instant};
 
@@ -96,6 +97,12 @@ fn one_size(d: &Dmi, o: &Opts, s: usize) -> Result<Vec<Sample>, DmiError> {
     let grp = p.fresh(o.group);
     let (t_upd, t_inv) = (p.fresh(1)[0], p.fresh(1)[0]);
     if me == 0 {
+        // Warm-up (untimed): connections, socket buffers and the allocator
+        // at this size, so the first timed operation is not a cold one.
+        for _ in 0..3 {
+            d.read(one, &mut buf, ReadMode::Get)?;
+            d.write(one, &data, WriteMode::Put)?;
+        }
         let mut m = |op: &str, mode: &str, size: usize, t: Vec<Duration>| {
             out.push(Sample::new(op, mode, size, t));
         };
