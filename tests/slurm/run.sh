@@ -95,8 +95,8 @@ ClusterName=halfproc
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$d_port
-SlurmUser=root
-SlurmdUser=root
+SlurmUser=$(id -un)
+SlurmdUser=$(id -un)
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$munge_sock
@@ -146,6 +146,11 @@ done_phase
 phase "slurm: sbatch a job whose step is srun -n 3 jacobi $size"
 cat >"$work/job.sh" <<EOF
 #!/bin/sh
+# Started directly in the batch script (not a step), it must refuse.
+if $work/apps/dmi/jacobi $size >/dev/null 2>$work/out/direct.err; then
+	echo "the Jacobi started outside a step did not fail" >&2
+	exit 1
+fi
 exec srun -n 3 --overcommit --kill-on-bad-exit=1 $work/apps/dmi/jacobi $size
 EOF
 chmod +x "$work/job.sh"
@@ -168,6 +173,8 @@ verdict="$("$work/apps/cks-cmp" jacobi "$ref" "${got[0]}")" ||
 	die "slurm: srun -n 3 checksum ${got[0]} differs from dmi run -n 3 ($loop)"
 grep -q '^app jacobi impl dmi ranks 3 ' "$work/out/job.out" ||
 	{ cat "$work/out/job.out" >&2; die "slurm: the job did not run as 3 DMI nodes"; }
+grep -q "this is a job's batch script, not a job step" "$work/out/direct.err" ||
+	{ cat "$work/out/direct.err" >&2; die "slurm: no clear error when started in the batch script outside a step"; }
 echo "slurm: jacobi $size under srun -n 3: checksum ${got[0]}, equal to dmi run -n 3 and to the serial $ref"
 done_phase
 

@@ -85,7 +85,13 @@ impl Task {
             "SLURM_JOB_ID",
             &first_var(&["SLURM_JOB_ID", "SLURM_JOBID"])?.1,
         )?;
-        let (s_name, s) = first_var(&["SLURM_STEP_ID", "SLURM_STEPID"])?;
+        let (s_name, s) = first_var(&["SLURM_STEP_ID", "SLURM_STEPID"]).map_err(|_| {
+            setup(
+                "SLURM_PROCID is set but SLURM_STEP_ID is not: this is a job's batch script, \
+                 not a job step (start the program with `srun`, or `dmi run`)"
+                    .into(),
+            )
+        })?;
         let step: u64 = num(&s_name, &s)?;
         let (l_name, list) = first_var(&["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"])?;
         let hosts = hostlist::expand(&list).map_err(|e| setup(format!("{l_name}: {e}")))?;
