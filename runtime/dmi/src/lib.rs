@@ -2,8 +2,8 @@
 //! DMI: a global address space with selective coherence over nodes
 //! (dmi-reconfiguration sec. 3; the protocol is described in `docs/dmi.md`).
 //!
-//! * `addr`, `msg`, `node`, `owner`, `control`, `rmw`: the protocol core, a
-//!   state machine without I/O.
+//! * `addr`, `msg`, `node`, `owner`, `control`, `rmw`, `epoch`: the protocol
+//!   core, a state machine without I/O (`epoch`: nodes joining and leaving).
 //! * `sim` and `check`: a deterministic in-process network and the
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
@@ -14,6 +14,7 @@ pub mod addr;
 pub mod capi;
 pub mod check;
 mod control;
+pub mod epoch;
 pub mod error;
 pub mod msg;
 pub mod node;
