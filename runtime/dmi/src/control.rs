@@ -159,14 +159,19 @@ impl Node {
         Ok(())
     }
 
-    pub(crate) fn start_barrier(&mut self, call: CallId, fx: &mut Effects) -> Result<(), DmiError> {
+    pub(crate) fn start_barrier(
+        &mut self,
+        call: CallId,
+        count: u32,
+        fx: &mut Effects,
+    ) -> Result<(), DmiError> {
         let op = self.fresh_id();
         self.add_work(call, 1);
         self.ops.insert(op, Op::Sync { call });
         if self.me == 0 {
-            self.handle_control(0, Msg::Barrier { op }, fx);
+            self.handle_control(0, Msg::Barrier { op, count }, fx);
         } else {
-            fx.sends.push((0, Msg::Barrier { op }));
+            fx.sends.push((0, Msg::Barrier { op, count }));
         }
         Ok(())
     }
@@ -221,18 +226,25 @@ impl Node {
                 }
                 self.reply(from, op, Reply::Done, fx);
             }
-            Msg::Barrier { op } => {
-                self.barrier.push((from, op));
+            Msg::Barrier { op, count } => {
+                self.barrier.entry(count).or_default().push((from, op));
                 self.maybe_release_barrier(fx);
             }
             _ => {}
         }
     }
 
-    /// Releases the barrier when every member arrived.
+    /// Releases each barrier whose participants all arrived.
     pub(crate) fn maybe_release_barrier(&mut self, fx: &mut Effects) {
-        if !self.barrier.is_empty() && self.barrier.len() >= self.members.len() {
-            for (n, o) in std::mem::take(&mut self.barrier) {
+        let all = self.members.len();
+        let full: Vec<u32> = self
+            .barrier
+            .iter()
+            .filter(|(&c, w)| !w.is_empty() && w.len() >= if c == 0 { all } else { c as usize })
+            .map(|(&c, _)| c)
+            .collect();
+        for c in full {
+            for (n, o) in self.barrier.remove(&c).unwrap_or_default() {
                 self.reply(n, o, Reply::Done, fx);
             }
         }

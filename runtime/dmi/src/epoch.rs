@@ -289,10 +289,11 @@ impl Node {
                 // Barrier arrivals of leaving nodes will never be matched.
                 let leaving: Vec<NodeId> =
                     old.iter().copied().filter(|n| !new.contains(n)).collect();
-                let (gone, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut self.barrier)
-                    .into_iter()
-                    .partition(|(n, _)| leaving.contains(n));
-                self.barrier = stay;
+                let mut gone = Vec::new();
+                for w in self.barrier.values_mut() {
+                    gone.extend(w.iter().filter(|(n, _)| leaving.contains(n)).copied());
+                    w.retain(|(n, _)| !leaving.contains(n));
+                }
                 for (n, op) in gone {
                     let e = DmiError::Setup(format!("node {n} left during a barrier"));
                     self.reply(n, op, crate::msg::Reply::Err(e), fx);

@@ -8,10 +8,14 @@
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
 //!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
+//! * `reconf` and `schedule`: reconfigurable programs (`DMI_main`,
+//!   `DMI_rescale`, `DMI_itergroup`, `DMI_check_rescale`).
 
 pub mod addr;
 #[allow(non_camel_case_types, non_snake_case)]
 pub mod capi;
+#[allow(non_camel_case_types, non_snake_case)]
+pub mod capi_reconf;
 pub mod check;
 mod control;
 pub mod epoch;
@@ -19,8 +23,10 @@ pub mod error;
 pub mod msg;
 pub mod node;
 mod owner;
+pub mod reconf;
 pub mod rmw;
 pub mod runtime;
+pub mod schedule;
 pub mod sim;
 pub mod transport;
 

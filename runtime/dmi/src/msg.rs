@@ -150,12 +150,28 @@ pub enum Msg {
         op: OpId,
         addr: i64,
     },
-    /// Barrier arrival at node 0, and its release.
+    /// Barrier arrival at node 0, and its release: when `count` arrived,
+    /// or every member for 0.
     Barrier {
         op: OpId,
+        count: u32,
     },
     /// A change of membership (`epoch.rs`).
     Epoch(EpochMsg),
+    /// For the program's runtime, not the protocol core (`reconf.rs`): the
+    /// engine hands these to the application side.
+    App(AppMsg),
+}
+
+/// Node 0's instructions to the other node processes of a reconfigurable
+/// program (`DMI_main`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AppMsg {
+    /// Run the itergroup wrapper as thread `thread` (Fig. 8's
+    /// `thread_create`); `vars` is the rescale state in global memory.
+    Spawn { thread: u32, args: i64, vars: i64 },
+    /// The program is over: finalise and exit.
+    Exit,
 }
 
 /// An owned page moving to another node when its owner leaves.

@@ -56,6 +56,8 @@ pub enum CallReq {
         addr: i64,
     },
     Barrier,
+    /// A barrier of `count` participants (the threads of an itergroup).
+    BarrierOf(u32),
     /// Change the membership (node 0 only): `join` become members, `leave`
     /// hand over everything they hold and stop being members. The result
     /// is [`crate::epoch::RescaleStats`] as bytes.
@@ -63,6 +65,9 @@ pub enum CallReq {
         join: Vec<NodeId>,
         leave: Vec<NodeId>,
     },
+    /// The members of the current epoch, as little-endian u32s (answered
+    /// when no change is under way).
+    Members,
 }
 
 /// What a call returns: bytes (reads, RMW results, an address) or an error.
@@ -186,7 +191,8 @@ pub struct Node {
     next_id: u64,
     pub(crate) rmw: Arc<dyn RmwFuncs>,
     pub(crate) locks: HashMap<i64, (bool, VecDeque<(NodeId, OpId)>)>,
-    pub(crate) barrier: Vec<(NodeId, OpId)>,
+    /// Barrier arrivals at node 0, by participant count (0: all members).
+    pub(crate) barrier: BTreeMap<u32, Vec<(NodeId, OpId)>>,
     pub(crate) next_region: u32,
     failed: Option<DmiError>,
 }
@@ -195,6 +201,12 @@ impl Node {
     pub fn new(me: NodeId, n: u32, rmw: Arc<dyn RmwFuncs>) -> Node {
         assert!(n > 0 && me < n, "node {me} of {n}");
         Node::with_members(me, (0..n).collect(), rmw)
+    }
+
+    /// Node `me` of a run whose members at start are `0..members` (the
+    /// others are spares).
+    pub fn with_first(me: NodeId, members: u32, rmw: Arc<dyn RmwFuncs>) -> Node {
+        Node::with_members(me, (0..members).collect(), rmw)
     }
 
     /// A node that is not a member yet: it holds nothing and serves nothing
@@ -218,7 +230,7 @@ impl Node {
             next_id: 1,
             rmw,
             locks: HashMap::new(),
-            barrier: Vec::new(),
+            barrier: BTreeMap::new(),
             next_region: crate::addr::ROOT.id + 1,
             failed: None,
         }
@@ -287,8 +299,15 @@ impl Node {
             CallReq::Munmap { addr } => self.start_munmap(call, addr, fx),
             CallReq::Lock { addr } => self.start_lock(call, addr, false, fx),
             CallReq::Unlock { addr } => self.start_lock(call, addr, true, fx),
-            CallReq::Barrier => self.start_barrier(call, fx),
+            CallReq::Barrier => self.start_barrier(call, 0, fx),
+            CallReq::BarrierOf(count) => self.start_barrier(call, count.max(1), fx),
             CallReq::Rescale { join, leave } => self.start_rescale(call, join, leave, fx),
+            CallReq::Members => {
+                if let Some(c) = self.calls.get_mut(&call) {
+                    c.out = self.members.iter().flat_map(|m| m.to_le_bytes()).collect();
+                }
+                Ok(())
+            }
         };
         if let Err(e) = r {
             self.fail_call(call, e, fx);

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! Reconfiguration over real node processes: `examples/reconf_test.c` (a
+//! DMI_main program that checks itself) grows from 1 to 3 nodes and shrinks
+//! to 2 while it computes (`dmi run --grow-at/--shrink-at`); the same
+//! program on a fixed node; and the launcher's schedule errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Builds libdmi and compiles `examples/<name>.c` against it (include dir
+/// and library directly; `run.rs` covers the pkg-config path).
+fn build_c(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
+    if lib.ends_with("release") {
+        cargo.arg("--release");
+    }
+    assert!(cargo.status().expect("cargo runs").success());
+    let dir = std::env::temp_dir().join(format!("dmi-reconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let cc = Command::new("cc")
+        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(root.join(format!("examples/{name}.c")))
+        .arg(format!("-I{}", root.join("include").display()))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-ldmi")
+        .output()
+        .expect("cc is installed");
+    assert!(cc.status.success(), "compiling {name}.c: {}", text(&cc));
+    out
+}
+
+fn dmi(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmi"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_program_grows_from_1_to_3_nodes_and_shrinks_to_2_losing_nothing() {
+    let prog = build_c("reconf_test");
+    let p = prog.to_str().unwrap();
+    // Several runs: the barriers and handovers race with the computation.
+    for round in 0..3 {
+        let o = dmi(&[
+            "run",
+            "-n",
+            "1",
+            "--grow-at",
+            "3:2",
+            "--shrink-at",
+            "6:1",
+            p,
+        ]);
+        assert!(o.status.success(), "round {round}: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        // Itergroups of 1, 3 and 2 threads; the judge saw 2 joining with
+        // 1 running, then 1 leaving with 3 running.
+        assert!(
+            out.contains("itergroups 1(in 2 out 0 cur 1) 3(in 0 out 1 cur 3) 2(in 0 out 0 cur 0)"),
+            "round {round}: {}",
+            text(&o)
+        );
+        assert!(out.contains("reconf ok: 24 counters at 10"), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("nodes [0] -> [0, 1, 2]"), "{}", text(&o));
+        assert!(err.contains("nodes [0, 1, 2] -> [0, 1]"), "{}", text(&o));
+        // Node 2 owned the 8 counters of rank 2 when it left: their pages
+        // (64 bytes each) were handed over.
+        let line = err.lines().find(|l| l.contains("-> [0, 1]:")).unwrap();
+        let leave = line.split("leave ").nth(1).unwrap();
+        let pages: u64 = leave
+            .split_once('(')
+            .and_then(|(_, r)| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no page count in {line:?}"));
+        assert!(pages >= 8, "{line}");
+    }
+    // No schedule: one itergroup on one node, same result.
+    let o = dmi(&["run", "-n", "1", p]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("itergroups 1(in 0 out 0 cur 0)\n"),
+        "{}",
+        text(&o)
+    );
+    assert!(out.contains("reconf ok"), "{}", text(&o));
+}
+
+#[test]
+fn bad_schedules_are_refused() {
+    for (flag, v) in [
+        ("--grow-at", "3"),
+        ("--grow-at", "x:1"),
+        ("--shrink-at", "3:0"),
+    ] {
+        let o = dmi(&["run", "-n", "1", flag, v, "true"]);
+        assert!(!o.status.success(), "{flag} {v}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(v),
+            "{}",
+            text(&o)
+        );
+    }
+}
