@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 //! The `dmi` command: `dmi run` starts N DMI nodes on loopback; `dmi stress`
-//! and `dmi check` are a coherence test over real processes.
+//! and `dmi check` are a coherence test over real processes;
+//! `dmi reconf-stress` is that test while nodes join and leave.
 
+mod reconf_stress;
 mod run;
 mod stress;
 
@@ -30,6 +32,7 @@ enum Cmd {
     Run(run::RunArgs),
     Stress(stress::StressArgs),
     Check(stress::CheckArgs),
+    ReconfStress(reconf_stress::ReconfStressArgs),
 }
 
 fn main() {
@@ -38,6 +41,7 @@ fn main() {
         Cmd::Run(a) => run::run(a),
         Cmd::Stress(a) => stress::stress(a),
         Cmd::Check(a) => stress::check(a),
+        Cmd::ReconfStress(a) => reconf_stress::reconf_stress(a),
     };
     std::process::exit(code);
 }

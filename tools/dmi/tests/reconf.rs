@@ -120,3 +120,49 @@ fn bad_schedules_are_refused() {
         );
     }
 }
+
+#[test]
+fn random_accesses_stay_sequentially_consistent_while_nodes_join_and_leave() {
+    // `dmi reconf-stress` is a Rust reconfigurable program (dmi::reconf):
+    // every itergroup thread records its reads and writes; 1 -> 3 -> 2
+    // nodes; the histories of all six threads must be consistent per page.
+    for seed in 1..=3 {
+        let dir =
+            std::env::temp_dir().join(format!("dmi-reconf-stress-{}-{seed}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = dir.to_str().unwrap();
+        let bin = env!("CARGO_BIN_EXE_dmi");
+        let seed_s = seed.to_string();
+        let o = dmi(&[
+            "run",
+            "-n",
+            "1",
+            "--grow-at",
+            "4:2",
+            "--shrink-at",
+            "8:1",
+            "--",
+            bin,
+            "reconf-stress",
+            "--dir",
+            d,
+            "--ops",
+            "4",
+            "--pages",
+            "3",
+            "--seed",
+            &seed_s,
+        ]);
+        assert!(o.status.success(), "seed {seed}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("12 iterations"),
+            "{}",
+            text(&o)
+        );
+        let files = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(files, 6, "one history per itergroup thread (1 + 3 + 2)");
+        let c = dmi(&["check", d]);
+        assert!(c.status.success(), "seed {seed}: {}", text(&c));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
