@@ -24,6 +24,7 @@ pub mod msg;
 pub mod node;
 mod owner;
 pub mod reconf;
+mod reconf_ctl;
 pub mod rmw;
 pub mod runtime;
 pub mod schedule;

@@ -60,7 +60,7 @@ pub trait Program: Send + Sync {
 /// The global variables of Figs. 8-9 (one 8-byte page each) and the
 /// barrier's two words.
 #[derive(Debug, Clone, Copy)]
-enum Var {
+pub(crate) enum Var {
     ThreadNum,
     ExitFlag,
     /// `DMI_check_rescale` calls so far, at the end of the last itergroup.
@@ -70,14 +70,24 @@ enum Var {
     InitNodeNum,
     BarrierCount,
     BarrierGen,
+    /// Live requests (`dmi node join/leave`, `reconf_ctl.rs`): joins and
+    /// leaves asked for so far, and how many of each the controller applied.
+    LiveJoins,
+    LiveLeaves,
+    LiveJoinsDone,
+    LiveLeavesDone,
+    /// Rank 0's reading of the live requests at a check, by check parity.
+    Decide(usize),
     /// Nodes of the itergroup, by rank.
     Nodes(usize),
     Ranks(usize),
     Flags(usize),
+    /// Rank of the i-th live leave request.
+    LiveLeave(usize),
 }
 
-const FIXED: usize = 7;
-const SLOTS: usize = FIXED + 3 * MAX_THREADS;
+const FIXED: usize = 13;
+const SLOTS: usize = FIXED + 4 * MAX_THREADS;
 
 impl Var {
     fn addr(self, vars: i64) -> i64 {
@@ -89,21 +99,27 @@ impl Var {
             Var::InitNodeNum => 4,
             Var::BarrierCount => 5,
             Var::BarrierGen => 6,
+            Var::LiveJoins => 7,
+            Var::LiveLeaves => 8,
+            Var::LiveJoinsDone => 9,
+            Var::LiveLeavesDone => 10,
+            Var::Decide(par) => 11 + (par & 1),
             Var::Nodes(i) => FIXED + i,
             Var::Ranks(t) => FIXED + MAX_THREADS + t,
             Var::Flags(t) => FIXED + 2 * MAX_THREADS + t,
+            Var::LiveLeave(i) => FIXED + 3 * MAX_THREADS + i,
         };
         vars + 8 * slot as i64
     }
 }
 
-fn get(dmi: &Dmi, vars: i64, v: Var) -> Result<i64, DmiError> {
+pub(crate) fn get(dmi: &Dmi, vars: i64, v: Var) -> Result<i64, DmiError> {
     let mut b = [0u8; 8];
     dmi.read(v.addr(vars), &mut b, ReadMode::Get)?;
     Ok(i64::from_le_bytes(b))
 }
 
-fn put(dmi: &Dmi, vars: i64, v: Var, x: i64) -> Result<(), DmiError> {
+pub(crate) fn put(dmi: &Dmi, vars: i64, v: Var, x: i64) -> Result<(), DmiError> {
     dmi.write(v.addr(vars), &x.to_le_bytes(), WriteMode::Put)
 }
 
@@ -145,6 +161,23 @@ struct Shared {
     program: Box<dyn Program>,
     changes: Vec<(u64, Change)>,
     initial: u32,
+    /// The control socket of `dmi node join/leave` (`DMI_CONTROL`).
+    control: Option<std::path::PathBuf>,
+}
+
+impl Shared {
+    /// The first spare rank for live joins (after the schedule's grows).
+    fn live_spares_from(&self) -> u32 {
+        self.initial
+            + self
+                .changes
+                .iter()
+                .map(|(_, c)| match c {
+                    Change::Grow(k) => *k,
+                    Change::Shrink(_) => 0,
+                })
+                .sum::<u32>()
+    }
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -160,6 +193,8 @@ fn shared() -> Result<&'static Shared, DmiError> {
 
 /// Per itergroup thread: what `check_rescale` needs.
 struct Ctx {
+    rank: i64,
+    vars: i64,
     pnum: u32,
     base: u64,
     count: u64,
@@ -183,10 +218,13 @@ fn infos(dmi: &Dmi, ids: &[NodeId]) -> Vec<NodeInfo> {
 
 /// `DMI_check_rescale()`: asks the program's `judge_rescale` whether to end
 /// the itergroup for the joining and leaving requests published so far.
-/// Every thread of the itergroup gets the same answer at the same call.
+/// Every thread of the itergroup gets the same answer at the same call:
+/// scheduled requests are derived the same way everywhere; with a control
+/// socket (live requests) the call is collective, rank 0 reads the live
+/// requests and the others take its reading after an itergroup barrier.
 pub fn check_rescale(dmi: &Dmi) -> Result<bool, DmiError> {
     let sh = shared()?;
-    let (join, leave, cur) = CTX.with(|c| {
+    let (now, rank, vars, pnum, mut due, cur) = CTX.with(|c| {
         let mut c = c.borrow_mut();
         let Some(ctx) = c.as_mut() else {
             return Err(DmiError::BadArgument(
@@ -201,12 +239,40 @@ pub fn check_rescale(dmi: &Dmi) -> Result<bool, DmiError> {
             .filter(|r| r.iter <= now)
             .cloned()
             .collect();
-        let (j, l) = schedule::apply(&due, &ctx.nodes);
-        Ok((j, l, ctx.nodes.clone()))
+        Ok((now, ctx.rank, ctx.vars, ctx.pnum, due, ctx.nodes.clone()))
     })?;
+    if sh.control.is_some() {
+        let slot = Var::Decide(now as usize & 1);
+        if rank == 0 {
+            let j = get(dmi, vars, Var::LiveJoins)?;
+            let l = get(dmi, vars, Var::LiveLeaves)?;
+            put(dmi, vars, slot, j << 32 | l)?;
+        }
+        dmi.barrier_of(pnum)?;
+        let v = get(dmi, vars, slot)?;
+        due.push(live_request(dmi, vars, v >> 32, v & 0xffff_ffff)?);
+    }
+    let (join, leave) = schedule::apply(&due, &cur);
     Ok(sh
         .program
         .judge_rescale(&infos(dmi, &join), &infos(dmi, &leave), &infos(dmi, &cur)))
+}
+
+/// The live requests not applied yet, given the counts asked for so far.
+fn live_request(dmi: &Dmi, vars: i64, joins: i64, leaves: i64) -> Result<Request, DmiError> {
+    let sh = shared()?;
+    let from = i64::from(sh.live_spares_from());
+    let jd = get(dmi, vars, Var::LiveJoinsDone)?;
+    let ld = get(dmi, vars, Var::LiveLeavesDone)?;
+    let leave_ranks = (ld..leaves)
+        .map(|i| get(dmi, vars, Var::LiveLeave(i as usize)).map(|r| r as NodeId))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Request {
+        iter: 0,
+        join: (from + jd..from + joins).map(|r| r as NodeId).collect(),
+        leave: 0,
+        leave_ranks,
+    })
 }
 
 /// The number of threads of the itergroup the calling thread runs, if it
@@ -238,6 +304,8 @@ fn itergroup_wrapper(dmi: &Dmi, tid: usize, args: i64, vars: i64) -> Result<(), 
         let requests = open_requests(dmi, vars)?;
         CTX.with(|c| {
             *c.borrow_mut() = Some(Ctx {
+                rank,
+                vars,
                 pnum: pnum as u32,
                 base,
                 count: 0,
@@ -297,59 +365,102 @@ pub fn rescale(dmi: &Dmi, addr: i64, init_node_num: i32) -> Result<(), DmiError>
     dmi.read(addr, &mut [0u8; 1], ReadMode::Get)?;
     let vars = dmi.mmap(8, SLOTS as i64)?;
     put(dmi, vars, Var::InitNodeNum, i64::from(init_node_num))?;
-    let requests = schedule::resolve(&sh.changes, sh.initial, dmi.size(), init_node_num as u32)?;
-    let mut consumed = 0usize;
-    let mut running: Vec<(usize, NodeId)> = Vec::new();
-    let mut next_tid = 0usize;
-    let mut join: Vec<NodeId> = (0..init_node_num as u32).collect();
-    let mut leave: Vec<NodeId> = Vec::new();
-    let mut group = 0;
+    let mut c = Controller {
+        addr,
+        vars,
+        requests: schedule::resolve(&sh.changes, sh.initial, dmi.size(), init_node_num as u32)?,
+        consumed: 0,
+        running: Vec::new(),
+        next_tid: 0,
+        join: (0..init_node_num as u32).collect(),
+        leave: Vec::new(),
+        group: 0,
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| -> Result<(), DmiError> {
+        if let Some(path) = &sh.control {
+            let listener = crate::reconf_ctl::bind(path)?;
+            let (stop, from) = (&stop, sh.live_spares_from());
+            s.spawn(move || crate::reconf_ctl::serve(dmi, vars, listener, from, stop));
+        }
+        let r = c.rounds(dmi, s);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    })
+    // `vars` stays mapped: threads released by the last barrier may still
+    // be reading their flag (one small region per DMI_rescale call).
+}
+
+/// The state of Figs. 8-9's `DMI_rescale` that stays on node 0.
+struct Controller {
+    addr: i64,
+    vars: i64,
+    requests: Vec<Request>,
+    /// Scheduled requests applied so far.
+    consumed: usize,
+    /// (thread id, node) of the running threads, in rank order.
+    running: Vec<(usize, NodeId)>,
+    next_tid: usize,
+    /// The nodes to join and leave before the next itergroup.
+    join: Vec<NodeId>,
+    leave: Vec<NodeId>,
+    group: u32,
+}
+
+impl Controller {
+    /// One round per itergroup, until rank 0's itergroup returns 0.
+    fn rounds<'s>(
+        &mut self,
+        dmi: &'s Dmi,
+        s: &'s std::thread::Scope<'s, '_>,
+    ) -> Result<(), DmiError> {
+        let (addr, vars) = (self.addr, self.vars);
         loop {
-            group += 1;
+            self.group += 1;
             let t0 = Instant::now();
-            let old_pnum = running.len();
-            let before: Vec<NodeId> = running.iter().map(|r| r.1).collect();
+            let old_pnum = self.running.len();
+            let before: Vec<NodeId> = self.running.iter().map(|r| r.1).collect();
             let mut created = Vec::new();
-            for &node in &join {
-                if next_tid >= MAX_THREADS {
+            for &node in &self.join {
+                if self.next_tid >= MAX_THREADS {
                     return Err(DmiError::BadArgument(format!(
                         "more than {MAX_THREADS} itergroup threads"
                     )));
                 }
-                running.push((next_tid, node));
-                created.push((next_tid, node));
-                next_tid += 1;
+                self.running.push((self.next_tid, node));
+                created.push((self.next_tid, node));
+                self.next_tid += 1;
             }
             let mut deleted = Vec::new();
-            for &node in &leave {
-                if let Some(i) = running.iter().position(|r| r.1 == node) {
-                    let (tid, _) = running.remove(i);
+            for &node in &self.leave {
+                if let Some(i) = self.running.iter().position(|r| r.1 == node) {
+                    let (tid, _) = self.running.remove(i);
                     put(dmi, vars, Var::Flags(tid), 1)?;
                     deleted.push(tid);
                 }
             }
-            let pnum = running.len() as i64;
+            let pnum = self.running.len() as i64;
             put(dmi, vars, Var::ThreadNum, pnum)?;
             if old_pnum > 0 {
                 barrier(dmi, vars, old_pnum as i64 + 1)?; // C
             }
             let t_c = Instant::now();
-            for (rank, &(tid, node)) in running.iter().enumerate() {
+            for (rank, &(tid, node)) in self.running.iter().enumerate() {
                 put(dmi, vars, Var::Ranks(tid), rank as i64)?;
                 put(dmi, vars, Var::Nodes(rank), i64::from(node))?;
             }
-            let joining: Vec<NodeId> = join.iter().copied().filter(|&n| n != 0).collect();
+            let joining: Vec<NodeId> = self.join.iter().copied().filter(|&n| n != 0).collect();
             let js = dmi.rescale_nodes(joining.clone(), Vec::new())?;
             let t_join = t_c.elapsed();
             for &(tid, node) in &created {
                 if node == 0 {
                     s.spawn(move || wrapper_or_exit(dmi, tid, addr, vars));
                 } else {
+                    let thread = tid as u32;
                     dmi.send_app(
                         node,
                         AppMsg::Spawn {
-                            thread: tid as u32,
+                            thread,
                             args: addr,
                             vars,
                         },
@@ -362,14 +473,15 @@ pub fn rescale(dmi: &Dmi, addr: i64, init_node_num: i32) -> Result<(), DmiError>
                 put(dmi, vars, Var::Flags(tid), 0)?;
             }
             let t_leave = Instant::now();
-            let ls = dmi.rescale_nodes(Vec::new(), leave.clone())?;
+            let ls = dmi.rescale_nodes(Vec::new(), self.leave.clone())?;
             let t_leave = t_leave.elapsed();
-            if !joining.is_empty() || !leave.is_empty() {
-                let after: Vec<NodeId> = running.iter().map(|r| r.1).collect();
+            if !joining.is_empty() || !self.leave.is_empty() {
+                let after: Vec<NodeId> = self.running.iter().map(|r| r.1).collect();
                 log(&format!(
-                    "dmi: rescale before itergroup {group}: nodes {before:?} -> {after:?}: \
+                    "dmi: rescale before itergroup {}: nodes {before:?} -> {after:?}: \
                      join {:.1} ms ({} entries moved), leave {:.1} ms ({} pages, {} bytes, {} entries moved), \
                      threads paused {:.1} ms (barrier C to A), controller {:.1} ms",
+                    self.group,
                     t_join.as_secs_f64() * 1e3,
                     js.entries,
                     t_leave.as_secs_f64() * 1e3,
@@ -383,26 +495,38 @@ pub fn rescale(dmi: &Dmi, addr: i64, init_node_num: i32) -> Result<(), DmiError>
             barrier(dmi, vars, pnum + 1)?; // B
             if get(dmi, vars, Var::ExitFlag)? == 1 {
                 // Retire every thread (barrier C of a last round).
-                for &(tid, _) in &running {
+                for &(tid, _) in &self.running {
                     put(dmi, vars, Var::Flags(tid), 1)?;
                 }
-                barrier(dmi, vars, pnum + 1)?;
-                return Ok(());
+                return barrier(dmi, vars, pnum + 1);
             }
-            let checks = get(dmi, vars, Var::Checks)? as u64;
-            let due: Vec<Request> = requests[consumed..]
-                .iter()
-                .take_while(|r| r.iter <= checks)
-                .cloned()
-                .collect();
-            consumed += due.len();
-            put(dmi, vars, Var::Consumed, consumed as i64)?;
-            let cur: Vec<NodeId> = running.iter().map(|r| r.1).collect();
-            (join, leave) = schedule::apply(&due, &cur);
+            self.next_changes(dmi)?;
         }
-    })
-    // `vars` stays mapped: threads released by the last barrier may still
-    // be reading their flag (one small region per DMI_rescale call).
+    }
+
+    /// The requests due when the itergroup ended: the scheduled ones up to
+    /// the checks made, and every live one.
+    fn next_changes(&mut self, dmi: &Dmi) -> Result<(), DmiError> {
+        let vars = self.vars;
+        let checks = get(dmi, vars, Var::Checks)? as u64;
+        let mut due: Vec<Request> = self.requests[self.consumed..]
+            .iter()
+            .take_while(|r| r.iter <= checks)
+            .cloned()
+            .collect();
+        self.consumed += due.len();
+        put(dmi, vars, Var::Consumed, self.consumed as i64)?;
+        if shared()?.control.is_some() {
+            let j = get(dmi, vars, Var::LiveJoins)?;
+            let l = get(dmi, vars, Var::LiveLeaves)?;
+            due.push(live_request(dmi, vars, j, l)?);
+            put(dmi, vars, Var::LiveJoinsDone, j)?;
+            put(dmi, vars, Var::LiveLeavesDone, l)?;
+        }
+        let cur: Vec<NodeId> = self.running.iter().map(|r| r.1).collect();
+        (self.join, self.leave) = schedule::apply(&due, &cur);
+        Ok(())
+    }
 }
 
 /// How a node process ends after [`run`].
@@ -427,10 +551,12 @@ pub fn run(dmi: &Dmi, program: Box<dyn Program>, args: &[String]) -> Result<Endi
             .ok_or_else(|| DmiError::Setup(format!("DMI_INITIAL={v:?} is not valid")))?,
         Err(_) => dmi.size(),
     };
+    let control = std::env::var_os("DMI_CONTROL").map(std::path::PathBuf::from);
     let sh = Shared {
         program,
         changes,
         initial,
+        control,
     };
     if SHARED.set(sh).is_err() {
         return Err(DmiError::BadArgument(

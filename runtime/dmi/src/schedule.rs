@@ -27,6 +27,8 @@ pub struct Request {
     pub iter: u64,
     pub join: Vec<NodeId>,
     pub leave: u32,
+    /// Nodes asked by rank to leave (`dmi node leave RANK`).
+    pub leave_ranks: Vec<NodeId>,
 }
 
 /// Parses `grow:ITER:K,shrink:ITER:K` (empty: no requests).
@@ -75,6 +77,7 @@ pub fn resolve(
             iter: 0,
             join: (init_node_num..initial).collect(),
             leave: 0,
+            leave_ranks: Vec::new(),
         });
     }
     let mut next = initial;
@@ -90,6 +93,7 @@ pub fn resolve(
                     iter,
                     join: (next..next + k).collect(),
                     leave: 0,
+                    leave_ranks: Vec::new(),
                 });
                 next += k;
             }
@@ -97,6 +101,7 @@ pub fn resolve(
                 iter,
                 join: Vec::new(),
                 leave: k,
+                leave_ranks: Vec::new(),
             }),
         }
     }
@@ -115,11 +120,21 @@ pub fn apply(requests: &[Request], cur: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>)
                 join.push(j);
             }
         }
-        for _ in 0..r.leave {
-            let Some(&l) = set.iter().filter(|&&n| n != 0).max() else {
-                break;
-            };
-            set.retain(|&n| n != l);
+        let highest: Vec<NodeId> = (0..r.leave)
+            .map_while(|_| {
+                let l = set.iter().copied().filter(|&n| n != 0).max()?;
+                set.retain(|&n| n != l);
+                Some(l)
+            })
+            .collect();
+        let named: Vec<NodeId> = r
+            .leave_ranks
+            .iter()
+            .copied()
+            .filter(|&l| l != 0 && set.contains(&l))
+            .collect();
+        set.retain(|n| !named.contains(n));
+        for l in highest.into_iter().chain(named) {
             if join.contains(&l) {
                 join.retain(|&n| n != l);
             } else {
@@ -150,9 +165,18 @@ mod tests {
             vec![Request {
                 iter: 0,
                 join: vec![1, 2],
-                leave: 0
+                leave: 0,
+                leave_ranks: vec![]
             }]
         );
+        // Named leaves: members only, never node 0.
+        let named = Request {
+            iter: 0,
+            join: vec![],
+            leave: 0,
+            leave_ranks: vec![0, 2, 5],
+        };
+        assert_eq!(apply(&[named], &[0, 1, 2]), (vec![], vec![2]));
     }
 
     #[test]

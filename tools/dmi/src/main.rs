@@ -3,6 +3,7 @@
 //! and `dmi check` are a coherence test over real processes;
 //! `dmi reconf-stress` is that test while nodes join and leave.
 
+mod node;
 mod reconf_stress;
 mod run;
 mod stress;
@@ -33,6 +34,7 @@ enum Cmd {
     Stress(stress::StressArgs),
     Check(stress::CheckArgs),
     ReconfStress(reconf_stress::ReconfStressArgs),
+    Node(node::NodeArgs),
 }
 
 fn main() {
@@ -42,6 +44,7 @@ fn main() {
         Cmd::Stress(a) => stress::stress(a),
         Cmd::Check(a) => stress::check(a),
         Cmd::ReconfStress(a) => reconf_stress::reconf_stress(a),
+        Cmd::Node(a) => node::node(a),
     };
     std::process::exit(code);
 }

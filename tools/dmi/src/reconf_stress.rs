@@ -34,6 +34,9 @@ pub struct ReconfStressArgs {
     pages: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Pause after each iteration, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pause_ms: u64,
 }
 
 const PAGE: usize = 16;
@@ -149,6 +152,7 @@ impl Program for Stress {
             d.barrier_of(reconf::itergroup_size().unwrap_or(1))
                 .unwrap_or_else(|e| fail("barrier", e));
             iter += 1;
+            std::thread::sleep(std::time::Duration::from_millis(self.a.pause_ms));
         }
         if rank == 0 {
             let mut b = [0u8; 16];

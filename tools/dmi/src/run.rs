@@ -42,6 +42,14 @@ pub struct RunArgs {
     /// leave once DMI_check_rescale was called ITER times. Repeatable.
     #[arg(long, value_name = "ITER:K", value_parser = parse_change)]
     shrink_at: Vec<(u64, u32)>,
+    /// Reconfigurable programs: K spare node processes (idle until `dmi
+    /// node join` brings one in).
+    #[arg(long, default_value_t = 0)]
+    spares: u32,
+    /// Reconfigurable programs: node 0 listens on this Unix socket for
+    /// `dmi node join` and `dmi node leave RANK`.
+    #[arg(long, value_name = "PATH")]
+    control: Option<std::path::PathBuf>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     prog: Vec<String>,
@@ -85,7 +93,7 @@ fn pipe_lines(
 }
 
 pub fn run(a: RunArgs) -> i32 {
-    let spares: u32 = a.grow_at.iter().map(|g| g.1).sum();
+    let spares: u32 = a.grow_at.iter().map(|g| g.1).sum::<u32>() + a.spares;
     let total = a.nodes + spares;
     let schedule: Vec<String> = a
         .grow_at
@@ -120,6 +128,9 @@ pub fn run(a: RunArgs) -> i32 {
             .env("DMI_SCHEDULE", schedule.join(","))
             .env("DMI_PEERS", &peers)
             .env("DMI_LISTEN_FD", fd.to_string());
+        if let Some(c) = &a.control {
+            cmd.env("DMI_CONTROL", c);
+        }
         if a.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }

@@ -166,3 +166,101 @@ fn random_accesses_stay_sequentially_consistent_while_nodes_join_and_leave() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn dmi_node_join_and_leave_change_a_running_program() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let base = std::env::temp_dir().join(format!("dmi-reconf-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let (dir, sock) = (base.join("h"), base.join("ctl.sock"));
+    let bin = env!("CARGO_BIN_EXE_dmi");
+    let mut run = Command::new(bin)
+        .args(["run", "-n", "1", "--spares", "2", "--control"])
+        .arg(&sock)
+        .args([
+            "--",
+            bin,
+            "reconf-stress",
+            "--iters",
+            "600",
+            "--ops",
+            "1",
+            "--pause-ms",
+            "5",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = run.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l.clone());
+            all += &l;
+            all.push('\n');
+        }
+        all
+    });
+    let node = |args: &[&str]| {
+        let mut c = Command::new(bin);
+        c.arg("node").arg("--control").arg(&sock).args(args);
+        c.output().unwrap()
+    };
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no control socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for want in ["node 1 joins", "node 2 joins"] {
+        let o = node(&["join"]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(want),
+            "{}",
+            text(&o)
+        );
+    }
+    let o = node(&["join"]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no spare node left")
+    );
+    // Wait until both joined, then make node 2 leave.
+    let wait_for = |what: &str| loop {
+        let l = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no {what:?} in the run's log"));
+        if l.contains(what) {
+            break;
+        }
+    };
+    wait_for("-> [0, 1, 2]");
+    for (args, err) in [
+        (&["leave", "0"][..], "node 0 cannot leave"),
+        (&["leave", "5"], "not a member"),
+    ] {
+        let o = node(args);
+        assert!(
+            !o.status.success() && String::from_utf8_lossy(&o.stderr).contains(err),
+            "{}",
+            text(&o)
+        );
+    }
+    let o = node(&["leave", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_for("[0, 1, 2] -> [0, 1]");
+    let st = run.wait().unwrap();
+    let log = reader.join().unwrap();
+    assert!(st.success(), "{log}");
+    // Every itergroup thread's history, checked together.
+    let c = dmi(&["check", dir.to_str().unwrap()]);
+    assert!(c.status.success(), "{}", text(&c));
+    let _ = std::fs::remove_dir_all(&base);
+}
