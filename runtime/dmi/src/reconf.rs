@@ -156,6 +156,21 @@ fn barrier(dmi: &Dmi, vars: i64, k: i64) -> Result<(), DmiError> {
     Ok(())
 }
 
+/// `$flags[tid]` of a thread that left its wrapper.
+const RETIRED: i64 = 2;
+
+/// Fig. 9's `thread_join`: waits until thread `tid` left its wrapper. A
+/// leaving node must not hand over while its thread may still be polling
+/// barrier C (its next access would find the node gone).
+fn thread_join(dmi: &Dmi, vars: i64, tid: usize) -> Result<(), DmiError> {
+    let mut pause = Duration::from_micros(50);
+    while get(dmi, vars, Var::Flags(tid))? != RETIRED {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 /// What the process knows about the run (set once by [`run`]).
 struct Shared {
     program: Box<dyn Program>,
@@ -324,6 +339,9 @@ fn itergroup_wrapper(dmi: &Dmi, tid: usize, args: i64, vars: i64) -> Result<(), 
         barrier(dmi, vars, pnum + 1)?; // B
         barrier(dmi, vars, pnum + 1)?; // C
         if get(dmi, vars, Var::Flags(tid))? == 1 {
+            // Retired: tell the controller this thread makes no more DMI
+            // call (its thread_join), so its node may hand over and leave.
+            put(dmi, vars, Var::Flags(tid), RETIRED)?;
             return Ok(());
         }
     }
@@ -470,6 +488,7 @@ impl Controller {
             barrier(dmi, vars, pnum + 1)?; // A
             let pause = t_c.elapsed();
             for &tid in &deleted {
+                thread_join(dmi, vars, tid)?;
                 put(dmi, vars, Var::Flags(tid), 0)?;
             }
             let t_leave = Instant::now();
