@@ -46,6 +46,10 @@ static int failures;
 
 static int64_t judged[3];
 
+/* Built with -DNO_JUDGE, the program has no DMI_judge_rescale (Fig. 6's
+ * programs need none): DMI_check_rescale then ends the itergroup whenever
+ * a node joins or leaves, and judged[] stays 0. */
+#ifndef NO_JUDGE
 int DMI_judge_rescale(DMI_node_t *in_nodes, DMI_node_t *out_nodes, DMI_node_t *cur_nodes,
 		      int in_node_num, int out_node_num, int cur_node_num)
 {
@@ -68,6 +72,7 @@ int DMI_judge_rescale(DMI_node_t *in_nodes, DMI_node_t *out_nodes, DMI_node_t *c
 	}
 	return 0;
 }
+#endif
 
 int DMI_itergroup(int rank, int pnum, int64_t addr)
 {

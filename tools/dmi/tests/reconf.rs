@@ -19,6 +19,11 @@ fn text(o: &Output) -> String {
 /// Builds libdmi and compiles `examples/<name>.c` against it (include dir
 /// and library directly; `run.rs` covers the pkg-config path).
 fn build_c(name: &str) -> PathBuf {
+    build_c_with(name, name, &[])
+}
+
+/// `build_c` with extra compiler flags, into `out_name`.
+fn build_c_with(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
     let exe = std::env::current_exe().unwrap();
     let lib = exe.parent().unwrap().parent().unwrap().to_path_buf();
@@ -30,8 +35,9 @@ fn build_c(name: &str) -> PathBuf {
     assert!(cargo.status().expect("cargo runs").success());
     let dir = std::env::temp_dir().join(format!("dmi-reconf-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(name);
+    let out = dir.join(out_name);
     let cc = Command::new("cc")
+        .args(flags)
         .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
         .arg(&out)
         .arg(root.join(format!("examples/{name}.c")))
@@ -116,6 +122,27 @@ fn a_program_grows_from_1_to_3_nodes_and_shrinks_to_2_losing_nothing() {
         );
         assert!(out.contains("reconf ok"), "{}", text(&o));
     }
+    // Without DMI_judge_rescale (a weak symbol in dmi_main.h), any join or
+    // leave ends the itergroup.
+    let nj = build_c_with("reconf_test", "reconf_test_nojudge", &["-DNO_JUDGE"]);
+    let o = dmi(&[
+        "run",
+        "-n",
+        "1",
+        "--grow-at",
+        "3:2",
+        "--shrink-at",
+        "6:1",
+        nj.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("itergroups 1(in 0 out 0 cur 0) 3(in 0 out 0 cur 0) 2(in 0 out 0 cur 0)"),
+        "{}",
+        text(&o)
+    );
+    assert!(out.contains("reconf ok"), "{}", text(&o));
     // No schedule: one itergroup on one node, same result.
     let o = dmi(&["run", "-n", "1", p]);
     assert!(o.status.success(), "{}", text(&o));
