@@ -4,8 +4,9 @@
 # version on 1, 2 and 4 ranks and its DMI version on 1, 2 and 3 nodes
 # (`dmi run -n N`, loopback) at SIZE (default: small), and check that every
 # checksum agrees with the serial one within the app's stated tolerance
-# (common/checksum.c).  Exit 1 naming each app and rank or node count that
-# disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
+# (common/checksum.c); and the reconfigurable Jacobi growing 1 -> 3 -> 2
+# nodes, which must match the serial checksum exactly.  Exit 1 naming each
+# app and rank or node count that disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
 # dmi-cli` first (libdmi and the dmi command in the workspace's
 # target/debug; nothing to do when they are up to date); DMI_NODES="1 2"
 # changes the node counts.
@@ -74,6 +75,26 @@ for app in "${apps[@]}"; do
 	for np in "${nodes[@]}"; do
 		check "$app" dmi "$np" nodes "$dmi" run -n "$np" "$out/dmi/$app" "$size"
 	done
+done
+# The reconfigurable Jacobi (dmi/jacobi_reconf.c, DMI_main): on 1 node
+# throughout (1 itergroup), and growing 1 -> 3 -> 2 nodes while it computes
+# (3 itergroups); both must print the serial checksum, bit for bit.
+read -r ref iters _ < <(run "jacobi serial" "$out/serial/jacobi" "$size")
+for sched in "" "--grow-at $((iters / 4)):2 --shrink-at $((iters * 5 / 8)):1"; do
+	want=1
+	[ -n "$sched" ] && want=3
+	# shellcheck disable=SC2086 # the schedule is several words
+	log="$(timeout "$per_run" "$dmi" run -n 1 $sched "$out/dmi/jacobi_reconf" "$size" 1 2>&1)"
+	read -r val groups < <(printf '%s\n' "$log" | awk '{ v[$1] = $2 }
+		END { print v["checksum"], v["itergroups"] }')
+	printf '%-8s %-13s %s: %s itergroups; checksum %s\n' jacobi dmi-reconf \
+		"${sched:-1 node}" "${groups:-no}" "${val:-none}"
+	if [ -n "${ref:-}" ] && [ "${val:-}" = "$ref" ] && [ "${groups:-}" = "$want" ]; then
+		passed=$((passed + 1))
+	else
+		printf '%s\n' "$log" | tail -5 >&2
+		failed+=("jacobi dmi-reconf ${sched:-1 node}: checksum ${val:-none}, serial ${ref:-none}, ${groups:-no} itergroups (want $want)")
+	fi
 done
 echo "apps: ${passed} passed, ${#failed[@]} failed"
 if ((${#failed[@]})); then

@@ -51,6 +51,11 @@ int main(void)
 	}
 	int rank = DMI_rank(), size = DMI_size();
 	int64_t a[2];
+	/* Reconfiguration calls belong to DMI_main programs (dmi_main.h). */
+	EXPECT(DMI_rescale(DMI_root(), 1) == -1 && strstr(DMI_errmsg(), "DMI_main"),
+	       "DMI_rescale outside DMI_main must fail: %s", DMI_errmsg());
+	EXPECT(DMI_check_rescale() == -1 && strstr(DMI_errmsg(), "DMI_main"),
+	       "DMI_check_rescale outside DMI_main must fail: %s", DMI_errmsg());
 	if (rank == 0) {
 		a[0] = DMI_mmap(64, 4);
 		CHECK(a[0]);

@@ -89,7 +89,8 @@ int DMI_wait(DMI_handle_t *handle);
 int DMI_mutex_lock(int64_t mutex_addr);
 int DMI_mutex_unlock(int64_t mutex_addr);
 
-/* Waits until every node reached it. */
+/* Waits until every node reached it (called from DMI_itergroup: every
+ * thread of the itergroup). */
 int DMI_barrier(void);
 
 /* User-defined read-modify-write run at the owner of [addr, addr+size),
@@ -101,6 +102,39 @@ typedef void (*DMI_rmw_func_t)(void *target, int64_t size, const void *arg, int6
 int DMI_rmw_register(DMI_rmw_func_t func);
 int DMI_atomic(int64_t addr, int64_t size, const void *arg, int64_t arg_size, void *result,
 	       int func);
+
+/*
+ * Reconfigurable programs (sec. 4, Figs. 6-9). Instead of main() and
+ * DMI_init(), the program defines DMI_main and DMI_itergroup (and, for
+ * DMI_check_rescale, DMI_judge_rescale) and includes <dmi_main.h> once,
+ * which defines main(). Node 0 runs DMI_main(argc, argv); DMI_rescale
+ * runs itergroups, one thread per node, until rank 0's DMI_itergroup
+ * returns 0; nodes join and leave between itergroups (`dmi run -n N
+ * --grow-at ITER:K --shrink-at ITER:K`, docs/dmi.md).
+ */
+typedef struct {
+	int id;         /* the node's rank */
+	int core_num;   /* itergroup threads it runs (1) */
+	char host[64];  /* host:port */
+} DMI_node_t;
+
+void DMI_main(int argc, char **argv);
+int DMI_itergroup(int rank, int pnum, int64_t addr);
+int DMI_judge_rescale(DMI_node_t *in_nodes, DMI_node_t *out_nodes, DMI_node_t *cur_nodes,
+		      int in_node_num, int out_node_num, int cur_node_num);
+
+/* From DMI_main: run itergroups on init_node_num nodes first; addr (a
+ * global address) is passed to every DMI_itergroup. 0, or -1 on error. */
+int DMI_rescale(int64_t addr, int init_node_num);
+/* From DMI_itergroup: 1 when DMI_judge_rescale says to end the itergroup
+ * for the nodes joining and leaving now (without DMI_judge_rescale: when
+ * any does), 0 to go on, -1 on error. */
+int DMI_check_rescale(void);
+/* What dmi_main.h's main() calls; judge may be NULL. Returns the exit
+ * status. */
+int DMI_run(int argc, char **argv, void (*main_fn)(int, char **),
+	    int (*itergroup)(int, int, int64_t),
+	    int (*judge)(DMI_node_t *, DMI_node_t *, DMI_node_t *, int, int, int));
 
 #ifdef __cplusplus
 }

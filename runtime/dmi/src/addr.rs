@@ -92,10 +92,13 @@ impl Region {
     }
 }
 
-/// The home of a page: fixed for the page's life, spreads consecutive pages
-/// over the nodes (block-cyclic with block 1). The owner entry lives here.
-pub fn home(page: PageId, nodes: u32) -> NodeId {
-    ((u64::from(page.region) + page.index) % u64::from(nodes)) as NodeId
+/// The home of a page among the members of an epoch (sorted ids): fixed
+/// while the membership stays the same, spreads consecutive pages over the
+/// nodes (block-cyclic with block 1). The owner entry lives here; a change
+/// of membership moves the entries whose home changes (`epoch.rs`).
+pub fn home(page: PageId, members: &[NodeId]) -> NodeId {
+    let n = members.len().max(1) as u64;
+    members[((u64::from(page.region) + page.index) % n) as usize]
 }
 
 /// The regions a node knows.
@@ -114,6 +117,11 @@ impl Regions {
 
     pub fn insert(&mut self, region: Region) {
         self.map.insert(region.id, region);
+    }
+
+    /// Every region, by id.
+    pub fn all(&self) -> Vec<Region> {
+        self.map.values().copied().collect()
     }
 
     pub fn remove(&mut self, id: u32) -> Option<Region> {

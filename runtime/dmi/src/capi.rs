@@ -14,8 +14,8 @@ use crate::msg::{ReadMode, WriteMode};
 use crate::rmw::{RmwFn, RmwTable};
 use crate::runtime::{Dmi, Handle};
 
-static NODE: RwLock<Option<Dmi>> = RwLock::new(None);
-static RMW: LazyLock<Arc<RmwTable>> = LazyLock::new(|| Arc::new(RmwTable::default()));
+pub(crate) static NODE: RwLock<Option<Arc<Dmi>>> = RwLock::new(None);
+pub(crate) static RMW: LazyLock<Arc<RmwTable>> = LazyLock::new(|| Arc::new(RmwTable::default()));
 
 /// Room for the last error message (longer ones are cut at a character).
 const ERRMSG_MAX: usize = 1024;
@@ -38,7 +38,7 @@ pub fn errno_of(e: &DmiError) -> c_int {
     }
 }
 
-fn set_err(e: &DmiError) {
+pub(crate) fn set_err(e: &DmiError) {
     let s = e.to_string().replace('\0', " ");
     let mut n = s.len().min(ERRMSG_MAX - 1);
     while !s.is_char_boundary(n) {
@@ -53,9 +53,9 @@ fn set_err(e: &DmiError) {
     unsafe { *libc::__errno_location() = errno_of(e) };
 }
 
-fn with<T>(fail: T, f: impl FnOnce(&Dmi) -> Result<T, DmiError>) -> T {
-    let g = NODE.read().unwrap_or_else(|e| e.into_inner());
-    let r = match g.as_ref() {
+pub(crate) fn with<T>(fail: T, f: impl FnOnce(&Dmi) -> Result<T, DmiError>) -> T {
+    let d = NODE.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let r = match d.as_deref() {
         Some(d) => f(d),
         None => Err(DmiError::NotInitialized),
     };
@@ -152,7 +152,7 @@ pub extern "C" fn DMI_init() -> c_int {
     }
     match Dmi::from_env(RMW.clone()) {
         Ok(d) => {
-            *g = Some(d);
+            *g = Some(Arc::new(d));
             0
         }
         Err(e) => {
@@ -166,6 +166,17 @@ pub extern "C" fn DMI_init() -> c_int {
 #[no_mangle]
 pub extern "C" fn DMI_finalize() -> c_int {
     let d = NODE.write().unwrap_or_else(|e| e.into_inner()).take();
+    let d = match d.map(Arc::try_unwrap) {
+        Some(Ok(d)) => Some(d),
+        Some(Err(d)) => {
+            *NODE.write().unwrap_or_else(|e| e.into_inner()) = Some(d);
+            set_err(&DmiError::BadArgument(
+                "DMI_finalize while another thread is in a DMI call".into(),
+            ));
+            return -1;
+        }
+        None => None,
+    };
     match d {
         Some(d) => status(d.finalize()).unwrap_or_else(|e| {
             set_err(&e);
@@ -314,7 +325,11 @@ pub extern "C" fn DMI_mutex_unlock(addr: i64) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn DMI_barrier() -> c_int {
-    with(-1, |d| status(d.barrier()))
+    with(-1, |d| match crate::reconf::itergroup_size() {
+        // In DMI_itergroup: the itergroup's threads.
+        Some(pnum) => status(d.barrier_of(pnum)),
+        None => status(d.barrier()),
+    })
 }
 
 /// A user-defined read-modify-write function, run at the owner.

@@ -9,7 +9,7 @@
 //!   waiters, granted one at a time.
 //! * The barrier lives at node 0 and releases when every node arrived.
 
-use crate::addr::{home, NodeId, Region};
+use crate::addr::{NodeId, Region};
 use crate::error::DmiError;
 use crate::msg::{Msg, OpId, Reply};
 use crate::node::{CallId, Effects, Node, Op};
@@ -74,19 +74,24 @@ impl Node {
     /// Sends `msg` to every other node and completes `op` of `call` (with
     /// `result`) when all acknowledged.
     fn broadcast(&mut self, call: CallId, msg: Msg, op: OpId, result: Vec<u8>, fx: &mut Effects) {
-        let others = self.n - 1;
+        let others: Vec<NodeId> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|&n| n != self.me)
+            .collect();
         self.ops.insert(
             op,
             Op::RegionAcks {
                 call,
-                remaining: others,
+                remaining: others.len() as u32,
                 result,
             },
         );
-        for n in (0..self.n).filter(|&n| n != self.me) {
+        for &n in &others {
             fx.sends.push((n, msg.clone()));
         }
-        if others == 0 {
+        if others.is_empty() {
             self.finish_op(op, Reply::Done, fx);
         }
     }
@@ -138,11 +143,12 @@ impl Node {
         let op = self.fresh_id();
         self.add_work(call, 1);
         self.ops.insert(op, Op::Sync { call });
-        let h = home(page, self.n);
+        let h = self.home_of(page);
+        let origin = self.me;
         let msg = if unlock {
-            Msg::Unlock { op, addr }
+            Msg::Unlock { origin, op, addr }
         } else {
-            Msg::Lock { op, addr }
+            Msg::Lock { origin, op, addr }
         };
         if h == self.me {
             let me = self.me;
@@ -153,14 +159,19 @@ impl Node {
         Ok(())
     }
 
-    pub(crate) fn start_barrier(&mut self, call: CallId, fx: &mut Effects) -> Result<(), DmiError> {
+    pub(crate) fn start_barrier(
+        &mut self,
+        call: CallId,
+        count: u32,
+        fx: &mut Effects,
+    ) -> Result<(), DmiError> {
         let op = self.fresh_id();
         self.add_work(call, 1);
         self.ops.insert(op, Op::Sync { call });
         if self.me == 0 {
-            self.handle_control(0, Msg::Barrier { op }, fx);
+            self.handle_control(0, Msg::Barrier { op, count }, fx);
         } else {
-            fx.sends.push((0, Msg::Barrier { op }));
+            fx.sends.push((0, Msg::Barrier { op, count }));
         }
         Ok(())
     }
@@ -189,16 +200,19 @@ impl Node {
                     }
                 }
             }
-            Msg::Lock { op, addr } => {
+            Msg::Lock { addr, .. } | Msg::Unlock { addr, .. }
+                if self.forward_lock(&msg, addr, fx) => {}
+            Msg::Lock { origin, op, addr } => {
                 let (held, waiters) = self.locks.entry(addr).or_default();
                 if *held {
-                    waiters.push_back((from, op));
+                    waiters.push_back((origin, op));
                 } else {
                     *held = true;
-                    self.reply(from, op, Reply::Done, fx);
+                    self.reply(origin, op, Reply::Done, fx);
                 }
             }
-            Msg::Unlock { op, addr } => {
+            Msg::Unlock { origin, op, addr } => {
+                let from = origin;
                 let (held, waiters) = self.locks.entry(addr).or_default();
                 if !*held {
                     let e = DmiError::BadArgument(format!("mutex {addr:#x} is not locked"));
@@ -212,15 +226,42 @@ impl Node {
                 }
                 self.reply(from, op, Reply::Done, fx);
             }
-            Msg::Barrier { op } => {
-                self.barrier.push((from, op));
-                if self.barrier.len() == self.n as usize {
-                    for (n, o) in std::mem::take(&mut self.barrier) {
-                        self.reply(n, o, Reply::Done, fx);
-                    }
-                }
+            Msg::Barrier { op, count } => {
+                self.barrier.entry(count).or_default().push((from, op));
+                self.maybe_release_barrier(fx);
             }
             _ => {}
         }
+    }
+
+    /// Releases each barrier whose participants all arrived.
+    pub(crate) fn maybe_release_barrier(&mut self, fx: &mut Effects) {
+        let all = self.members.len();
+        let full: Vec<u32> = self
+            .barrier
+            .iter()
+            .filter(|(&c, w)| !w.is_empty() && w.len() >= if c == 0 { all } else { c as usize })
+            .map(|(&c, _)| c)
+            .collect();
+        for c in full {
+            for (n, o) in self.barrier.remove(&c).unwrap_or_default() {
+                self.reply(n, o, Reply::Done, fx);
+            }
+        }
+    }
+
+    /// A mutex message reached a node that is not (or no longer) the home
+    /// of its page: send it on to the home of the current epoch. True when
+    /// it was forwarded.
+    fn forward_lock(&mut self, msg: &Msg, addr: i64, fx: &mut Effects) -> bool {
+        let Ok(page) = self.regions.page_of(addr) else {
+            return false;
+        };
+        let h = self.home_of(page);
+        if h == self.me || self.members.is_empty() {
+            return false;
+        }
+        fx.sends.push((h, msg.clone()));
+        true
     }
 }

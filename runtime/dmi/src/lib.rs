@@ -2,27 +2,35 @@
 //! DMI: a global address space with selective coherence over nodes
 //! (dmi-reconfiguration sec. 3; the protocol is described in `docs/dmi.md`).
 //!
-//! * `addr`, `msg`, `node`, `owner`, `control`, `rmw`: the protocol core, a
-//!   state machine without I/O.
+//! * `addr`, `msg`, `node`, `owner`, `control`, `rmw`, `epoch`: the protocol
+//!   core, a state machine without I/O (`epoch`: nodes joining and leaving).
 //! * `sim` and `check`: a deterministic in-process network and the
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
 //!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
 //! * `slurm` and `hostlist`: start-up under `srun` (ranks and peers from
 //!   the `SLURM_*` variables and a rendezvous at rank 0).
+//! * `reconf` and `schedule`: reconfigurable programs (`DMI_main`,
+//!   `DMI_rescale`, `DMI_itergroup`, `DMI_check_rescale`).
 
 pub mod addr;
 #[allow(non_camel_case_types, non_snake_case)]
 pub mod capi;
+#[allow(non_camel_case_types, non_snake_case)]
+pub mod capi_reconf;
 pub mod check;
 mod control;
+pub mod epoch;
 pub mod error;
 pub mod hostlist;
 pub mod msg;
 pub mod node;
 mod owner;
+pub mod reconf;
+mod reconf_ctl;
 pub mod rmw;
 pub mod runtime;
+pub mod schedule;
 pub mod sim;
 pub mod slurm;
 pub mod transport;

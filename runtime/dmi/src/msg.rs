@@ -138,17 +138,103 @@ pub enum Msg {
     RegionAck {
         op: OpId,
     },
-    /// Mutex at the home of the mutex's page.
+    /// Mutex at the home of the mutex's page (forwarded by a node that is
+    /// no longer its home); the answer goes to `origin`.
     Lock {
+        origin: NodeId,
         op: OpId,
         addr: i64,
     },
     Unlock {
+        origin: NodeId,
         op: OpId,
         addr: i64,
     },
-    /// Barrier arrival at node 0, and its release.
+    /// Barrier arrival at node 0, and its release: when `count` arrived,
+    /// or every member for 0.
     Barrier {
         op: OpId,
+        count: u32,
+    },
+    /// A change of membership (`epoch.rs`).
+    Epoch(EpochMsg),
+    /// For the program's runtime, not the protocol core (`reconf.rs`): the
+    /// engine hands these to the application side.
+    App(AppMsg),
+}
+
+/// Node 0's instructions to the other node processes of a reconfigurable
+/// program (`DMI_main`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AppMsg {
+    /// Run the itergroup wrapper as thread `thread` (Fig. 8's
+    /// `thread_create`); `vars` is the rescale state in global memory.
+    Spawn { thread: u32, args: i64, vars: i64 },
+    /// The program is over: finalise and exit.
+    Exit,
+}
+
+/// An owned page moving to another node when its owner leaves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MovedPage {
+    pub page: PageId,
+    pub version: u64,
+    pub data: Vec<u8>,
+    pub copyset: Vec<(NodeId, CopyMode)>,
+}
+
+/// The state one node hands to one member of the next epoch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Handed {
+    /// Owner entries of pages whose home is now the receiver.
+    pub entries: Vec<(PageId, NodeId)>,
+    /// Pages the sender owned and the receiver is now the home of (the
+    /// sender leaves).
+    pub pages: Vec<MovedPage>,
+    /// Mutexes whose home is now the receiver.
+    pub locks: Vec<MovedLock>,
+}
+
+/// A mutex moving to its new home: whether it is held, and its waiters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MovedLock {
+    pub addr: i64,
+    pub held: bool,
+    pub waiters: Vec<(NodeId, OpId)>,
+}
+
+/// Messages of a membership change, coordinated by node 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum EpochMsg {
+    /// Start no new access; answer `Frozen` once none of yours is in flight.
+    Freeze {
+        epoch: u64,
+    },
+    Frozen {
+        epoch: u64,
+    },
+    /// Everyone is quiet: move to `new` (sorted ids). `regions` is for the
+    /// joining nodes.
+    Handover {
+        epoch: u64,
+        old: Vec<NodeId>,
+        new: Vec<NodeId>,
+        regions: Vec<Region>,
+    },
+    /// What an old member hands to a new member (one per pair, maybe empty).
+    Handed {
+        epoch: u64,
+        state: Handed,
+    },
+    /// A new member has everything; it counts what it received.
+    Ready {
+        epoch: u64,
+        pages: u64,
+        bytes: u64,
+        entries: u64,
+    },
+    /// From each new member to each leaving node: nothing more follows.
+    Fin {
+        epoch: u64,
     },
 }

@@ -56,6 +56,18 @@ pub enum CallReq {
         addr: i64,
     },
     Barrier,
+    /// A barrier of `count` participants (the threads of an itergroup).
+    BarrierOf(u32),
+    /// Change the membership (node 0 only): `join` become members, `leave`
+    /// hand over everything they hold and stop being members. The result
+    /// is [`crate::epoch::RescaleStats`] as bytes.
+    Rescale {
+        join: Vec<NodeId>,
+        leave: Vec<NodeId>,
+    },
+    /// The members of the current epoch, as little-endian u32s (answered
+    /// when no change is under way).
+    Members,
 }
 
 /// What a call returns: bytes (reads, RMW results, an address) or an error.
@@ -158,26 +170,29 @@ impl Op {
 }
 
 #[derive(Debug, Default)]
-struct Call {
-    remaining: usize,
-    out: Vec<u8>,
+pub(crate) struct Call {
+    pub remaining: usize,
+    pub out: Vec<u8>,
     err: Option<DmiError>,
 }
 
 /// One node's protocol state.
 pub struct Node {
     pub(crate) me: NodeId,
-    pub(crate) n: u32,
+    /// Members of the current epoch, sorted; homes are spread over them.
+    pub(crate) members: Vec<NodeId>,
+    pub(crate) epoch: crate::epoch::EpochState,
     pub(crate) regions: Regions,
     pub(crate) pages: HashMap<PageId, Page>,
     /// Owner table of the pages this node is home of (absent: the home).
     pub(crate) owners: HashMap<PageId, NodeId>,
     pub(crate) ops: HashMap<OpId, Op>,
-    calls: HashMap<CallId, Call>,
+    pub(crate) calls: HashMap<CallId, Call>,
     next_id: u64,
     pub(crate) rmw: Arc<dyn RmwFuncs>,
     pub(crate) locks: HashMap<i64, (bool, VecDeque<(NodeId, OpId)>)>,
-    pub(crate) barrier: Vec<(NodeId, OpId)>,
+    /// Barrier arrivals at node 0, by participant count (0: all members).
+    pub(crate) barrier: BTreeMap<u32, Vec<(NodeId, OpId)>>,
     pub(crate) next_region: u32,
     failed: Option<DmiError>,
 }
@@ -185,9 +200,28 @@ pub struct Node {
 impl Node {
     pub fn new(me: NodeId, n: u32, rmw: Arc<dyn RmwFuncs>) -> Node {
         assert!(n > 0 && me < n, "node {me} of {n}");
+        Node::with_members(me, (0..n).collect(), rmw)
+    }
+
+    /// Node `me` of a run whose members at start are `0..members` (the
+    /// others are spares).
+    pub fn with_first(me: NodeId, members: u32, rmw: Arc<dyn RmwFuncs>) -> Node {
+        Node::with_members(me, (0..members).collect(), rmw)
+    }
+
+    /// A node that is not a member yet: it holds nothing and serves nothing
+    /// until node 0 makes it join (`CallReq::Rescale`).
+    pub fn spare(me: NodeId, rmw: Arc<dyn RmwFuncs>) -> Node {
+        let mut node = Node::with_members(me, Vec::new(), rmw);
+        node.epoch.phase = crate::epoch::Phase::Outside;
+        node
+    }
+
+    fn with_members(me: NodeId, members: Vec<NodeId>, rmw: Arc<dyn RmwFuncs>) -> Node {
         Node {
             me,
-            n,
+            members,
+            epoch: crate::epoch::EpochState::default(),
             regions: Regions::with_root(),
             pages: HashMap::new(),
             owners: HashMap::new(),
@@ -196,7 +230,7 @@ impl Node {
             next_id: 1,
             rmw,
             locks: HashMap::new(),
-            barrier: Vec::new(),
+            barrier: BTreeMap::new(),
             next_region: crate::addr::ROOT.id + 1,
             failed: None,
         }
@@ -206,8 +240,19 @@ impl Node {
         self.me
     }
 
+    /// Number of members in the current epoch.
     pub fn size(&self) -> u32 {
-        self.n
+        self.members.len() as u32
+    }
+
+    /// Members of the current epoch (sorted ids).
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// The home of `page` in the current epoch.
+    pub(crate) fn home_of(&self, page: PageId) -> NodeId {
+        home(page, &self.members)
     }
 
     /// Calls not yet complete.
@@ -230,6 +275,14 @@ impl Node {
             self.fail_call(call, e, fx);
             return call;
         }
+        if let Some(req) = self.defer_call(call, req, fx) {
+            self.run_call(call, req, fx);
+        }
+        call
+    }
+
+    /// Starts call `call` now (the membership is settled).
+    pub(crate) fn run_call(&mut self, call: CallId, req: CallReq, fx: &mut Effects) {
         let r = match req {
             CallReq::Read { items, mode } => self.start_read(call, items, mode, fx),
             CallReq::Write { items, mode } => self.start_write(call, items, mode, fx),
@@ -246,14 +299,21 @@ impl Node {
             CallReq::Munmap { addr } => self.start_munmap(call, addr, fx),
             CallReq::Lock { addr } => self.start_lock(call, addr, false, fx),
             CallReq::Unlock { addr } => self.start_lock(call, addr, true, fx),
-            CallReq::Barrier => self.start_barrier(call, fx),
+            CallReq::Barrier => self.start_barrier(call, 0, fx),
+            CallReq::BarrierOf(count) => self.start_barrier(call, count.max(1), fx),
+            CallReq::Rescale { join, leave } => self.start_rescale(call, join, leave, fx),
+            CallReq::Members => {
+                if let Some(c) = self.calls.get_mut(&call) {
+                    c.out = self.members.iter().flat_map(|m| m.to_le_bytes()).collect();
+                }
+                Ok(())
+            }
         };
         if let Err(e) = r {
             self.fail_call(call, e, fx);
         } else {
             self.maybe_finish(call, fx);
         }
-        call
     }
 
     /// Registers `count` more pieces of work for `call`.
@@ -348,7 +408,7 @@ impl Node {
                 },
             );
             if let Some(req) = self.dispatch(op, fx) {
-                by_home.entry(home(req.page, self.n)).or_default().push(req);
+                by_home.entry(self.home_of(req.page)).or_default().push(req);
             }
         }
         for (h, reqs) in by_home {
@@ -426,7 +486,10 @@ impl Node {
     /// A home creates each of its pages (zero-filled) the first time it is
     /// touched; until then the owner table says the home owns it.
     pub(crate) fn ensure_created(&mut self, page_id: PageId) {
-        if home(page_id, self.n) != self.me || self.owners.contains_key(&page_id) {
+        if self.members.is_empty()
+            || self.home_of(page_id) != self.me
+            || self.owners.contains_key(&page_id)
+        {
             return;
         }
         let Some(size) = self.regions.page_size(page_id) else {
@@ -520,7 +583,7 @@ impl Node {
         }
     }
 
-    fn fail_call(&mut self, call: CallId, e: DmiError, fx: &mut Effects) {
+    pub(crate) fn fail_call(&mut self, call: CallId, e: DmiError, fx: &mut Effects) {
         self.ops.retain(|_, o| o.call() != call);
         if self.calls.remove(&call).is_some() {
             fx.done.push((call, Err(e)));
@@ -540,6 +603,14 @@ impl Node {
 
     /// Handles a message from node `from`.
     pub fn handle(&mut self, from: NodeId, msg: Msg, fx: &mut Effects) {
+        if let Some(msg) = self.epoch_filter(from, msg, fx) {
+            self.handle_now(from, msg, fx);
+        }
+        self.check_drained(fx);
+    }
+
+    /// Handles a message the membership change let through.
+    pub(crate) fn handle_now(&mut self, from: NodeId, msg: Msg, fx: &mut Effects) {
         match msg {
             Msg::ToHome(reqs) => self.at_home(reqs, fx),
             Msg::ToOwner(reqs) => {
@@ -594,7 +665,10 @@ impl Node {
     /// A readable dump of this node's pages and pending accesses (for test
     /// failures).
     pub fn debug_state(&self) -> String {
-        let mut s = format!("node {} owners={:?}\n", self.me, self.owners);
+        let mut s = format!(
+            "node {} members={:?} phase={:?} owners={:?}\n",
+            self.me, self.members, self.epoch.phase, self.owners
+        );
         let mut pages: Vec<_> = self.pages.iter().collect();
         pages.sort_by_key(|(k, _)| **k);
         for (k, p) in pages {

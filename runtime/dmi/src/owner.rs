@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::addr::{home, NodeId, PageId};
+use crate::addr::{NodeId, PageId};
 use crate::error::DmiError;
 use crate::msg::{CopyMode, Msg, OpId, Reply, ReqKind, Request};
 use crate::node::{Effects, Node, Op, Owner, PageOpKind};
@@ -249,7 +249,8 @@ impl Node {
                 None if req.origin == self.me => {
                     page.awaiting.retain(|&o| o != req.op);
                     if let Some(r) = self.dispatch(req.op, fx) {
-                        self.send_home(home(page_id, self.n), vec![r], fx);
+                        let h = self.home_of(page_id);
+                        self.send_home(h, vec![r], fx);
                     }
                 }
                 None => {

@@ -19,8 +19,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::addr::{NodeId, ROOT};
+use crate::epoch::Phase;
 use crate::error::DmiError;
-use crate::msg::{ReadMode, WriteMode};
+use crate::msg::{AppMsg, Msg, ReadMode, WriteMode};
 use crate::node::{CallId, CallReq, Effects, Node, Outcome};
 use crate::rmw::RmwTable;
 use crate::transport::{connect_all, Frame, NetEvent};
@@ -37,6 +38,9 @@ pub struct Config {
     pub listener: Option<std::net::TcpListener>,
     /// End the process when a peer dies (else calls return the error).
     pub fatal_errors: bool,
+    /// Ranks below this are members at start, the others spares that join
+    /// later (None: all are members). `reconf::run` sets it to 1.
+    pub members: Option<u32>,
 }
 
 fn env(name: &str) -> Result<String, DmiError> {
@@ -97,6 +101,7 @@ impl Config {
             Err(_) => None,
         };
         Ok(Config {
+            members: None,
             rank,
             peers,
             listener,
@@ -109,6 +114,20 @@ enum Event {
     Net(NetEvent),
     Call(CallReq, oneshot::Sender<Outcome>),
     Finalize(oneshot::Sender<()>),
+    /// Goodbye to every peer without waiting for theirs (a node that left
+    /// the run, or a spare that never joined).
+    Leave(oneshot::Sender<()>),
+    /// Send an application message to a node.
+    App(NodeId, AppMsg),
+}
+
+/// What the engine tells the application side of a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppEvent {
+    /// An instruction of node 0.
+    Msg(AppMsg),
+    /// This node handed everything over and is no longer a member.
+    Left,
 }
 
 /// A pending asynchronous call.
@@ -128,8 +147,10 @@ impl Handle {
 /// One node of a DMI run.
 pub struct Dmi {
     rank: NodeId,
+    peers: Vec<SocketAddr>,
     size: u32,
     tx: mpsc::UnboundedSender<Event>,
+    app: std::sync::Mutex<std::sync::mpsc::Receiver<AppEvent>>,
     thread: Option<std::thread::JoinHandle<()>>,
     rmw: Arc<RmwTable>,
 }
@@ -142,12 +163,15 @@ impl Dmi {
 
     /// Starts this node: connects to every peer, then serves.
     pub fn start(cfg: Config, rmw: Arc<RmwTable>) -> Result<Dmi, DmiError> {
+        ignore_sigpipe();
         let rank = cfg.rank;
         let size = cfg.peers.len() as u32;
+        let peers = cfg.peers.clone();
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let tx2 = tx.clone();
         let rmw2 = rmw.clone();
+        let (app_tx, app_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("dmi-node-{rank}"))
             .spawn(move || {
@@ -161,14 +185,16 @@ impl Dmi {
                         return;
                     }
                 };
-                rt.block_on(engine(cfg, rmw2, tx2, rx, ready_tx));
+                rt.block_on(engine(cfg, rmw2, tx2, rx, ready_tx, app_tx));
             })
             .map_err(|e| DmiError::Setup(format!("thread: {e}")))?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Dmi {
                 rank,
+                peers,
                 size,
                 tx,
+                app: std::sync::Mutex::new(app_rx),
                 thread: Some(thread),
                 rmw,
             }),
@@ -188,6 +214,11 @@ impl Dmi {
 
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// The address of every node process, by rank.
+    pub fn peers(&self) -> &[SocketAddr] {
+        &self.peers
     }
 
     /// The root page's address (4096 bytes, zero at start, known to all).
@@ -295,6 +326,56 @@ impl Dmi {
         self.call(CallReq::Barrier).map(drop)
     }
 
+    /// Waits for the next instruction of node 0, or for this node's leave
+    /// to complete (`reconf.rs`).
+    pub fn next_app_event(&self) -> Result<AppEvent, DmiError> {
+        let rx = self.app.lock().unwrap_or_else(|e| e.into_inner());
+        rx.recv().map_err(|_| DmiError::NotInitialized)
+    }
+
+    /// Sends an instruction to node `to` (from node 0).
+    pub fn send_app(&self, to: NodeId, m: AppMsg) -> Result<(), DmiError> {
+        self.tx
+            .send(Event::App(to, m))
+            .map_err(|_| DmiError::NotInitialized)
+    }
+
+    /// The members of the current epoch (sorted ranks).
+    pub fn members(&self) -> Result<Vec<NodeId>, DmiError> {
+        let b = self.call(CallReq::Members)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect())
+    }
+
+    /// Node 0: change the membership; returns what moved.
+    pub fn rescale_nodes(
+        &self,
+        join: Vec<NodeId>,
+        leave: Vec<NodeId>,
+    ) -> Result<crate::epoch::RescaleStats, DmiError> {
+        let b = self.call(CallReq::Rescale { join, leave })?;
+        crate::epoch::RescaleStats::from_bytes(&b)
+            .ok_or_else(|| DmiError::Setup("malformed rescale answer".into()))
+    }
+
+    /// Goodbye to every peer without a barrier, and shutdown: for a node
+    /// that left the run or never joined it.
+    pub fn leave(mut self) {
+        let (otx, orx) = oneshot::channel();
+        if self.tx.send(Event::Leave(otx)).is_ok() {
+            let _ = orx.blocking_recv();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Waits until `count` callers (on any nodes) reached this barrier.
+    pub fn barrier_of(&self, count: u32) -> Result<(), DmiError> {
+        self.call(CallReq::BarrierOf(count)).map(drop)
+    }
+
     /// Barrier, goodbye to every peer, and shutdown.
     pub fn finalize(mut self) -> Result<(), DmiError> {
         let r = self.barrier();
@@ -316,6 +397,7 @@ async fn engine(
     tx: mpsc::UnboundedSender<Event>,
     mut rx: mpsc::UnboundedReceiver<Event>,
     ready: std::sync::mpsc::Sender<Result<(), DmiError>>,
+    app: std::sync::mpsc::Sender<AppEvent>,
 ) {
     let me = cfg.rank;
     let n = cfg.peers.len() as u32;
@@ -358,7 +440,12 @@ async fn engine(
         }
     });
     let _ = ready.send(Ok(()));
-    let mut node = Node::new(me, n, rmw);
+    let mut node = match cfg.members {
+        Some(m) if me >= m => Node::spare(me, rmw),
+        Some(m) => Node::with_first(me, m, rmw),
+        None => Node::new(me, n, rmw),
+    };
+    let mut left = false;
     let mut waiting: HashMap<CallId, oneshot::Sender<Outcome>> = HashMap::new();
     let mut byes: HashSet<NodeId> = HashSet::new();
     let mut finalize: Option<oneshot::Sender<()>> = None;
@@ -380,7 +467,23 @@ async fn engine(
                 let c = node.start(req, &mut fx);
                 waiting.insert(c, otx);
             }
+            Event::Net(NetEvent::Msg(_, Msg::App(m))) => {
+                let _ = app.send(AppEvent::Msg(m));
+            }
             Event::Net(NetEvent::Msg(from, m)) => node.handle(from, m, &mut fx),
+            Event::App(to, m) => {
+                if let Some(p) = peers.get(to as usize).and_then(Option::as_ref) {
+                    let _ = p.send(Frame::Msg(Msg::App(m)));
+                }
+            }
+            Event::Leave(otx) => {
+                for p in peers.iter().flatten() {
+                    let _ = p.send(Frame::Bye);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let _ = otx.send(());
+                return;
+            }
             Event::Net(NetEvent::Bye(from)) => {
                 byes.insert(from);
             }
@@ -422,6 +525,10 @@ async fn engine(
             }
         }
         deliver(&mut node, &peers, fx, &mut waiting);
+        if !left && node.phase() == Phase::Left {
+            left = true;
+            let _ = app.send(AppEvent::Left);
+        }
         if finalize.is_some() && byes.len() + 1 >= n as usize {
             // Let the writers flush their goodbyes.
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -429,6 +536,24 @@ async fn engine(
                 let _ = f.send(());
             }
             return;
+        }
+    }
+}
+
+/// A peer that said goodbye may close its end while a heartbeat is on its
+/// way: the write must fail with EPIPE, not kill the process (a C program
+/// keeps SIGPIPE's default action). Only a default disposition is changed.
+fn ignore_sigpipe() {
+    // SAFETY: sigaction only reads and writes the two local structs; the
+    // handler is replaced only when it was the default one.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_DFL
+        {
+            let mut ign: libc::sigaction = std::mem::zeroed();
+            ign.sa_sigaction = libc::SIG_IGN;
+            libc::sigaction(libc::SIGPIPE, &ign, std::ptr::null_mut());
         }
     }
 }

@@ -58,6 +58,17 @@ impl Sim {
         }
     }
 
+    /// `members` nodes (0..members) plus `spares` more that are not
+    /// members until node 0 makes them join.
+    pub fn with_spares(members: u32, spares: u32, seed: u64) -> Sim {
+        let mut sim = Sim::new(members, seed);
+        let rmw = Arc::new(RmwTable::default());
+        for i in members..members + spares {
+            sim.nodes.push(Node::spare(i, rmw.clone()));
+        }
+        sim
+    }
+
     fn absorb(&mut self, from: NodeId, fx: Effects) {
         for (to, m) in fx.sends {
             self.links.entry((from, to)).or_default().push_back(m);
@@ -98,6 +109,9 @@ impl Sim {
             return false;
         };
         self.delivered += 1;
+        if std::env::var_os("DMI_SIM_TRACE").is_some() {
+            eprintln!("{from}->{to}: {m:?}");
+        }
         let mut fx = Effects::default();
         self.nodes[to as usize].handle(from, m, &mut fx);
         self.absorb(to, fx);

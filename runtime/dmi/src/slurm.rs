@@ -127,6 +127,7 @@ pub fn config() -> Result<Config, DmiError> {
         peers,
         listener: Some(listener),
         fatal_errors: std::env::var("DMI_ERRORS").map_or(true, |v| v != "return"),
+        members: None,
     })
 }
 

@@ -55,8 +55,9 @@ impl Pages {
         d.barrier()?;
         let base = i64::from_le_bytes(b);
         let region = (base >> REGION_SHIFT) as u32;
+        let members = d.members()?;
         let at1 = (0..num as u64)
-            .filter(|&index| home(PageId { region, index }, n) == 1)
+            .filter(|&index| home(PageId { region, index }, &members) == 1)
             .map(|i| base + (i * size as u64) as i64)
             .collect();
         Ok(Pages { base, at1, next: 0 })

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 //! The `dmi` command: `dmi run` starts N DMI nodes on loopback; `dmi stress`
-//! and `dmi check` are a coherence test over real processes.
+//! and `dmi check` are a coherence test over real processes;
+//! `dmi reconf-stress` is that test while nodes join and leave.
 
 mod bench;
 mod bench_dmi;
 mod bench_phys;
 mod bench_stats;
+mod node;
+mod reconf_stress;
 mod run;
 mod stress;
 
@@ -35,6 +38,8 @@ enum Cmd {
     Stress(stress::StressArgs),
     Check(stress::CheckArgs),
     Bench(bench::BenchArgs),
+    ReconfStress(reconf_stress::ReconfStressArgs),
+    Node(node::NodeArgs),
 }
 
 fn main() {
@@ -44,6 +49,8 @@ fn main() {
         Cmd::Stress(a) => stress::stress(a),
         Cmd::Check(a) => stress::check(a),
         Cmd::Bench(a) => bench::bench(a),
+        Cmd::ReconfStress(a) => reconf_stress::reconf_stress(a),
+        Cmd::Node(a) => node::node(a),
     };
     std::process::exit(code);
 }

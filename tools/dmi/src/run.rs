@@ -33,9 +33,39 @@ pub struct RunArgs {
     /// their own before they are killed.
     #[arg(long, default_value_t = 10)]
     grace: u64,
+    /// Reconfigurable programs (DMI_main): K more nodes join once the
+    /// program called DMI_check_rescale ITER times (spare node processes,
+    /// started now, idle until then). Repeatable.
+    #[arg(long, value_name = "ITER:K", value_parser = parse_change)]
+    grow_at: Vec<(u64, u32)>,
+    /// Reconfigurable programs: the K highest-ranked nodes (never node 0)
+    /// leave once DMI_check_rescale was called ITER times. Repeatable.
+    #[arg(long, value_name = "ITER:K", value_parser = parse_change)]
+    shrink_at: Vec<(u64, u32)>,
+    /// Reconfigurable programs: K spare node processes (idle until `dmi
+    /// node join` brings one in).
+    #[arg(long, default_value_t = 0)]
+    spares: u32,
+    /// Reconfigurable programs: node 0 listens on this Unix socket for
+    /// `dmi node join` and `dmi node leave RANK`.
+    #[arg(long, value_name = "PATH")]
+    control: Option<std::path::PathBuf>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     prog: Vec<String>,
+}
+
+fn parse_change(s: &str) -> Result<(u64, u32), String> {
+    let (i, k) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: want ITER:K"))?;
+    let i = i
+        .parse()
+        .map_err(|_| format!("{s:?}: ITER is not a number"))?;
+    match k.parse() {
+        Ok(k) if k >= 1 => Ok((i, k)),
+        _ => Err(format!("{s:?}: K must be a number of at least 1")),
+    }
 }
 
 fn describe(s: ExitStatus) -> String {
@@ -63,8 +93,16 @@ fn pipe_lines(
 }
 
 pub fn run(a: RunArgs) -> i32 {
+    let spares: u32 = a.grow_at.iter().map(|g| g.1).sum::<u32>() + a.spares;
+    let total = a.nodes + spares;
+    let schedule: Vec<String> = a
+        .grow_at
+        .iter()
+        .map(|(i, k)| format!("grow:{i}:{k}"))
+        .chain(a.shrink_at.iter().map(|(i, k)| format!("shrink:{i}:{k}")))
+        .collect();
     let mut listeners = Vec::new();
-    for _ in 0..a.nodes {
+    for _ in 0..total {
         match TcpListener::bind("127.0.0.1:0") {
             Ok(l) => listeners.push(l),
             Err(e) => {
@@ -85,9 +123,14 @@ pub fn run(a: RunArgs) -> i32 {
         let mut cmd = Command::new(&a.prog[0]);
         cmd.args(&a.prog[1..])
             .env("DMI_RANK", rank.to_string())
-            .env("DMI_SIZE", a.nodes.to_string())
+            .env("DMI_SIZE", total.to_string())
+            .env("DMI_INITIAL", a.nodes.to_string())
+            .env("DMI_SCHEDULE", schedule.join(","))
             .env("DMI_PEERS", &peers)
             .env("DMI_LISTEN_FD", fd.to_string());
+        if let Some(c) = &a.control {
+            cmd.env("DMI_CONTROL", c);
+        }
         if a.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
@@ -180,7 +223,7 @@ pub fn run(a: RunArgs) -> i32 {
         failed.dedup();
         eprintln!(
             "dmi run: FAILED: node(s) {failed:?} of {} did not succeed",
-            a.nodes
+            total
         );
         1
     }

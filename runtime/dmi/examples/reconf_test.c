@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
+/*
+ * A reconfigurable program (dmi.h, Fig. 7) that checks itself; run it as
+ * `dmi run -n 1 --grow-at 3:2 --shrink-at 6:1 ./reconf_test`. CELLS
+ * counters live in global memory, one page each; in every iteration each
+ * thread adds 1 to the counters of its share (cell % pnum == rank) with a
+ * GET read and an EXCLUSIVE write (so the counters' pages are owned where
+ * they are computed, and move when a node leaves), then all meet at
+ * DMI_barrier. At the end every counter must equal ITERS: nothing written
+ * was lost over joins and leaves. Node 0 prints the number of threads of
+ * each itergroup, what DMI_judge_rescale was asked, and "reconf ok". Bad
+ * calls (outside DMI_itergroup, bad addresses, bad init_node_num, unknown
+ * modes) must return -1 with a message.
+ */
+#include <dmi_main.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CELLS 24
+#define ITERS 10
+#define MAX_GROUPS 16
+
+struct data_t {
+	int64_t iter;
+	int64_t cells;			/* CELLS pages of 64 bytes */
+	int64_t groups;
+	int64_t pnum[MAX_GROUPS];
+	int64_t judged[MAX_GROUPS][3];	/* in, out, cur of the first "yes" */
+};
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                  \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "reconf_test: node %d: ", DMI_rank()); \
+			fprintf(stderr, __VA_ARGS__);                      \
+			fprintf(stderr, "\n");                             \
+			failures++;                                        \
+		}                                                          \
+	} while (0)
+
+#define CHECK(call) EXPECT((call) >= 0, "%s: %s", #call, DMI_errmsg())
+
+static int64_t judged[3];
+
+/* Built with -DNO_JUDGE, the program has no DMI_judge_rescale (Fig. 6's
+ * programs need none): DMI_check_rescale then ends the itergroup whenever
+ * a node joins or leaves, and judged[] stays 0. */
+#ifndef NO_JUDGE
+int DMI_judge_rescale(DMI_node_t *in_nodes, DMI_node_t *out_nodes, DMI_node_t *cur_nodes,
+		      int in_node_num, int out_node_num, int cur_node_num)
+{
+	for (int i = 0; i < cur_node_num; i++)
+		if (cur_nodes[i].core_num != 1 || !strchr(cur_nodes[i].host, ':'))
+			failures++;
+	/* a joining node is never a current one; node 0 never leaves */
+	for (int i = 0; i < in_node_num; i++)
+		for (int j = 0; j < cur_node_num; j++)
+			if (in_nodes[i].id == cur_nodes[j].id)
+				failures++;
+	for (int i = 0; i < out_node_num; i++)
+		if (out_nodes[i].id == 0)
+			failures++;
+	if (in_node_num + out_node_num >= 1) {
+		judged[0] = in_node_num;
+		judged[1] = out_node_num;
+		judged[2] = cur_node_num;
+		return 1;
+	}
+	return 0;
+}
+#endif
+
+int DMI_itergroup(int rank, int pnum, int64_t addr)
+{
+	struct data_t d;
+	char buf[8];
+
+	CHECK(DMI_read(addr, sizeof(d), &d, GET));
+	EXPECT(DMI_read(d.cells, 8, buf, 99) == -1 && strstr(DMI_errmsg(), "read mode"),
+	       "an unknown read mode must fail: %s", DMI_errmsg());
+	EXPECT(DMI_write(d.cells, 8, buf, GET) == -1 && strstr(DMI_errmsg(), "write mode"),
+	       "a read mode for a write must fail: %s", DMI_errmsg());
+	EXPECT(DMI_read(d.cells + CELLS * 64, 8, buf, GET) == -1,
+	       "a read past the region must fail");
+	memset(judged, 0, sizeof(judged));
+	while (d.iter < ITERS) {
+		int rc = DMI_check_rescale();
+
+		CHECK(rc);
+		if (rc == 1)
+			break;
+		for (int c = rank; c < CELLS; c += pnum) {
+			int64_t v;
+
+			CHECK(DMI_read(d.cells + c * 64, 8, &v, GET));
+			v++;
+			CHECK(DMI_write(d.cells + c * 64, 8, &v, EXCLUSIVE));
+		}
+		CHECK(DMI_barrier());
+		d.iter++;
+	}
+	if (rank == 0 && d.groups < MAX_GROUPS) {
+		d.pnum[d.groups] = pnum;
+		memcpy(d.judged[d.groups], judged, sizeof(judged));
+		d.groups++;
+		CHECK(DMI_write(addr, sizeof(d), &d, PUT));
+	}
+	return failures ? 0 : d.iter != ITERS;
+}
+
+void DMI_main(int argc, char **argv)
+{
+	struct data_t d = { 0 };
+	(void)argc;
+	(void)argv;
+
+	EXPECT(DMI_check_rescale() == -1 && strstr(DMI_errmsg(), "DMI_itergroup"),
+	       "DMI_check_rescale outside DMI_itergroup must fail: %s", DMI_errmsg());
+	d.cells = DMI_mmap(64, CELLS);
+	CHECK(d.cells);
+	int64_t addr = DMI_mmap(sizeof(d), 1);
+
+	CHECK(addr);
+	CHECK(DMI_write(addr, sizeof(d), &d, PUT));
+	EXPECT(DMI_rescale(12345, 1) == -1 && strstr(DMI_errmsg(), "bad address"),
+	       "DMI_rescale at a bad address must fail: %s", DMI_errmsg());
+	EXPECT(DMI_rescale(addr, 0) == -1 && strstr(DMI_errmsg(), "init_node_num"),
+	       "init_node_num 0 must fail: %s", DMI_errmsg());
+	EXPECT(DMI_rescale(addr, 99) == -1 && strstr(DMI_errmsg(), "available"),
+	       "init_node_num 99 must fail: %s", DMI_errmsg());
+	CHECK(DMI_rescale(addr, 1));
+	CHECK(DMI_read(addr, sizeof(d), &d, GET));
+	int64_t bad = 0;
+
+	for (int c = 0; c < CELLS; c++) {
+		int64_t v;
+
+		CHECK(DMI_read(d.cells + c * 64, 8, &v, GET));
+		bad += v != ITERS;
+	}
+	EXPECT(bad == 0, "%lld of %d counters are not %d", (long long)bad, CELLS, ITERS);
+	printf("itergroups");
+	for (int g = 0; g < d.groups && g < MAX_GROUPS; g++)
+		printf(" %lld(in %lld out %lld cur %lld)", (long long)d.pnum[g],
+		       (long long)d.judged[g][0], (long long)d.judged[g][1],
+		       (long long)d.judged[g][2]);
+	printf("\n");
+	if (failures)
+		exit(1);
+	printf("reconf ok: %d counters at %d\n", CELLS, ITERS);
+	fflush(stdout);
+}
