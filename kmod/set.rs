@@ -374,6 +374,12 @@ impl Set {
         let core = mm.halfproc();
         // SAFETY: the member's reference, leaked in `add`.
         let set: Arc<Set> = unsafe { Arc::from_raw(Self::borrow_core(core).deref_ptr()) };
+        // Uninstall and flush while still listed: until the entries are
+        // gone a CPU holding this mm lazily may cache the range, so every
+        // flush of the set must still reach it.
+        // SAFETY: `mm` is a member being torn down; no CPU may keep walking
+        // the set's tables through it after this returns.
+        unsafe { bindings::halfproc_uninstall(mm.as_raw()) };
         let last = {
             let mut members = set.members.lock();
             if let Some(i) = members.iter().position(|m| m.mm == mm.as_raw()) {
@@ -385,9 +391,6 @@ impl Set {
             }
             members.is_empty()
         };
-        // SAFETY: `mm` is a member being torn down; no CPU may keep walking
-        // the set's tables through it after this returns.
-        unsafe { bindings::halfproc_uninstall(mm.as_raw()) };
         mm.set_halfproc(core::ptr::null_mut());
         if last {
             set.destroy();

@@ -17,6 +17,13 @@
  *
  * With member TLB flushes disabled (the module built with
  * halfproc_skip_member_flush, see scripts/kmod.sh) this test must fail.
+ *
+ * The second run adds churn on the side: members that join, walk the region
+ * and leave (each leaving mm is uninstalled and flushed while still listed
+ * for the set's flushes), and whole sets created, populated and torn down
+ * (the set mm is flushed before its range tables are freed).  Neither order
+ * can be seen from user space directly; the run checks that the detector
+ * still sees no stale translation and the kernel reports nothing.
  */
 #include "../lib/halfproc_test.h"
 #include <sched.h>
@@ -41,6 +48,8 @@ struct ctl {
 	atomic_long checks[3];
 	atomic_long violations[3];
 	atomic_long iterations;
+	atomic_long churned;
+	atomic_long churn_errors;
 };
 
 static void pin_cpu(int cpu)
@@ -158,11 +167,53 @@ static void mapper(struct ctl *c, char *region)
 	atomic_store(&c->stop, 1);
 }
 
-TEST(stale_translations_never_survive)
+/* One member that joins, walks the region and leaves; one set of its own. */
+static int churn_once(char *region)
+{
+	pid_t m = hp_spawn(), s;
+	int rm, rs;
+
+	if (m == 0) {
+		char v;
+
+		for (int i = 0; i < REGION_PAGES; i++)
+			probe_read(region + i * PAGE, &v);
+		_exit(0);
+	}
+	s = fork();
+	if (s == 0) {
+		char *p = hp_anon(REGION_PAGES * PAGE);
+		pid_t q;
+
+		if (p == MAP_FAILED)
+			_exit(1);
+		memset(p, 1, REGION_PAGES * PAGE);
+		q = hp_spawn();
+		if (q == 0)
+			_exit(p[REGION_PAGES * PAGE - 1] == 1 ? 0 : 2);
+		_exit(wait_status(q));
+	}
+	rm = m < 0 ? -3 : wait_status(m);
+	rs = s < 0 ? -3 : wait_status(s);
+	return rm || rs;
+}
+
+static void churner(struct ctl *c, char *region)
+{
+	pin_cpu(1);
+	while (!atomic_load(&c->stop)) {
+		if (churn_once(region))
+			atomic_fetch_add(&c->churn_errors, 1);
+		else
+			atomic_fetch_add(&c->churned, 1);
+	}
+}
+
+static void detect(struct __test_metadata *_metadata, int churn)
 {
 	char *region = (char *)(HALFPROC_RANGE_START + (7ULL << 40));
 	struct ctl *c;
-	pid_t readers[3];
+	pid_t readers[3], ch = 0;
 
 	if (!hp_supported())
 		SKIP(return, "halfproc module not loaded");
@@ -177,9 +228,22 @@ TEST(stale_translations_never_survive)
 			_exit(0);
 		}
 	}
+	if (churn) {
+		ch = hp_spawn();
+		ASSERT_GE(ch, 0);
+		if (ch == 0) {
+			churner(c, region);
+			_exit(0);
+		}
+	}
 	mapper(c, region);
 	for (int i = 0; i < 3; i++)
 		ASSERT_EQ(0, wait_status(readers[i]));
+	if (churn) {
+		ASSERT_EQ(0, wait_status(ch));
+		TH_LOG("churn: %ld members joined and left and as many sets were torn down, %ld errors",
+		       c->churned, c->churn_errors);
+	}
 	TH_LOG("%ld remap cycles; checks rw=%ld unmapped=%ld ro=%ld; violations rw=%ld unmapped=%ld ro=%ld",
 	       c->iterations, c->checks[K_RW], c->checks[K_UNMAPPED], c->checks[K_RO],
 	       c->violations[K_RW], c->violations[K_UNMAPPED], c->violations[K_RO]);
@@ -194,6 +258,20 @@ TEST(stale_translations_never_survive)
 	ASSERT_GT(c->checks[K_RW], 20);
 	ASSERT_GE(c->checks[K_UNMAPPED], 400);
 	ASSERT_GE(c->checks[K_RO], 100);
+	if (churn) {
+		ASSERT_GT(c->churned, 0);
+		ASSERT_EQ(0, c->churn_errors);
+	}
+}
+
+TEST(stale_translations_never_survive)
+{
+	detect(_metadata, 0);
+}
+
+TEST(stale_translations_never_survive_member_churn)
+{
+	detect(_metadata, 1);
 }
 
 int main(int argc, char **argv)

@@ -154,7 +154,7 @@ if [ "$mode" = demo ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg rt/guest_tests; do
+	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg hp_switch hp_layout rt/guest_tests; do
 		prog "$t" "/tests/$t" || rc=1
 	done
 	halfproc info --probe; tap $? runtime_info_probe
