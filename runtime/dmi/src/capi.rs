@@ -35,10 +35,11 @@ pub fn errno_of(e: &DmiError) -> c_int {
         DmiError::NotInitialized => libc::ENOTCONN,
         DmiError::NodeFailed { .. } => libc::EHOSTDOWN,
         DmiError::Setup(_) => libc::EIO,
+        DmiError::Instance(_) => libc::ECHILD,
     }
 }
 
-fn set_err(e: &DmiError) {
+pub(crate) fn set_err(e: &DmiError) {
     let s = e.to_string().replace('\0', " ");
     let mut n = s.len().min(ERRMSG_MAX - 1);
     while !s.is_char_boundary(n) {
@@ -53,7 +54,7 @@ fn set_err(e: &DmiError) {
     unsafe { *libc::__errno_location() = errno_of(e) };
 }
 
-fn with<T>(fail: T, f: impl FnOnce(&Dmi) -> Result<T, DmiError>) -> T {
+pub(crate) fn with<T>(fail: T, f: impl FnOnce(&Dmi) -> Result<T, DmiError>) -> T {
     let g = NODE.read().unwrap_or_else(|e| e.into_inner());
     let r = match g.as_ref() {
         Some(d) => f(d),
@@ -135,6 +136,13 @@ unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> &'a mut [u8] {
     }
     // SAFETY: the caller guarantees `buf` is writable for `len` bytes.
     unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+}
+
+/// In a new compute instance (`serve.rs`): the node's state copied by the
+/// fork is left alone (its threads do not exist here) and `d` takes over.
+pub(crate) fn become_instance(d: Dmi) {
+    let mut g = NODE.write().unwrap_or_else(|e| e.into_inner());
+    std::mem::forget(g.replace(d));
 }
 
 /// The last error of this thread (empty if none).

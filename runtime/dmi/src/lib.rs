@@ -8,12 +8,17 @@
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
 //!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
+//! * `ring`, `serve` and `capi_inst`: compute instances as members of the
+//!   node's half-process set, reaching the node through mailboxes in the
+//!   shared range (`DMI_create`/`DMI_join`/`DMI_detach`).
 //! * `slurm` and `hostlist`: start-up under `srun` (ranks and peers from
 //!   the `SLURM_*` variables and a rendezvous at rank 0).
 
 pub mod addr;
 #[allow(non_camel_case_types, non_snake_case)]
 pub mod capi;
+#[allow(non_camel_case_types, non_snake_case)]
+pub mod capi_inst;
 pub mod check;
 mod control;
 pub mod error;
@@ -21,8 +26,10 @@ pub mod hostlist;
 pub mod msg;
 pub mod node;
 mod owner;
+pub mod ring;
 pub mod rmw;
 pub mod runtime;
+pub mod serve;
 pub mod sim;
 pub mod slurm;
 pub mod transport;

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR MIT */
+/*
+ * Compute instances (half-process.txt Fig. 11): every node creates NINST
+ * instances with DMI_create; each writes its slice of a shared array,
+ * meets the others at DMI_barrier, reads the whole array back and checks
+ * it; the node's program joins them, reads the array and prints its
+ * checksum. Every instance also checks that it is a single-threaded
+ * process and that it sees the globals main() set before DMI_create.
+ *
+ *   dmi run -n N ./instances NINST            checksum
+ *   dmi run -n N ./instances NINST crash G    instance G is killed (SIGKILL)
+ *   dmi run -n 1 ./instances NINST bench      read latency: instance vs main
+ */
+#include <dirent.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dmi.h>
+
+#define SLICE 512 /* int64 values per instance */
+
+static int64_t region; /* set by main() before DMI_create */
+static int total;      /* instances on all nodes */
+static int crash = -1; /* global index of the instance to kill */
+static int bench;
+
+static int threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static int64_t value(int64_t g, int64_t j)
+{
+	return g * 1000003 + j * 7 + 1;
+}
+
+static double now_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+/* Median time of 8-byte GET reads of a page this node owns. */
+static double read_latency(void)
+{
+	enum { N = 2000 };
+	static double t[N];
+	int64_t v;
+
+	for (int i = 0; i < N; i++) {
+		double a = now_us();
+		if (DMI_read(region, 8, &v, DMI_GET) != 0)
+			return -1;
+		t[i] = now_us() - a;
+	}
+	for (int i = 1; i < N; i++) /* insertion sort: N is small */
+		for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+			double x = t[j];
+			t[j] = t[j - 1];
+			t[j - 1] = x;
+		}
+	return t[N / 2];
+}
+
+int64_t DMI_thread(int64_t g)
+{
+	static int64_t mine[SLICE];
+	int64_t *all;
+	int n = threads();
+
+	if (n != 1) {
+		fprintf(stderr, "instance %" PRId64 ": %d threads, not 1\n", g, n);
+		return 2;
+	}
+	if (bench) {
+		double us = read_latency();
+		printf("latency instance %.2f us\n", us);
+		return us < 0 ? 3 : 0;
+	}
+	for (int j = 0; j < SLICE; j++)
+		mine[j] = value(g, j);
+	if (DMI_write(region + g * SLICE * 8, SLICE * 8, mine, DMI_EXCLUSIVE) != 0) {
+		fprintf(stderr, "instance %" PRId64 ": write: %s\n", g, DMI_errmsg());
+		return 3;
+	}
+	if (g == crash)
+		kill(getpid(), SIGKILL);
+	if (DMI_barrier() != 0) {
+		fprintf(stderr, "instance %" PRId64 ": barrier: %s\n", g, DMI_errmsg());
+		return 4;
+	}
+	all = malloc((size_t)total * SLICE * 8);
+	if (!all || DMI_read(region, (int64_t)total * SLICE * 8, all, DMI_INVALIDATE) != 0) {
+		fprintf(stderr, "instance %" PRId64 ": read: %s\n", g, DMI_errmsg());
+		return 5;
+	}
+	for (int64_t k = 0; k < (int64_t)total * SLICE; k++)
+		if (all[k] != value(k / SLICE, k % SLICE)) {
+			fprintf(stderr, "instance %" PRId64 ": element %" PRId64 " is %" PRId64 "\n",
+				g, k, all[k]);
+			return 6;
+		}
+	free(all);
+	n = threads();
+	if (n != 1) {
+		fprintf(stderr, "instance %" PRId64 ": %d threads after the calls\n", g, n);
+		return 2;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int ninst = argc > 1 ? atoi(argv[1]) : 0;
+	DMI_instance_t h[64];
+	int rank, size, bad = 0;
+
+	if (ninst < 1 || ninst > 64) {
+		fprintf(stderr, "usage: instances NINST(1-64) [crash G | bench]\n");
+		return 2;
+	}
+	if (argc > 3 && !strcmp(argv[2], "crash"))
+		crash = atoi(argv[3]);
+	bench = argc > 2 && !strcmp(argv[2], "bench");
+	if (DMI_init() != 0) {
+		fprintf(stderr, "DMI_init: %s\n", DMI_errmsg());
+		return 1;
+	}
+	rank = DMI_rank();
+	size = DMI_size();
+	total = size * ninst;
+	if (rank == 0) {
+		region = DMI_mmap(SLICE * 8, total);
+		if (region < 0 || DMI_write(DMI_root(), 8, &region, DMI_PUT) != 0) {
+			fprintf(stderr, "mmap: %s\n", DMI_errmsg());
+			return 1;
+		}
+	}
+	if (DMI_barrier() != 0 || DMI_read(DMI_root(), 8, &region, DMI_GET) != 0) {
+		fprintf(stderr, "node %d: start: %s\n", rank, DMI_errmsg());
+		return 1;
+	}
+	if (rank == 0 && !bench)
+		printf("node threads %d\n", threads()); /* the engine runs in its own */
+	if (bench)
+		printf("latency node %.2f us\n", read_latency());
+	fflush(stdout); /* an instance starts with a copy of stdio's buffers */
+	for (int i = 0; i < ninst; i++)
+		if (DMI_create(&h[i], rank * ninst + i) != 0) {
+			fprintf(stderr, "node %d: DMI_create: %s\n", rank, DMI_errmsg());
+			return 1;
+		}
+	for (int i = 0; i < ninst; i++)
+		if (DMI_join(h[i]) != 0) {
+			fprintf(stderr, "node %d: DMI_join: %s\n", rank, DMI_errmsg());
+			bad = 1;
+		}
+	if (bad)
+		return 1;
+	if (rank == 0 && !bench) {
+		int64_t *all = malloc((size_t)total * SLICE * 8);
+		uint64_t sum = 0;
+
+		if (!all || DMI_read(region, (int64_t)total * SLICE * 8, all, DMI_GET) != 0) {
+			fprintf(stderr, "read: %s\n", DMI_errmsg());
+			return 1;
+		}
+		for (int64_t k = 0; k < (int64_t)total * SLICE; k++)
+			sum = sum * 31 + (uint64_t)all[k];
+		printf("checksum %" PRIu64 "\n", sum);
+		free(all);
+	}
+	if (DMI_finalize() != 0) {
+		fprintf(stderr, "node %d: DMI_finalize: %s\n", rank, DMI_errmsg());
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! The Rust side of compute instances (`serve::create`): a one-node run in
+//! this process; instances are forked members that reach the node through
+//! their mailboxes. Checks their data, their thread count, the errors they
+//! get, and how `join` reports a returned value and a killed instance.
+
+use std::sync::Arc;
+
+use dmi::rmw::RmwTable;
+use dmi::serve::{self, Ended, NodeRef};
+use dmi::{Config, Dmi, DmiError, ReadMode, WriteMode};
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+fn node() -> Dmi {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let cfg = Config {
+        rank: 0,
+        peers: vec![l.local_addr().unwrap()],
+        listener: Some(l),
+        fatal_errors: false,
+    };
+    Dmi::start(cfg, Arc::new(RmwTable::default())).unwrap()
+}
+
+#[test]
+fn instances_share_the_node_and_have_one_thread() {
+    let d = node();
+    let base = d.mmap(4096, 4).unwrap();
+    let ids: Vec<i64> = (0..3)
+        .map(|i| {
+            let body = move |dmi: &Dmi, i: i64| {
+                if threads() != 1 {
+                    return 100;
+                }
+                let mine = vec![i as u8 + 1; 4096];
+                if dmi
+                    .write(base + i * 4096, &mine, WriteMode::Exclusive)
+                    .is_err()
+                {
+                    return 101;
+                }
+                if dmi.barrier().is_err() {
+                    return 102;
+                }
+                let mut all = vec![0u8; 3 * 4096];
+                if dmi.read(base, &mut all, ReadMode::Get).is_err() {
+                    return 103;
+                }
+                for (k, b) in all.iter().enumerate() {
+                    if *b != (k / 4096) as u8 + 1 {
+                        return 104;
+                    }
+                }
+                // Errors come back through the mailbox unchanged.
+                match dmi.read(base + 4 * 4096, &mut [0u8; 8], ReadMode::Get) {
+                    Err(DmiError::BadAddress(_)) | Err(DmiError::OutOfRange(_)) => {}
+                    _ => return 105,
+                }
+                if threads() != 1 {
+                    return 107;
+                }
+                i + 40
+            };
+            serve::create(NodeRef::of(&d).unwrap(), false, body, i).unwrap()
+        })
+        .collect();
+    for (i, id) in ids.into_iter().enumerate() {
+        assert_eq!(serve::join(id).unwrap(), Ended::Returned(i as i64 + 40));
+    }
+    assert!(matches!(serve::join(0), Err(DmiError::BadArgument(_))));
+    let mut all = vec![0u8; 3 * 4096];
+    d.read(base, &mut all, ReadMode::Get).unwrap();
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(k, b)| *b == (k / 4096) as u8 + 1));
+
+    // A killed instance: join says how it ended.
+    let id = serve::create(
+        NodeRef::of(&d).unwrap(),
+        false,
+        |_, _| {
+            // SAFETY: the instance kills itself.
+            unsafe { libc::raise(libc::SIGKILL) };
+            0
+        },
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        serve::join(id).unwrap(),
+        Ended::Failed("was killed by signal 9".into())
+    );
+    d.finalize().unwrap();
+}
