@@ -9,7 +9,7 @@
  *
  *   dmi run -n N ./instances NINST            checksum
  *   dmi run -n N ./instances NINST crash G    instance G is killed (SIGKILL)
- *   dmi run -n 1 ./instances NINST bench      read latency: instance vs main
+ *   dmi run -n 1 ./instances NINST bench      GET latency: instance vs main
  */
 #include <dirent.h>
 #include <inttypes.h>
@@ -56,16 +56,17 @@ static double now_us(void)
 	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-/* Median time of 8-byte GET reads of a page this node owns. */
-static double read_latency(void)
+/* Median time of GET reads of `size` bytes (<= 4096) of a page this node
+ * owns (no network). */
+static double read_latency(int64_t size)
 {
 	enum { N = 2000 };
 	static double t[N];
-	int64_t v;
+	static char v[4096];
 
 	for (int i = 0; i < N; i++) {
 		double a = now_us();
-		if (DMI_read(region, 8, &v, DMI_GET) != 0)
+		if (DMI_read(region, size, v, DMI_GET) != 0)
 			return -1;
 		t[i] = now_us() - a;
 	}
@@ -76,6 +77,14 @@ static double read_latency(void)
 			t[j - 1] = x;
 		}
 	return t[N / 2];
+}
+
+static int print_latency(const char *who)
+{
+	double a = read_latency(8), b = read_latency(4096);
+
+	printf("latency %s 8 B %.2f us 4096 B %.2f us\n", who, a, b);
+	return a < 0 || b < 0;
 }
 
 int64_t DMI_thread(int64_t g)
@@ -89,9 +98,7 @@ int64_t DMI_thread(int64_t g)
 		return 2;
 	}
 	if (bench) {
-		double us = read_latency();
-		printf("latency instance %.2f us\n", us);
-		return us < 0 ? 3 : 0;
+		return print_latency("instance") ? 3 : 0;
 	}
 	for (int j = 0; j < SLICE; j++)
 		mine[j] = value(g, j);
@@ -159,7 +166,7 @@ int main(int argc, char **argv)
 	if (rank == 0 && !bench)
 		printf("node threads %d\n", threads()); /* the engine runs in its own */
 	if (bench)
-		printf("latency node %.2f us\n", read_latency());
+		print_latency("node");
 	fflush(stdout); /* an instance starts with a copy of stdio's buffers */
 	for (int i = 0; i < ninst; i++)
 		if (DMI_create(&h[i], rank * ninst + i) != 0) {
