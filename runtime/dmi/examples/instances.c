@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * Compute instances (half-process.txt Fig. 11): every node creates NINST
- * instances with DMI_create; each writes its slice of a shared array,
+ * instances with DMI_create; each runs ROUNDS rounds of writing its slice
+ * and checking its neighbour's between barriers, then writes its slice,
  * meets the others at DMI_barrier, reads the whole array back and checks
  * it; the node's program joins them, reads the array and prints its
  * checksum. Every instance also checks that it is a single-threaded
@@ -23,6 +24,7 @@
 #include <dmi.h>
 
 #define SLICE 512 /* int64 values per instance */
+#define ROUNDS 20 /* barrier rounds before the final write */
 
 static int64_t region; /* set by main() before DMI_create */
 static int total;      /* instances on all nodes */
@@ -100,6 +102,26 @@ int64_t DMI_thread(int64_t g)
 	if (bench) {
 		return print_latency("instance") ? 3 : 0;
 	}
+	/* Rounds of: write my slice, barrier, check my neighbour's, barrier. */
+	for (int64_t r = 1; r <= ROUNDS; r++) {
+		int64_t next = (g + 1) % total, v;
+
+		for (int j = 0; j < SLICE; j++)
+			mine[j] = value(g, j) + r * 1000000007;
+		if (DMI_write(region + g * SLICE * 8, SLICE * 8, mine, DMI_EXCLUSIVE) != 0 ||
+		    DMI_barrier() != 0 ||
+		    DMI_read(region + (next * SLICE + r % SLICE) * 8, 8, &v, DMI_GET) != 0 ||
+		    DMI_barrier() != 0) {
+			fprintf(stderr, "instance %" PRId64 ": round %" PRId64 ": %s\n", g, r,
+				DMI_errmsg());
+			return 8;
+		}
+		if (v != value(next, r % SLICE) + r * 1000000007) {
+			fprintf(stderr, "instance %" PRId64 ": round %" PRId64 ": read %" PRId64 "\n",
+				g, r, v);
+			return 9;
+		}
+	}
 	for (int j = 0; j < SLICE; j++)
 		mine[j] = value(g, j);
 	if (DMI_write(region + g * SLICE * 8, SLICE * 8, mine, DMI_EXCLUSIVE) != 0) {
@@ -124,6 +146,16 @@ int64_t DMI_thread(int64_t g)
 			return 6;
 		}
 	free(all);
+	{ /* an asynchronous read (completed at once in an instance) */
+		DMI_handle_t a;
+
+		memset(mine, 0, sizeof(mine));
+		if (DMI_read_async(region + g * SLICE * 8, SLICE * 8, mine, DMI_GET, &a) != 0 ||
+		    DMI_wait(&a) != 0 || mine[SLICE - 1] != value(g, SLICE - 1)) {
+			fprintf(stderr, "instance %" PRId64 ": async read: %s\n", g, DMI_errmsg());
+			return 7;
+		}
+	}
 	n = threads();
 	if (n != 1) {
 		fprintf(stderr, "instance %" PRId64 ": %d threads after the calls\n", g, n);

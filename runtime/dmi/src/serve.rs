@@ -46,8 +46,11 @@ struct State {
     entries: HashMap<i64, Entry>,
     /// Instances running now (they take part in barriers).
     running: usize,
-    /// Barrier: arrivals in this round, its number, its outcome.
+    /// Barrier: arrivals in this round, whether the node is in the barrier
+    /// of all nodes for it (new arrivals wait for the next round), the
+    /// round's number and outcome.
     arrived: usize,
+    releasing: bool,
     round: u64,
     outcome: Option<Result<(), DmiError>>,
     /// The first instance failure; every barrier fails from then on.
@@ -260,8 +263,9 @@ fn serve(
         if s.arrived > 0 {
             finish_round(&mut s, Err(e));
         }
-    } else if s.arrived > 0 && s.arrived == s.running {
+    } else if s.arrived > 0 && s.arrived == s.running && !s.releasing {
         // The others wait for nobody else: the barrier of all nodes.
+        s.releasing = true;
         drop(s);
         let r = caller.call(CallReq::Barrier).map(drop);
         s = locked(reg);
@@ -288,6 +292,7 @@ fn describe(st: ExitStatus) -> String {
 fn finish_round(s: &mut State, r: Result<(), DmiError>) {
     s.outcome = Some(r);
     s.arrived = 0;
+    s.releasing = false;
     s.round += 1;
 }
 
@@ -329,12 +334,16 @@ fn run(
 /// arrive takes the node into the barrier of all nodes.
 fn barrier(reg: &Registry, caller: &Caller) -> Result<(), DmiError> {
     let mut s = locked(reg);
+    while s.releasing {
+        s = reg.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+    }
     if let Some(e) = &s.failed {
         return Err(e.clone());
     }
     s.arrived += 1;
     let round = s.round;
     if s.arrived == s.running {
+        s.releasing = true;
         drop(s);
         let r = caller.call(CallReq::Barrier).map(drop);
         let mut s = locked(reg);

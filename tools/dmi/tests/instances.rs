@@ -2,7 +2,7 @@
 //! Compute instances (`DMI_create`/`DMI_join`, `examples/instances.c`)
 //! over real node processes: every instance writes its slice, meets the
 //! others at a barrier and reads everything back; the checksum must be the
-//! expected one on 1 node x 3 instances and 2 nodes x 2 instances, with
+//! expected one on 1 node x 3 instances, 2 x 2 and 3 x 3, with
 //! either reply path; instances are single-threaded processes; a killed
 //! instance is reported by its node and ends the run (no hang).
 
@@ -129,6 +129,11 @@ fn one_node_three_instances_compute_the_checksum() {
 #[test]
 fn two_nodes_two_instances_each_compute_the_checksum() {
     computes(2, 2, &[]);
+}
+
+#[test]
+fn three_nodes_three_instances_each_compute_the_checksum() {
+    computes(3, 3, &[]);
 }
 
 #[test]
