@@ -261,6 +261,24 @@ impl Mailbox {
         Ok(halfproc::SharedBox::leak(b))
     }
 
+    /// Node: frees the mailbox and its staging buffer.
+    ///
+    /// # Safety
+    /// The instance has ended and nothing uses `self` afterwards.
+    pub unsafe fn release(&'static self) {
+        if let Ok(g) = lock(&self.slot) {
+            if g.staging != 0 {
+                // SAFETY: the buffer came from halfproc's malloc (in the
+                // instance; any member may free it) and nobody uses it.
+                unsafe { halfproc::alloc::free(g.staging as *mut u8) };
+            }
+        }
+        let p = self as *const Mailbox as *mut Mailbox;
+        // SAFETY: `self` was leaked from a SharedBox in `new` and is not
+        // used any more (caller).
+        drop(unsafe { halfproc::SharedBox::from_raw_in(p, halfproc::SharedAlloc) });
+    }
+
     /// Instance: records the instance function's return value.
     pub fn set_return(&self, v: i64) {
         if let Ok(mut g) = lock(&self.slot) {

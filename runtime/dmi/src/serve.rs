@@ -240,6 +240,7 @@ fn serve(
             },
         }
     };
+    let status_known = status.is_ok();
     let ended = match status {
         Ok(st) => match mb.returned() {
             Some(v) if st.success() => Ended::Returned(v),
@@ -247,6 +248,11 @@ fn serve(
         },
         Err(e) => Ended::Failed(format!("its status is unknown ({e})")),
     };
+    if status_known {
+        // SAFETY: the instance has ended; only this thread used its
+        // mailbox on the node's side.
+        unsafe { mb.release() };
+    }
     let mut s = locked(reg);
     s.running -= 1;
     let pid = s.entries.get(&id).map_or(member.pid(), |e| e.pid);

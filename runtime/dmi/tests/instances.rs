@@ -25,9 +25,17 @@ fn node() -> Dmi {
     Dmi::start(cfg, Arc::new(RmwTable::default())).unwrap()
 }
 
+/// One test: the node and its instance registry are per process, and a
+/// killed instance fails every later barrier and creation (so it comes last).
 #[test]
-fn instances_share_the_node_and_have_one_thread() {
+fn instances_of_a_node_in_this_process() {
     let d = node();
+    staging_is_freed(&d);
+    share_the_node_and_have_one_thread(&d);
+    d.finalize().unwrap();
+}
+
+fn share_the_node_and_have_one_thread(d: &Dmi) {
     let base = d.mmap(4096, 4).unwrap();
     let ids: Vec<i64> = (0..3)
         .map(|i| {
@@ -64,7 +72,7 @@ fn instances_share_the_node_and_have_one_thread() {
                 }
                 i + 40
             };
-            serve::create(NodeRef::of(&d).unwrap(), false, body, i).unwrap()
+            serve::create(NodeRef::of(d).unwrap(), false, body, i).unwrap()
         })
         .collect();
     for (i, id) in ids.into_iter().enumerate() {
@@ -80,7 +88,7 @@ fn instances_share_the_node_and_have_one_thread() {
 
     // A killed instance: join says how it ended.
     let id = serve::create(
-        NodeRef::of(&d).unwrap(),
+        NodeRef::of(d).unwrap(),
         false,
         |_, _| {
             // SAFETY: the instance kills itself.
@@ -94,5 +102,26 @@ fn instances_share_the_node_and_have_one_thread() {
         serve::join(id).unwrap(),
         Ended::Failed("was killed by signal 9".into())
     );
-    d.finalize().unwrap();
+    let r = serve::create(NodeRef::of(d).unwrap(), false, |_, _| 0, 0);
+    assert!(matches!(r, Err(DmiError::Instance(_))), "{:?}", r.err());
+}
+
+/// Mailboxes and staging buffers are freed when instances end.
+fn staging_is_freed(d: &Dmi) {
+    let base = d.mmap(65536, 2).unwrap();
+    let body = move |dmi: &Dmi, _| {
+        let mut b = vec![0u8; 100_000];
+        dmi.read(base, &mut b, ReadMode::Get).map_or(1, |_| 0)
+    };
+    let mut in_use = Vec::new();
+    for _ in 0..30 {
+        let id = serve::create(NodeRef::of(d).unwrap(), false, body, 0).unwrap();
+        assert_eq!(serve::join(id).unwrap(), Ended::Returned(0));
+        let set = halfproc::Set::get().unwrap();
+        in_use.push(halfproc::alloc::stats(set).pages_in_use);
+    }
+    // Each instance had a 128 KiB staging buffer (two 64 KiB arena pages):
+    // kept, 30 of them would hold 60 more pages at the end than after the
+    // fifth.
+    assert!(in_use[29] <= in_use[4] + 4, "pages in use: {in_use:?}");
 }
