@@ -9,10 +9,12 @@
  * process and that it sees the globals main() set before DMI_create.
  *
  *   dmi run -n N ./instances NINST            checksum
+ *   dmi run -n N ./instances NINST slow       the same, created 50 ms apart
  *   dmi run -n N ./instances NINST crash G    instance G is killed (SIGKILL)
  *   dmi run -n 1 ./instances NINST bench      GET latency: instance vs main
  */
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@ static int64_t region; /* set by main() before DMI_create */
 static int total;      /* instances on all nodes */
 static int crash = -1; /* global index of the instance to kill */
 static int bench;
+static int slow; /* create instances 50 ms apart */
 
 static int threads(void)
 {
@@ -171,12 +174,18 @@ int main(int argc, char **argv)
 	int rank, size, bad = 0;
 
 	if (ninst < 1 || ninst > 64) {
-		fprintf(stderr, "usage: instances NINST(1-64) [crash G | bench]\n");
+		fprintf(stderr, "usage: instances NINST(1-64) [slow | crash G | bench]\n");
 		return 2;
 	}
 	if (argc > 3 && !strcmp(argv[2], "crash"))
 		crash = atoi(argv[3]);
 	bench = argc > 2 && !strcmp(argv[2], "bench");
+	slow = argc > 2 && !strcmp(argv[2], "slow");
+	/* Bad input: clear errors, nothing created. */
+	if (DMI_create(&h[0], 0) != -1 || errno != ENOTCONN) {
+		fprintf(stderr, "DMI_create before DMI_init: %s\n", DMI_errmsg());
+		return 1;
+	}
 	if (DMI_init() != 0) {
 		fprintf(stderr, "DMI_init: %s\n", DMI_errmsg());
 		return 1;
@@ -195,16 +204,26 @@ int main(int argc, char **argv)
 		fprintf(stderr, "node %d: start: %s\n", rank, DMI_errmsg());
 		return 1;
 	}
+	if (DMI_create(NULL, 0) != -1 || errno != EINVAL ||
+	    DMI_create_func(&h[0], NULL, 0) != -1 || errno != EINVAL ||
+	    DMI_join((DMI_instance_t){ 999 }) != -1 || errno != EINVAL ||
+	    DMI_detach((DMI_instance_t){ -1 }) != -1 || errno != EINVAL) {
+		fprintf(stderr, "bad DMI_create/join/detach accepted: %s\n", DMI_errmsg());
+		return 1;
+	}
 	if (rank == 0 && !bench)
 		printf("node threads %d\n", threads()); /* the engine runs in its own */
 	if (bench)
 		print_latency("node");
 	fflush(stdout); /* an instance starts with a copy of stdio's buffers */
-	for (int i = 0; i < ninst; i++)
+	for (int i = 0; i < ninst; i++) {
+		if (i > 0 && slow)
+			usleep(50000); /* the first instances reach the barrier first */
 		if (DMI_create(&h[i], rank * ninst + i) != 0) {
 			fprintf(stderr, "node %d: DMI_create: %s\n", rank, DMI_errmsg());
 			return 1;
 		}
+	}
 	for (int i = 0; i < ninst; i++)
 		if (DMI_join(h[i]) != 0) {
 			fprintf(stderr, "node %d: DMI_join: %s\n", rank, DMI_errmsg());

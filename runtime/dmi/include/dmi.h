@@ -108,13 +108,16 @@ int DMI_atomic(int64_t addr, int64_t size, const void *arg, int64_t arg_size, vo
  * its own globals, libc state and private heap; its DMI calls reach the
  * node through a mailbox in the shared range. While a node has running
  * instances, DMI_barrier is for them (the node's program must not call
- * it): every running instance of every node must arrive. DMI_join returns
+ * it): every running instance of every node must arrive, and a node's
+ * barrier completes only once its program is done creating (waits in
+ * DMI_join or called DMI_detach). DMI_join returns
  * 0 when DMI_thread returned 0, else -1 (another value, or the instance's
  * process was killed: the node also prints it and, unless
  * DMI_ERRORS=return, exits with status 3). Create instances from the
- * node's program only (not from an instance), after DMI_init; register
- * DMI_atomic functions before creating them. DMI_finalize is refused in
- * an instance. */
+ * node's program only (not from an instance), after DMI_init, while no
+ * other thread of it is inside a DMI call (the fork copies its locks);
+ * register DMI_atomic functions before creating them. DMI_finalize is
+ * refused in an instance. */
 typedef struct {
 	int64_t id;
 } DMI_instance_t;

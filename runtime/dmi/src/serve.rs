@@ -46,6 +46,10 @@ struct State {
     entries: HashMap<i64, Entry>,
     /// Instances running now (they take part in barriers).
     running: usize,
+    /// The node's program has stopped creating instances (it is in `join`
+    /// or called `detach`): only then can a barrier of instances complete,
+    /// or the first instance could pass it before the others exist.
+    open: bool,
     /// Barrier: arrivals in this round, whether the node is in the barrier
     /// of all nodes for it (new arrivals wait for the next round), the
     /// round's number and outcome.
@@ -140,6 +144,7 @@ pub fn create(
         }
         s.next += 1;
         s.running += 1;
+        s.open = false;
         s.next - 1
     };
     let spawned = Member::spawn(reg.set, move || {
@@ -179,6 +184,7 @@ pub fn create(
 pub fn join(id: i64) -> Result<Ended, DmiError> {
     let reg = registry()?;
     let mut s = locked(&reg);
+    open(&reg, &mut s);
     loop {
         match s.entries.get(&id) {
             None => {
@@ -197,10 +203,19 @@ pub fn join(id: i64) -> Result<Ended, DmiError> {
     }
 }
 
+/// The node's program is done creating for now: barriers may complete.
+fn open(reg: &Registry, s: &mut State) {
+    if !s.open {
+        s.open = true;
+        reg.changed.notify_all();
+    }
+}
+
 /// Lets instance `id` run on; nobody joins it (a failure is still reported).
 pub fn detach(id: i64) -> Result<(), DmiError> {
     let reg = registry()?;
     let mut s = locked(&reg);
+    open(&reg, &mut s);
     match s.entries.get_mut(&id) {
         Some(e) if !e.detached => {
             if e.ended.is_some() {
@@ -265,18 +280,10 @@ fn serve(
             ));
             std::process::exit(PEER_FAILED_EXIT);
         }
-        let e = s.failed.get_or_insert(DmiError::Instance(msg)).clone();
-        if s.arrived > 0 {
-            finish_round(&mut s, Err(e));
-        }
-    } else if s.arrived > 0 && s.arrived == s.running && !s.releasing {
-        // The others wait for nobody else: the barrier of all nodes.
-        s.releasing = true;
-        drop(s);
-        let r = caller.call(CallReq::Barrier).map(drop);
-        s = locked(reg);
-        finish_round(&mut s, r);
+        // Waiting arrivals see it and fail their round.
+        s.failed.get_or_insert(DmiError::Instance(msg));
     }
+    // Either way the barrier's waiters look again (one fewer to wait for).
     match s.entries.get_mut(&id) {
         Some(e) if e.detached => {
             s.entries.remove(&id);
@@ -343,23 +350,29 @@ fn barrier(reg: &Registry, caller: &Caller) -> Result<(), DmiError> {
     while s.releasing {
         s = reg.changed.wait(s).unwrap_or_else(|e| e.into_inner());
     }
-    if let Some(e) = &s.failed {
-        return Err(e.clone());
-    }
     s.arrived += 1;
     let round = s.round;
-    if s.arrived == s.running {
-        s.releasing = true;
-        drop(s);
-        let r = caller.call(CallReq::Barrier).map(drop);
-        let mut s = locked(reg);
-        finish_round(&mut s, r.clone());
-        drop(s);
-        reg.changed.notify_all();
-        return r;
-    }
-    while s.round == round {
+    loop {
+        if s.round != round {
+            return s.outcome.clone().unwrap_or(Ok(()));
+        }
+        if let Some(e) = &s.failed {
+            let e = e.clone();
+            finish_round(&mut s, Err(e.clone()));
+            drop(s);
+            reg.changed.notify_all();
+            return Err(e);
+        }
+        if s.open && !s.releasing && s.arrived == s.running {
+            s.releasing = true;
+            drop(s);
+            let r = caller.call(CallReq::Barrier).map(drop);
+            let mut s = locked(reg);
+            finish_round(&mut s, r.clone());
+            drop(s);
+            reg.changed.notify_all();
+            return r;
+        }
         s = reg.changed.wait(s).unwrap_or_else(|e| e.into_inner());
     }
-    s.outcome.clone().unwrap_or(Ok(()))
 }

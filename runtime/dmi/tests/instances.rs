@@ -86,6 +86,24 @@ fn share_the_node_and_have_one_thread(d: &Dmi) {
         .enumerate()
         .all(|(k, b)| *b == (k / 4096) as u8 + 1));
 
+    // A detached instance runs on and cannot be joined or detached again;
+    // its slot goes when it ends.
+    let id = serve::create(
+        NodeRef::of(d).unwrap(),
+        false,
+        |_, _| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            0
+        },
+        0,
+    )
+    .unwrap();
+    serve::detach(id).unwrap();
+    assert!(matches!(serve::join(id), Err(DmiError::BadArgument(m)) if m.contains("detached")));
+    assert!(matches!(serve::detach(id), Err(DmiError::BadArgument(_))));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(matches!(serve::join(id), Err(DmiError::BadArgument(m)) if m.contains("no instance")));
+
     // A killed instance: join says how it ended.
     let id = serve::create(
         NodeRef::of(d).unwrap(),

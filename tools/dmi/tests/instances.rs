@@ -104,7 +104,16 @@ fn checksum(o: &Output) -> u64 {
 }
 
 fn computes(nodes: u32, per_node: u32, env: &[(&str, &str)]) {
-    let (o, _) = run(nodes, &[&per_node.to_string()], env);
+    computes_with(nodes, per_node, &[], env);
+}
+
+fn computes_with(nodes: u32, per_node: u32, extra: &[&str], env: &[(&str, &str)]) {
+    let n = per_node.to_string();
+    let args: Vec<&str> = [n.as_str()]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let (o, _) = run(nodes, &args, env);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         checksum(&o),
@@ -129,6 +138,14 @@ fn one_node_three_instances_compute_the_checksum() {
 #[test]
 fn two_nodes_two_instances_each_compute_the_checksum() {
     computes(2, 2, &[]);
+}
+
+/// The first instances reach the first barrier before the others exist:
+/// the barrier must still wait for them (it completes only once the node's
+/// program stopped creating, here in `DMI_join`).
+#[test]
+fn instances_created_50_ms_apart_still_meet_at_the_barrier() {
+    computes_with(2, 3, &["slow"], &[]);
 }
 
 #[test]
