@@ -239,10 +239,18 @@ int main(int argc, char **argv)
 			fprintf(stderr, "read: %s\n", DMI_errmsg());
 			return 1;
 		}
-		for (int64_t k = 0; k < (int64_t)total * SLICE; k++)
+		uint64_t want = 0;
+
+		for (int64_t k = 0; k < (int64_t)total * SLICE; k++) {
 			sum = sum * 31 + (uint64_t)all[k];
+			want = want * 31 + (uint64_t)value(k / SLICE, k % SLICE);
+		}
 		printf("checksum %" PRIu64 "\n", sum);
 		free(all);
+		if (sum != want) {
+			fprintf(stderr, "checksum %" PRIu64 ", expected %" PRIu64 "\n", sum, want);
+			return 1;
+		}
 	}
 	if (DMI_finalize() != 0) {
 		fprintf(stderr, "node %d: DMI_finalize: %s\n", rank, DMI_errmsg());
