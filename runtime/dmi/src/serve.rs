@@ -248,8 +248,10 @@ fn serve(
                 mb.answer(&out, written);
             }
             Ok(Taken::Bad) => {}
-            Ok(Taken::Nothing) | Err(_) => match member.join_timeout(Some(Duration::ZERO)) {
+            r @ (Ok(Taken::Nothing) | Err(_)) => match member.join_timeout(Some(Duration::ZERO)) {
                 Ok(Some(st)) => break Ok(st),
+                // An unusable mailbox must not make this loop spin.
+                Ok(None) if r.is_err() => std::thread::sleep(POLL),
                 Ok(None) => {}
                 Err(e) => break Err(e.to_string()),
             },
