@@ -13,8 +13,8 @@
  * outside every region, ERANGE for an access past a region's end, EINVAL
  * for a bad mode, size, function, NULL buffer or handle, ENOTCONN before
  * DMI_init or after DMI_finalize, EHOSTDOWN when a node failed, EIO when
- * start-up failed. DMI_rank and DMI_size return -1 before DMI_init and
- * leave the last error alone. A node that loses a peer prints which and exits with
+ * start-up failed, ECHILD when a compute instance failed. DMI_rank and
+ * DMI_size return -1 before DMI_init and leave the last error alone. A node that loses a peer prints which and exits with
  * status 3 (set DMI_ERRORS=return to get -1 from the calls instead).
  * Sequential consistency holds per page; an access spanning pages behaves
  * like separate concurrent accesses to each page.
@@ -135,6 +135,34 @@ int DMI_check_rescale(void);
 int DMI_run(int argc, char **argv, void (*main_fn)(int, char **),
 	    int (*itergroup)(int, int, int64_t),
 	    int (*judge)(DMI_node_t *, DMI_node_t *, DMI_node_t *, int, int, int));
+
+/* Compute instances (half-process.txt Fig. 11): DMI_create forks an
+ * instance running the program's DMI_thread(arg_addr) as a member of this
+ * node's half-process set. An instance is a single-threaded process with
+ * its own globals, libc state and private heap; its DMI calls reach the
+ * node through a mailbox in the shared range. While a node has running
+ * instances, DMI_barrier is for them (the node's program must not call
+ * it): every running instance of every node must arrive, and a node's
+ * barrier completes only once its program is done creating (waits in
+ * DMI_join or called DMI_detach). DMI_join returns
+ * 0 when DMI_thread returned 0, else -1 (another value, or the instance's
+ * process was killed: the node also prints it and, unless
+ * DMI_ERRORS=return, exits with status 3). Create instances from the
+ * node's program only (not from an instance), after DMI_init, while no
+ * other thread of it is inside a DMI call (the fork copies its locks);
+ * register DMI_atomic functions before creating them. DMI_finalize is
+ * refused in an instance. */
+typedef struct {
+	int64_t id;
+} DMI_instance_t;
+int64_t DMI_thread(int64_t arg_addr); /* defined by a program that uses DMI_create */
+int DMI_create_func(DMI_instance_t *handle, int64_t (*func)(int64_t), int64_t arg_addr);
+static inline int DMI_create(DMI_instance_t *handle, int64_t arg_addr)
+{
+	return DMI_create_func(handle, DMI_thread, arg_addr);
+}
+int DMI_join(DMI_instance_t handle);
+int DMI_detach(DMI_instance_t handle);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@ pub fn errno_of(e: &DmiError) -> c_int {
         DmiError::NotInitialized => libc::ENOTCONN,
         DmiError::NodeFailed { .. } => libc::EHOSTDOWN,
         DmiError::Setup(_) => libc::EIO,
+        DmiError::Instance(_) => libc::ECHILD,
     }
 }
 
@@ -135,6 +136,13 @@ unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> &'a mut [u8] {
     }
     // SAFETY: the caller guarantees `buf` is writable for `len` bytes.
     unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+}
+
+/// In a new compute instance (`serve.rs`): the node's state copied by the
+/// fork is left alone (its threads do not exist here) and `d` takes over.
+pub(crate) fn become_instance(d: Dmi) {
+    let mut g = NODE.write().unwrap_or_else(|e| e.into_inner());
+    std::mem::forget(g.replace(Arc::new(d)));
 }
 
 /// The last error of this thread (empty if none).

@@ -21,6 +21,8 @@ pub enum DmiError {
     NodeFailed { node: NodeId, reason: String },
     /// Start-up failed (environment, connections).
     Setup(String),
+    /// A compute instance of this node failed (how, in words).
+    Instance(String),
 }
 
 impl fmt::Display for DmiError {
@@ -32,6 +34,7 @@ impl fmt::Display for DmiError {
             DmiError::NotInitialized => write!(f, "DMI is not initialised (call DMI_init first)"),
             DmiError::NodeFailed { node, reason } => write!(f, "node {node} failed: {reason}"),
             DmiError::Setup(s) => write!(f, "start-up: {s}"),
+            DmiError::Instance(s) => write!(f, "{s}"),
         }
     }
 }

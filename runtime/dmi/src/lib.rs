@@ -8,6 +8,9 @@
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
 //!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
+//! * `ring`, `serve` and `capi_inst`: compute instances as members of the
+//!   node's half-process set, reaching the node through mailboxes in the
+//!   shared range (`DMI_create`/`DMI_join`/`DMI_detach`).
 //! * `slurm` and `hostlist`: start-up under `srun` (ranks and peers from
 //!   the `SLURM_*` variables and a rendezvous at rank 0).
 //! * `reconf` and `schedule`: reconfigurable programs (`DMI_main`,
@@ -16,6 +19,8 @@
 pub mod addr;
 #[allow(non_camel_case_types, non_snake_case)]
 pub mod capi;
+#[allow(non_camel_case_types, non_snake_case)]
+pub mod capi_inst;
 #[allow(non_camel_case_types, non_snake_case)]
 pub mod capi_reconf;
 pub mod check;
@@ -28,9 +33,11 @@ pub mod node;
 mod owner;
 pub mod reconf;
 mod reconf_ctl;
+pub mod ring;
 pub mod rmw;
 pub mod runtime;
 pub mod schedule;
+pub mod serve;
 pub mod sim;
 pub mod slurm;
 pub mod transport;

@@ -153,6 +153,24 @@ pub struct Dmi {
     app: std::sync::Mutex<std::sync::mpsc::Receiver<AppEvent>>,
     thread: Option<std::thread::JoinHandle<()>>,
     rmw: Arc<RmwTable>,
+    /// In a compute instance: its mailbox to the node (`ring.rs`).
+    link: Option<crate::ring::Link>,
+}
+
+/// Submits calls to a node's engine from another thread (`serve.rs`).
+pub struct Caller {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+impl Caller {
+    /// Runs `req` and waits for its outcome.
+    pub fn call(&self, req: CallReq) -> Outcome {
+        let (otx, rx) = oneshot::channel();
+        if self.tx.send(Event::Call(req, otx)).is_err() {
+            return Err(DmiError::NotInitialized);
+        }
+        rx.blocking_recv().unwrap_or(Err(DmiError::NotInitialized))
+    }
 }
 
 impl Dmi {
@@ -197,6 +215,7 @@ impl Dmi {
                 app: std::sync::Mutex::new(app_rx),
                 thread: Some(thread),
                 rmw,
+                link: None,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -231,8 +250,52 @@ impl Dmi {
         &self.rmw
     }
 
-    /// Starts any call; wait on the handle for its outcome.
+    /// A compute instance's view of its node (calls go through `link`).
+    pub(crate) fn instance(
+        rank: NodeId,
+        size: u32,
+        rmw: Arc<RmwTable>,
+        link: crate::ring::Link,
+    ) -> Dmi {
+        let (tx, _) = mpsc::unbounded_channel();
+        let (_, app) = std::sync::mpsc::channel();
+        let link = Some(link);
+        Dmi {
+            rank,
+            peers: Vec::new(),
+            size,
+            tx,
+            app: std::sync::Mutex::new(app),
+            thread: None,
+            rmw,
+            link,
+        }
+    }
+
+    pub(crate) fn rmw_table(&self) -> Arc<RmwTable> {
+        self.rmw.clone()
+    }
+
+    /// A submitter for other threads of the node process.
+    pub fn caller(&self) -> Result<Caller, DmiError> {
+        if self.link.is_some() {
+            return Err(DmiError::BadArgument(
+                "a compute instance cannot create instances (only the node's program can)".into(),
+            ));
+        }
+        Ok(Caller {
+            tx: self.tx.clone(),
+        })
+    }
+
+    /// Starts any call; wait on the handle for its outcome. (In a compute
+    /// instance the call completes before this returns.)
     pub fn start_call(&self, req: CallReq) -> Handle {
+        if let Some(l) = &self.link {
+            let (otx, rx) = oneshot::channel();
+            let _ = otx.send(l.call(req));
+            return Handle { rx };
+        }
         let (otx, rx) = oneshot::channel();
         if let Err(mpsc::error::SendError(Event::Call(_, otx))) =
             self.tx.send(Event::Call(req, otx))
@@ -264,6 +327,9 @@ impl Dmi {
 
     /// `DMI_read`: fills `buf` from `[addr, addr + buf.len())`.
     pub fn read(&self, addr: i64, buf: &mut [u8], mode: ReadMode) -> Result<(), DmiError> {
+        if let Some(l) = &self.link {
+            return l.read(addr, buf, mode);
+        }
         let out = self.call(CallReq::Read {
             items: vec![(addr, buf.len() as i64)],
             mode,
@@ -378,6 +444,11 @@ impl Dmi {
 
     /// Barrier, goodbye to every peer, and shutdown.
     pub fn finalize(mut self) -> Result<(), DmiError> {
+        if self.link.is_some() {
+            return Err(DmiError::BadArgument(
+                "DMI_finalize in a compute instance (the node's program finalizes)".into(),
+            ));
+        }
         let r = self.barrier();
         let (otx, orx) = oneshot::channel();
         if self.tx.send(Event::Finalize(otx)).is_ok() {

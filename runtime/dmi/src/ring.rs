@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! The mailbox between a compute instance and its node, in the shared range
+//! (`docs/dmi.md`, "Nodes as half-processes").
+//!
+//! Each instance has one [`Mailbox`]: a request/response ring of depth one
+//! (an instance is single-threaded and its calls are synchronous), guarded
+//! by a futex mutex of the halfproc runtime with one condition variable per
+//! direction, and a staging buffer in the shared range that carries the
+//! encoded request and the reply. The instance owns the slot while the
+//! state is `IDLE` or `REPLY`, the node while it is `REQUEST`.
+//!
+//! The bytes of a read go either into the staging buffer (the instance then
+//! copies them into its private buffer) or, with [`ReplyPath::Dmwrite`],
+//! straight into the instance's private buffer with `dmwrite` (the paper's
+//! receiver). Neither side waits forever: the node looks whether the
+//! instance still runs every [`POLL`], the instance whether the node does.
+//!
+//! Lock order: only one mailbox lock is ever held at a time.
+
+use std::time::Duration;
+
+use halfproc::sync::{Condvar, LockError, Mutex, MutexGuard};
+use serde::{Deserialize, Serialize};
+
+use crate::error::DmiError;
+use crate::msg::{ReadMode, WriteMode};
+use crate::node::{CallReq, Outcome};
+
+/// How often a waiting side checks that the other one still runs.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Room every staging buffer has for an error message.
+const ERR_ROOM: usize = 4096;
+
+const IDLE: u32 = 0;
+const REQUEST: u32 = 1;
+const REPLY: u32 = 2;
+
+/// Reply status: bytes in staging, an encoded error in staging, or the
+/// bytes already written into the instance's buffer.
+const OK_STAGED: u32 = 0;
+const ERR: u32 = 1;
+const OK_WRITTEN: u32 = 2;
+
+/// Where the node puts the bytes of a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyPath {
+    /// Into the staging buffer; the instance copies them (one `memcpy`).
+    Staging,
+    /// Into the instance's private buffer with `dmwrite` (kernel backend:
+    /// the new system call; portable: `process_vm_writev`).
+    Dmwrite,
+}
+
+impl ReplyPath {
+    /// `DMI_REPLY=staging|dmwrite`; by default `dmwrite` on the kernel
+    /// backend and `staging` on the portable one (no ptrace permission
+    /// needed, and no system call per reply).
+    pub fn from_env(kernel: bool) -> Result<ReplyPath, DmiError> {
+        match std::env::var("DMI_REPLY").as_deref() {
+            Ok("staging") => Ok(ReplyPath::Staging),
+            Ok("dmwrite") => Ok(ReplyPath::Dmwrite),
+            Ok(v) => Err(DmiError::Setup(format!(
+                "DMI_REPLY={v:?} is not valid (use staging or dmwrite)"
+            ))),
+            Err(_) if kernel => Ok(ReplyPath::Dmwrite),
+            Err(_) => Ok(ReplyPath::Staging),
+        }
+    }
+}
+
+/// A call as it travels through the staging buffer.
+#[derive(Debug, Serialize, Deserialize)]
+enum Req {
+    Read {
+        items: Vec<(i64, i64)>,
+        mode: ReadMode,
+    },
+    Write {
+        items: Vec<(i64, Vec<u8>)>,
+        mode: WriteMode,
+    },
+    Rmw {
+        addr: i64,
+        size: i64,
+        func: u32,
+        arg: Vec<u8>,
+    },
+    Mmap {
+        page_size: i64,
+        page_num: i64,
+    },
+    Munmap {
+        addr: i64,
+    },
+    Lock {
+        addr: i64,
+    },
+    Unlock {
+        addr: i64,
+    },
+    Barrier,
+}
+
+impl TryFrom<CallReq> for Req {
+    type Error = DmiError;
+
+    /// Membership calls (itergroup barriers, rescale, members) belong to the
+    /// node's program, never to a compute instance.
+    fn try_from(c: CallReq) -> Result<Req, DmiError> {
+        Ok(match c {
+            CallReq::Read { items, mode } => Req::Read { items, mode },
+            CallReq::Write { items, mode } => Req::Write { items, mode },
+            CallReq::Rmw {
+                addr,
+                size,
+                func,
+                arg,
+            } => Req::Rmw {
+                addr,
+                size,
+                func,
+                arg,
+            },
+            CallReq::Mmap {
+                page_size,
+                page_num,
+            } => Req::Mmap {
+                page_size,
+                page_num,
+            },
+            CallReq::Munmap { addr } => Req::Munmap { addr },
+            CallReq::Lock { addr } => Req::Lock { addr },
+            CallReq::Unlock { addr } => Req::Unlock { addr },
+            CallReq::Barrier => Req::Barrier,
+            CallReq::BarrierOf(_) | CallReq::Rescale { .. } | CallReq::Members => {
+                return Err(DmiError::BadArgument(
+                    "reconfiguration calls are not available in a compute instance".into(),
+                ))
+            }
+        })
+    }
+}
+
+impl From<Req> for CallReq {
+    fn from(r: Req) -> CallReq {
+        match r {
+            Req::Read { items, mode } => CallReq::Read { items, mode },
+            Req::Write { items, mode } => CallReq::Write { items, mode },
+            Req::Rmw {
+                addr,
+                size,
+                func,
+                arg,
+            } => CallReq::Rmw {
+                addr,
+                size,
+                func,
+                arg,
+            },
+            Req::Mmap {
+                page_size,
+                page_num,
+            } => CallReq::Mmap {
+                page_size,
+                page_num,
+            },
+            Req::Munmap { addr } => CallReq::Munmap { addr },
+            Req::Lock { addr } => CallReq::Lock { addr },
+            Req::Unlock { addr } => CallReq::Unlock { addr },
+            Req::Barrier => CallReq::Barrier,
+        }
+    }
+}
+
+impl Req {
+    /// The most bytes a successful reply can have.
+    fn reply_bound(&self) -> usize {
+        match self {
+            Req::Read { items, .. } => items.iter().map(|&(_, s)| s.max(0) as usize).sum(),
+            Req::Rmw { size, .. } => (*size).max(8) as usize,
+            Req::Mmap { .. } => 8,
+            _ => 0,
+        }
+    }
+}
+
+/// The slot's contents (behind the mailbox mutex).
+struct Slot {
+    state: u32,
+    status: u32,
+    /// Bytes used in the staging buffer (request, then reply).
+    len: usize,
+    /// The staging buffer, in the shared range (allocated by the instance).
+    staging: usize,
+    cap: usize,
+    /// For a read with [`ReplyPath::Dmwrite`]: the instance's private buffer.
+    dest: usize,
+    /// The instance function's return value, once it returned.
+    ret: Option<i64>,
+}
+
+/// One instance's mailbox; lives in the shared range.
+pub struct Mailbox {
+    slot: Mutex<Slot>,
+    to_node: Condvar,
+    to_instance: Condvar,
+}
+
+/// What [`Mailbox::take`] found.
+pub enum Taken {
+    /// A call, and the private buffer to `dmwrite` a read's bytes to (0: none).
+    Call(CallReq, usize),
+    /// Nothing within the time limit.
+    Nothing,
+    /// The request could not be decoded (answered with an error already).
+    Bad,
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, DmiError> {
+    match m.lock() {
+        Ok(g) => Ok(g),
+        // The other side died holding the lock; the state word tells the
+        // rest (and the node finds the death by the member's status).
+        Err(LockError::OwnerDied(g)) => Ok(g),
+        Err(LockError::NotMember) => Err(DmiError::Setup(
+            "the mailbox is not reachable: this process is not a member of the node's set".into(),
+        )),
+    }
+}
+
+/// The first `g.len` bytes of the staging buffer.
+///
+/// # Safety
+/// `g.staging` must point to `g.cap >= g.len` bytes of the shared range
+/// that the caller's side owns now (the state says whose turn it is).
+unsafe fn staged(g: &Slot) -> &[u8] {
+    // SAFETY: forwarded from the caller.
+    unsafe { std::slice::from_raw_parts(g.staging as *const u8, g.len) }
+}
+
+/// Copies `bytes` to the start of the staging buffer and records the length.
+///
+/// # Safety
+/// As for [`staged`], and `bytes.len() <= g.cap`.
+unsafe fn stage(g: &mut Slot, bytes: &[u8]) {
+    // SAFETY: the buffer is ours and large enough (caller); `bytes` is
+    // private memory, so the ranges do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), g.staging as *mut u8, bytes.len()) };
+    g.len = bytes.len();
+}
+
+impl Mailbox {
+    /// A new, idle mailbox in the shared range.
+    pub fn new() -> Result<&'static Mailbox, DmiError> {
+        let b = halfproc::alloc::shared_box(Mailbox {
+            slot: Mutex::new(Slot {
+                state: IDLE,
+                status: OK_STAGED,
+                len: 0,
+                staging: 0,
+                cap: 0,
+                dest: 0,
+                ret: None,
+            }),
+            to_node: Condvar::new(),
+            to_instance: Condvar::new(),
+        })
+        .map_err(|e| DmiError::Setup(format!("mailbox: {e}")))?;
+        Ok(halfproc::SharedBox::leak(b))
+    }
+
+    /// Node: frees the mailbox and its staging buffer.
+    ///
+    /// # Safety
+    /// The instance has ended and nothing uses `self` afterwards.
+    pub unsafe fn release(&'static self) {
+        if let Ok(g) = lock(&self.slot) {
+            if g.staging != 0 {
+                // SAFETY: the buffer came from halfproc's malloc (in the
+                // instance; any member may free it) and nobody uses it.
+                unsafe { halfproc::alloc::free(g.staging as *mut u8) };
+            }
+        }
+        let p = self as *const Mailbox as *mut Mailbox;
+        // SAFETY: `self` was leaked from a SharedBox in `new` and is not
+        // used any more (caller).
+        drop(unsafe { halfproc::SharedBox::from_raw_in(p, halfproc::SharedAlloc) });
+    }
+
+    /// Instance: records the instance function's return value.
+    pub fn set_return(&self, v: i64) {
+        if let Ok(mut g) = lock(&self.slot) {
+            g.ret = Some(v);
+        }
+    }
+
+    /// Node: the return value, if the instance function returned.
+    pub fn returned(&self) -> Option<i64> {
+        lock(&self.slot).ok().and_then(|g| g.ret)
+    }
+
+    /// Node: waits up to `timeout` for a request and takes it.
+    pub fn take(&self, timeout: Duration) -> Result<Taken, DmiError> {
+        let mut g = lock(&self.slot)?;
+        if g.state != REQUEST {
+            g = match self.to_node.wait_timeout(g, timeout) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().map(|(g, _)| g).ok_or_else(|| {
+                    DmiError::Setup("mailbox: not a member of the node's set".into())
+                })?,
+            };
+            if g.state != REQUEST {
+                return Ok(Taken::Nothing);
+            }
+        }
+        // SAFETY: state REQUEST: the staging buffer is the node's until it
+        // answers; the instance wrote `len` bytes of it.
+        let bytes = unsafe { staged(&g) };
+        match bincode::deserialize::<Req>(bytes) {
+            Ok(r) => Ok(Taken::Call(r.into(), g.dest)),
+            Err(e) => {
+                drop(g);
+                self.answer(
+                    &Err(DmiError::BadArgument(format!("undecodable request: {e}"))),
+                    None,
+                );
+                Ok(Taken::Bad)
+            }
+        }
+    }
+
+    /// Node: answers the request taken last. `written` is true when the
+    /// bytes of a read were already `dmwrite`n into the instance's buffer.
+    pub fn answer(&self, out: &Outcome, written: Option<usize>) {
+        let Ok(mut g) = lock(&self.slot) else { return };
+        let (status, bytes) = match (out, written) {
+            (Ok(_), Some(n)) => (OK_WRITTEN, n.to_le_bytes().to_vec()),
+            (Ok(v), None) if v.len() <= g.cap => (OK_STAGED, v.clone()),
+            (Ok(v), None) => {
+                let e = DmiError::BadArgument(format!(
+                    "reply of {} bytes does not fit the instance's staging buffer ({} bytes)",
+                    v.len(),
+                    g.cap
+                ));
+                (ERR, bincode::serialize(&e).unwrap_or_default())
+            }
+            (Err(e), _) => {
+                let mut b = bincode::serialize(e).unwrap_or_default();
+                if b.len() > g.cap {
+                    b = bincode::serialize(&DmiError::Setup("error message too long".into()))
+                        .unwrap_or_default();
+                }
+                (ERR, b)
+            }
+        };
+        // SAFETY: state REQUEST: the staging buffer is the node's; it fits
+        // every successful reply (checked above) and ERR_ROOM bytes of error.
+        unsafe { stage(&mut g, &bytes) };
+        g.status = status;
+        g.state = REPLY;
+        drop(g);
+        self.to_instance.notify_one();
+    }
+}
+
+/// The instance's end of its mailbox.
+pub struct Link {
+    mb: &'static Mailbox,
+    /// The node process, to tell a dead node from a slow one.
+    node_pid: i32,
+    path: ReplyPath,
+}
+
+impl Link {
+    pub fn new(mb: &'static Mailbox, node_pid: i32, path: ReplyPath) -> Link {
+        Link { mb, node_pid, path }
+    }
+
+    /// Sends `req`, waits for the reply; with `dest` set, a read's bytes go
+    /// there (by `dmwrite` or from staging) and the returned vector is empty.
+    fn exchange(&self, req: Req, dest: Option<&mut [u8]>) -> Outcome {
+        let enc = bincode::serialize(&req)
+            .map_err(|e| DmiError::BadArgument(format!("unencodable request: {e}")))?;
+        let need = enc.len().max(req.reply_bound()).max(ERR_ROOM);
+        let mut g = lock(&self.mb.slot)?;
+        if g.cap < need {
+            let cap = need.next_power_of_two();
+            let p = halfproc::alloc::malloc(cap);
+            if p.is_null() {
+                return Err(DmiError::BadArgument(format!(
+                    "no room for a {cap}-byte staging buffer in the shared range"
+                )));
+            }
+            if g.staging != 0 {
+                // SAFETY: the old buffer came from halfproc's malloc below
+                // and the node does not hold it (state IDLE).
+                unsafe { halfproc::alloc::free(g.staging as *mut u8) };
+            }
+            g.staging = p as usize;
+            g.cap = cap;
+        }
+        // SAFETY: state IDLE: the staging buffer is ours, `need` >= its size.
+        unsafe { stage(&mut g, &enc) };
+        g.dest = match (&dest, self.path) {
+            (Some(d), ReplyPath::Dmwrite) if !d.is_empty() => d.as_ptr() as usize,
+            _ => 0,
+        };
+        g.state = REQUEST;
+        drop(g);
+        self.mb.to_node.notify_one();
+        let mut g = lock(&self.mb.slot)?;
+        while g.state != REPLY {
+            let (ng, timed_out) = match self.mb.to_instance.wait_timeout(g, POLL) {
+                Ok((g, r)) => (g, r.timed_out()),
+                Err(e) => e
+                    .into_inner()
+                    .map(|(g, r)| (g, r.timed_out()))
+                    .ok_or(DmiError::NotInitialized)?,
+            };
+            g = ng;
+            if timed_out && g.state != REPLY && !halfproc_sys::task::task_alive(self.node_pid) {
+                return Err(DmiError::Setup(format!(
+                    "the node (pid {}) is gone",
+                    self.node_pid
+                )));
+            }
+        }
+        g.state = IDLE;
+        // SAFETY: state REPLY (now IDLE): the staging buffer is ours.
+        let bytes = unsafe { staged(&g) };
+        match g.status {
+            OK_WRITTEN => Ok(Vec::new()),
+            OK_STAGED => match dest {
+                Some(d) if d.len() == bytes.len() => {
+                    d.copy_from_slice(bytes);
+                    Ok(Vec::new())
+                }
+                Some(d) => Err(DmiError::Setup(format!(
+                    "read of {} bytes answered with {}",
+                    d.len(),
+                    bytes.len()
+                ))),
+                None => Ok(bytes.to_vec()),
+            },
+            _ => Err(bincode::deserialize::<DmiError>(bytes)
+                .unwrap_or_else(|e| DmiError::Setup(format!("undecodable error reply: {e}")))),
+        }
+    }
+
+    /// Any call, bytes of the outcome copied out of staging.
+    pub fn call(&self, req: CallReq) -> Outcome {
+        self.exchange(req.try_into()?, None)
+    }
+
+    /// `DMI_read` into the instance's (private) `buf`.
+    pub fn read(&self, addr: i64, buf: &mut [u8], mode: ReadMode) -> Result<(), DmiError> {
+        let req = Req::Read {
+            items: vec![(addr, buf.len() as i64)],
+            mode,
+        };
+        self.exchange(req, Some(buf)).map(drop)
+    }
+}
