@@ -140,13 +140,29 @@ void dmi_report(const struct dmi_world *w, const char *app, enum app_size size,
 	DMI_CHECK(DMI_finalize());
 }
 
+static void trace(const struct dmi_world *w, const char *event, int64_t iter)
+{
+	static int on = -1;
+
+	if (on < 0)
+		on = getenv("APPS_TRACE") != NULL;
+	if (on && w->rank == 0) {
+		printf("trace %s %lld %.6f %d\n", event, (long long)iter, wall_seconds(),
+		       w->size);
+		fflush(stdout);
+	}
+}
+
 struct dmi_world dmi_itergroup_start(int rank, int pnum, int64_t root)
 {
+	struct dmi_world w = { rank, pnum };
+
+	trace(&w, "start", -1);
 	group_root = root;
 	group_rank = rank;
 	group_nmaps = 0;
 	root_used = 0;
-	return (struct dmi_world){ rank, pnum };
+	return w;
 }
 
 void dmi_unmap(int64_t addr)
@@ -165,16 +181,10 @@ void dmi_itergroup_end(const struct dmi_world *w)
 			DMI_CHECK(DMI_munmap(group_maps[k]));
 	group_nmaps = 0;
 	root_used = 0;
+	trace(w, "end", -1);
 }
 
 void dmi_trace(const struct dmi_world *w, int64_t iter)
 {
-	static int on = -1;
-
-	if (on < 0)
-		on = getenv("APPS_TRACE") != NULL;
-	if (on && w->rank == 0) {
-		printf("iter %lld %.6f %d\n", (long long)iter, wall_seconds(), w->size);
-		fflush(stdout);
-	}
+	trace(w, "iter", iter);
 }
