@@ -111,6 +111,13 @@ for app in "${apps[@]}"; do
 		fi
 	done
 done
+# Table 2 (lines changed to make each program reconfigurable), counted by
+# apps/table2.py, and docs/apps.md showing exactly its output.
+if "$here/table2-test.sh"; then
+	passed=$((passed + 1))
+else
+	failed+=("table2: apps/table2-test.sh")
+fi
 echo "apps: ${passed} passed, ${#failed[@]} failed"
 if ((${#failed[@]})); then
 	printf 'apps: disagree: %s\n' "${failed[@]}" >&2
