@@ -111,6 +111,13 @@ for app in "${apps[@]}"; do
 		fi
 	done
 done
+# Table 1 and the timeline: apps/timeline.sh end to end at the small size.
+if "$here/timeline-test.sh" 2>/dev/null; then
+	passed=$((passed + 1))
+	echo "timeline cg small 1 -> 3 -> 2: traced, JSON and SVG written, checksum agrees"
+else
+	failed+=("timeline: apps/timeline-test.sh (run it to see why)")
+fi
 # Table 2 (lines changed to make each program reconfigurable), counted by
 # apps/table2.py, and docs/apps.md showing exactly its output.
 if "$here/table2-test.sh"; then

@@ -108,6 +108,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 		for (int k = 0; k < 3; k++)
 			DMI_CHECK(DMI_read(data.v[k] + off, len, ckpt[k], GET));
 	}
+	dmi_trace_restored(&w);
 	double bb = data.bb, rr = data.rr;
 	int it = (int)data.iter;
 

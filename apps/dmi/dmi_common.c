@@ -188,3 +188,8 @@ void dmi_trace(const struct dmi_world *w, int64_t iter)
 {
 	trace(w, "iter", iter);
 }
+
+void dmi_trace_restored(const struct dmi_world *w)
+{
+	trace(w, "restored", -1);
+}

@@ -82,9 +82,11 @@ void dmi_itergroup_end(const struct dmi_world *w);
  * With APPS_TRACE set in the environment, rank 0 prints "trace EVENT ITER
  * SECONDS NODES" (wall_seconds; ITER: iterations done): EVENT "iter" after
  * each iteration (dmi_trace), "start" when an itergroup starts
- * (dmi_itergroup_start) and "end" when every thread has checkpointed
+ * (dmi_itergroup_start), "restored" when rank 0 has restored its state
+ * (dmi_trace_restored) and "end" when every thread has checkpointed
  * (dmi_itergroup_end), for apps/timeline.sh.
  */
 void dmi_trace(const struct dmi_world *w, int64_t iter);
+void dmi_trace_restored(const struct dmi_world *w);
 
 #endif

@@ -100,6 +100,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	/* planes z0 .. z0 + nz + 1: this block and its two ghosts */
 	DMI_CHECK(DMI_read(data.grid[data.iter & 1] + z0 * pbytes, (nz + 2) * pbytes, u, GET));
 	memcpy(v, u, (size_t)((nz + 2) * pbytes));
+	dmi_trace_restored(&w);
 	while (data.iter < data.iters) {
 		int rc = (int)DMI_CHECK(DMI_check_rescale());
 

@@ -89,6 +89,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 		DMI_CHECK(DMI_read(data.pos + off, len, pos, GET));
 		DMI_CHECK(DMI_read(data.vel + off, len, vel, GET));
 	}
+	dmi_trace_restored(&w);
 
 	for (int step = (int)data.iter; step < p.steps; step++) {
 		int64_t set = posr + (int64_t)(step & 1) * w.size * page;

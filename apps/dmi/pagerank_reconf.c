@@ -129,6 +129,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	else if (nloc)
 		DMI_CHECK(DMI_read(data.x + lo * (int64_t)sizeof(double),
 				   nloc * (int64_t)sizeof(double), x, GET));
+	dmi_trace_restored(&w);
 	int it = (int)data.iter;
 
 	while (it < p.max_iters && !data.done) {
