@@ -13,8 +13,8 @@ added (b > a) or removed (a > b); pure insertions are added, pure deletions
 removed.  "total" is added + changed + removed; "normal" and "reconf" are the
 line counts of the two forms under the same rule.
 
-usage: apps/table2.py [--markdown] [APP...]      (default: every APP.c with
-       an APP_reconf.c in apps/dmi)
+usage: apps/table2.py [--markdown] [APP...]      (default: every pair APP.c,
+       APP_reconf.c in apps/dmi)
        apps/table2.py --files NORMAL RECONF       (one pair, for the tests)
 """
 import argparse
@@ -109,7 +109,9 @@ def main():
         pairs = [(args.files[0], *map(pathlib.Path, args.files))]
     else:
         names = args.apps or sorted(
-            p.name[: -len("_reconf.c")] for p in (HERE / "dmi").glob("*_reconf.c")
+            p.name[: -len("_reconf.c")]
+            for p in (HERE / "dmi").glob("*_reconf.c")
+            if (HERE / "dmi" / (p.name[: -len("_reconf.c")] + ".c")).exists()
         )
         pairs = [(a, HERE / "dmi" / f"{a}.c", HERE / "dmi" / f"{a}_reconf.c") for a in names]
     for name, normal, reconf in pairs:

@@ -1,13 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * CG on DMI, reconfigurable (dmi-reconfiguration sec. 4): the normal form
- * (cg.c, described below) as the body of DMI_itergroup.  DMI_main maps the
- * checkpoint (x, r and d of all rows; rr and bb in the data page) and calls
- * DMI_rescale; each itergroup makes the rows of its block, starts from
- * x = 0 or restores its block of x, r and d, iterates until
- * DMI_check_rescale says nodes join or leave (or the residual is small
- * enough), and writes its blocks back with EXCLUSIVE.  Node 0 takes the
- * checksum over the checkpointed x.
+ * CG on DMI, reconfigurable (dmi-reconfiguration sec. 4): cg.c as the
+ * body of DMI_itergroup.  The checkpoint (dmi_reconf.c) holds x, r and d
+ * and the scalars rr and bb; an itergroup makes its rows, starts from x = 0
+ * or restores its blocks, iterates until DMI_check_rescale says nodes join
+ * or leave (or the residual is small enough), and writes its blocks back.
  *
  * Conjugate gradients on the distorted FEM matrix, on DMI: each node
  * generates and owns a block of rows of A and of b; x, r and q stay in its
@@ -23,62 +20,30 @@
  * after its reads.
  */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "checksum.h"
 #include "common.h"
 #include "csr.h"
 #include "dmi_common.h"
+#include "dmi_reconf.h"
+#include <dmi_main.h>
 #include "fem.h"
 #include "gvec.h"
-#include <dmi_main.h>
-
-struct data_t {
-	int64_t iter, itergroups;
-	int64_t v[3], root;	/* checkpoint: x, r, d (n doubles each); dmi_map's page */
-	double rr, bb;
-	int32_t size;
-};
-
-#define CKPT_PAGE 4096
 
 void DMI_main(int argc, char **argv)
 {
 	enum app_size size = parse_size(argc > 2 ? 2 : argc, argv, argv[0]);
-	int init_node_num = argc > 2 ? atoi(argv[2]) : 1;
 	struct cg_params p = cg_params(size);
-	int64_t n = cg_n(&p), bytes = n * (int64_t)sizeof(double);
-	struct data_t data = { .size = size };
 
-	for (int k = 0; k < 3; k++)
-		data.v[k] = DMI_CHECK(DMI_mmap(CKPT_PAGE, (bytes + CKPT_PAGE - 1) / CKPT_PAGE));
-	data.root = DMI_CHECK(DMI_mmap(4096, 1));
-	int64_t addr = DMI_CHECK(DMI_mmap(sizeof(data), 1));
-
-	DMI_CHECK(DMI_write(addr, sizeof(data), &data, PUT));
-	double t0 = wall_seconds();
-
-	DMI_CHECK(DMI_rescale(addr, init_node_num));
-	double t = wall_seconds() - t0;
-	double *x = xcalloc((size_t)n, sizeof(double));
-	cks_t acc = 0.0L;
-
-	DMI_CHECK(DMI_read(addr, sizeof(data), &data, GET));
-	DMI_CHECK(DMI_read(data.v[0], bytes, x, GET));
-	cks_add(&acc, 0, x, n, 1);
-	printf("itergroups %lld\n", (long long)data.itergroups);
-	report("cg", "dmi-reconf", DMI_size(), size, (int)data.iter, t, (double)acc);
-	free(x);
+	dmi_reconf_main(argc, argv, "cg", size, 3, cg_n(&p));
 }
 
 int DMI_itergroup(int rank, int pnum, int64_t addr)
 {
-	struct data_t data;
-
-	DMI_CHECK(DMI_read(addr, sizeof(data), &data, GET));	/* restore */
-	struct dmi_world w = dmi_itergroup_start(rank, pnum, data.root);
-	struct cg_params p = cg_params((enum app_size)data.size);
+	struct dmi_ckpt ck;
+	struct dmi_world w = dmi_reconf_start(rank, pnum, addr, &ck);
+	struct cg_params p = cg_params((enum app_size)ck.size);
 	int64_t n = cg_n(&p);
 	int64_t lo = block_lo(n, w.size, w.rank);
 	int64_t nloc = block_len(n, w.size, w.rank);
@@ -95,22 +60,19 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	double *d = xcalloc((size_t)(nloc + g.nghost) + 1, sizeof(double));
 	double *q = xcalloc((size_t)nloc + 1, sizeof(double));
 
-	double *ckpt[3] = { x, r, d };
-	int64_t off = lo * (int64_t)sizeof(double), len = nloc * (int64_t)sizeof(double);
+	fem_rhs(lo, nloc, b);
+	for (int64_t i = 0; i < nloc; i++)
+		r[i] = d[i] = b[i];
+	double bb = dmi_allreduce(&red, vec_dot(nloc, b, b), DMI_OP_SUM), rr = bb;
 
-	if (data.iter == 0) {
-		fem_rhs(lo, nloc, b);
-		for (int64_t i = 0; i < nloc; i++)
-			r[i] = d[i] = b[i];
-		data.bb = dmi_allreduce(&red, vec_dot(nloc, b, b), DMI_OP_SUM);
-		data.rr = data.bb;
-	} else if (nloc) {
-		for (int k = 0; k < 3; k++)
-			DMI_CHECK(DMI_read(data.v[k] + off, len, ckpt[k], GET));
+	if (ck.iter > 0) {
+		dmi_ckpt_get(&ck, 0, lo, nloc, x);
+		dmi_ckpt_get(&ck, 1, lo, nloc, r);
+		dmi_ckpt_get(&ck, 2, lo, nloc, d);
+		rr = ck.val[0];
 	}
 	dmi_trace_restored(&w);
-	double bb = data.bb, rr = data.rr;
-	int it = (int)data.iter;
+	int it = (int)ck.iter;
 
 	while (it < p.max_iters && sqrt(rr) > p.tol * sqrt(bb)) {
 		if (DMI_CHECK(DMI_check_rescale()))
@@ -128,20 +90,14 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 
 		vec_xpby(nloc, r, rr_new / rr, d);
 		rr = rr_new;
-		it++;
+		ck.iter = ++it;
 		dmi_trace(&w, it);
 	}
-	/* checkpoint: these blocks, where the next itergroup reads them */
-	if (nloc)
-		for (int k = 0; k < 3; k++)
-			DMI_CHECK(DMI_write(data.v[k] + off, len, ckpt[k], EXCLUSIVE));
-	dmi_itergroup_end(&w);
-	if (rank == 0) {
-		data.iter = it;
-		data.rr = rr;
-		data.itergroups++;
-		DMI_CHECK(DMI_write(addr, sizeof(data), &data, PUT));
-	}
+	dmi_ckpt_put(&ck, 0, lo, nloc, x);
+	dmi_ckpt_put(&ck, 1, lo, nloc, r);
+	dmi_ckpt_put(&ck, 2, lo, nloc, d);
+	ck.val[0] = rr;
+	dmi_reconf_end(&w, addr, &ck);
 	gvec_free(&g);
 	dmi_reduce_free(&red);
 	csr_free(&a);

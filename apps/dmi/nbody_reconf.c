@@ -1,70 +1,45 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * N-body on DMI, reconfigurable (dmi-reconfiguration sec. 4): the normal
- * form (nbody.c) as the body of DMI_itergroup.  DMI_main maps the
- * checkpoint (positions and velocities of all bodies, one region each) and
- * calls DMI_rescale; each itergroup makes its block's bodies at step 0 or
- * restores them from the checkpoint, runs steps until DMI_check_rescale
- * says nodes join or leave, and writes its block back with EXCLUSIVE (so a
- * leaving node hands its pages over).  The exchange is nbody.c's, on
- * pages mapped per itergroup for its blocks.  Node 0 takes the checksum
- * over the checkpointed positions.
+ * N-body on DMI, reconfigurable (dmi-reconfiguration sec. 4): nbody.c as
+ * the body of DMI_itergroup.  The checkpoint (dmi_reconf.c) holds the
+ * positions and velocities of all bodies; an itergroup makes its block's
+ * bodies at step 0 or restores them, runs steps until DMI_check_rescale
+ * says nodes join or leave, and writes its block back.
  *
- * usage: nbody_reconf [small|bench] [INIT_NODE_NUM]
+ * N-body on DMI: each node owns a block of bodies (a slab along z) and
+ * keeps their velocities in its memory; the positions of all bodies live in
+ * the global address space, one page per node's block.  Every step a node
+ * writes its block's positions into its page with EXCLUSIVE (owner from the
+ * first write on), meets the others at DMI_barrier, and reads every page
+ * with UPDATE: every node reads every page every step, so each node keeps a
+ * copy that the owner's next write refreshes (pushed before that write
+ * returns, hence before the barrier), and the reads after the barrier are
+ * local.  The pages alternate between two sets by step parity, so one
+ * barrier per step suffices.  Masses never change: every node makes them
+ * all once.
  */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "checksum.h"
 #include "common.h"
 #include "dmi_common.h"
+#include "dmi_reconf.h"
 #include "nbody.h"
 #include <dmi_main.h>
-
-struct data_t {
-	int64_t iter, itergroups;
-	int64_t pos, vel, root;	/* checkpoint: 3N doubles each; dmi_map's page */
-	int32_t size;
-};
-
-#define CKPT_PAGE 4096
 
 void DMI_main(int argc, char **argv)
 {
 	enum app_size size = parse_size(argc > 2 ? 2 : argc, argv, argv[0]);
-	int init_node_num = argc > 2 ? atoi(argv[2]) : 1;
 	struct nbody_params p = nbody_params(size);
-	int64_t n = nbody_count(&p), bytes = 3 * n * (int64_t)sizeof(double);
-	struct data_t data = { .size = size };
 
-	data.pos = DMI_CHECK(DMI_mmap(CKPT_PAGE, (bytes + CKPT_PAGE - 1) / CKPT_PAGE));
-	data.vel = DMI_CHECK(DMI_mmap(CKPT_PAGE, (bytes + CKPT_PAGE - 1) / CKPT_PAGE));
-	data.root = DMI_CHECK(DMI_mmap(4096, 1));
-	int64_t addr = DMI_CHECK(DMI_mmap(sizeof(data), 1));
-
-	DMI_CHECK(DMI_write(addr, sizeof(data), &data, PUT));
-	double t0 = wall_seconds();
-
-	DMI_CHECK(DMI_rescale(addr, init_node_num));
-	double t = wall_seconds() - t0;
-	double *pos = xcalloc((size_t)(3 * n), sizeof(double));
-	cks_t acc = 0.0L;
-
-	DMI_CHECK(DMI_read(addr, sizeof(data), &data, GET));
-	DMI_CHECK(DMI_read(data.pos, bytes, pos, GET));
-	cks_add(&acc, 0, pos, 3 * n, 1);
-	printf("itergroups %lld\n", (long long)data.itergroups);
-	report("nbody", "dmi-reconf", DMI_size(), size, (int)data.iter, t, (double)acc);
-	free(pos);
+	dmi_reconf_main(argc, argv, "nbody", size, 2, 3 * nbody_count(&p));
 }
 
 int DMI_itergroup(int rank, int pnum, int64_t addr)
 {
-	struct data_t data;
-
-	DMI_CHECK(DMI_read(addr, sizeof(data), &data, GET));	/* restore */
-	struct dmi_world w = dmi_itergroup_start(rank, pnum, data.root);
-	struct nbody_params p = nbody_params((enum app_size)data.size);
+	struct dmi_ckpt ck;
+	struct dmi_world w = dmi_reconf_start(rank, pnum, addr, &ck);
+	struct nbody_params p = nbody_params((enum app_size)ck.size);
 	int64_t n = nbody_count(&p);
 	int64_t i0 = block_lo(n, w.size, w.rank);
 	int64_t cnt = block_len(n, w.size, w.rank);
@@ -80,18 +55,17 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	double *pos = xcalloc((size_t)(3 * cnt), sizeof(double));
 	double *vel = xcalloc((size_t)(3 * cnt), sizeof(double));
 	DMI_access_t *acc = xcalloc((size_t)w.size, sizeof(DMI_access_t));
-	int64_t off = 3 * i0 * (int64_t)sizeof(double), len = 3 * cnt * (int64_t)sizeof(double);
 
 	nbody_init(&p, 0, n, NULL, NULL, mass_all);
-	if (data.iter == 0) {
+	if (ck.iter == 0) {
 		nbody_init(&p, i0, cnt, pos, vel, NULL);
-	} else if (cnt) {
-		DMI_CHECK(DMI_read(data.pos + off, len, pos, GET));
-		DMI_CHECK(DMI_read(data.vel + off, len, vel, GET));
+	} else {
+		dmi_ckpt_get(&ck, 0, 3 * i0, 3 * cnt, pos);
+		dmi_ckpt_get(&ck, 1, 3 * i0, 3 * cnt, vel);
 	}
 	dmi_trace_restored(&w);
 
-	for (int step = (int)data.iter; step < p.steps; step++) {
+	for (int step = (int)ck.iter; step < p.steps; step++) {
 		int64_t set = posr + (int64_t)(step & 1) * w.size * page;
 		int na = 0;
 
@@ -111,23 +85,16 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 				};
 		DMI_CHECK(DMI_group_read(acc, na, UPDATE));
 		nbody_step(&p, n, pos_all, mass_all, i0, cnt, pos, vel);
-		data.iter = step + 1;
-		dmi_trace(&w, data.iter);
+		ck.iter = step + 1;
+		dmi_trace(&w, ck.iter);
 	}
-	/* checkpoint: this block, where the next itergroup reads it */
-	if (cnt) {
-		DMI_CHECK(DMI_write(data.pos + off, len, pos, EXCLUSIVE));
-		DMI_CHECK(DMI_write(data.vel + off, len, vel, EXCLUSIVE));
-	}
-	dmi_itergroup_end(&w);
-	if (rank == 0) {
-		data.itergroups++;
-		DMI_CHECK(DMI_write(addr, sizeof(data), &data, PUT));
-	}
+	dmi_ckpt_put(&ck, 0, 3 * i0, 3 * cnt, pos);
+	dmi_ckpt_put(&ck, 1, 3 * i0, 3 * cnt, vel);
+	dmi_reconf_end(&w, addr, &ck);
 	free(pos_all);
 	free(mass_all);
 	free(pos);
 	free(vel);
 	free(acc);
-	return data.iter != p.steps;
+	return ck.iter != p.steps;
 }

@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * PageRank on DMI, reconfigurable (dmi-reconfiguration sec. 4): the normal
- * form (pagerank.c, described below) as the body of DMI_itergroup.
- * DMI_main maps the checkpoint (the ranks x of all vertices) and calls
- * DMI_rescale; each itergroup makes the rows of its block and sums their
- * out-degrees as pagerank.c does, starts from x = 1/n or restores its block
- * of x, iterates until DMI_check_rescale says nodes join or leave (or x
- * converged), and writes its block of x back with EXCLUSIVE.  Node 0 takes
- * the checksum over the checkpointed ranks.
+ * PageRank on DMI, reconfigurable (dmi-reconfiguration sec. 4): pagerank.c
+ * as the body of DMI_itergroup.  The checkpoint (dmi_reconf.c) holds the
+ * ranks x; an itergroup makes its rows and sums their out-degrees as below,
+ * starts from x = 1/n or restores its block of x, iterates until
+ * DMI_check_rescale says nodes join or leave (or x converged), and writes
+ * its block back.
  *
  * PageRank on DMI: each node generates and owns the in-edge rows and the
  * ranks of a block of vertices.  The contributions x[j] / outdeg(j) form a
@@ -22,16 +20,16 @@
  * block only after the convergence barrier of the iteration before, which
  * every node reaches after its reads.
  */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "checksum.h"
 #include "common.h"
 #include "csr.h"
 #include "dmi_common.h"
+#include "dmi_reconf.h"
+#include <dmi_main.h>
 #include "gvec.h"
 #include "pagerank.h"
-#include <dmi_main.h>
 
 /* outdeg[0 .. nloc): the out-degrees of our block, summed over all nodes. */
 static void sum_outdeg(const struct dmi_world *w, const struct csr *a,
@@ -63,49 +61,19 @@ static void sum_outdeg(const struct dmi_world *w, const struct csr *a,
 	free(acc);
 }
 
-struct data_t {
-	int64_t iter, itergroups, done;
-	int64_t x, root;	/* checkpoint: n doubles; dmi_map's page */
-	int32_t size;
-};
-
-#define CKPT_PAGE 4096
-
 void DMI_main(int argc, char **argv)
 {
 	enum app_size size = parse_size(argc > 2 ? 2 : argc, argv, argv[0]);
-	int init_node_num = argc > 2 ? atoi(argv[2]) : 1;
 	struct pagerank_params p = pagerank_params(size);
-	int64_t n = pagerank_n(&p), bytes = n * (int64_t)sizeof(double);
-	struct data_t data = { .size = size };
 
-	data.x = DMI_CHECK(DMI_mmap(CKPT_PAGE, (bytes + CKPT_PAGE - 1) / CKPT_PAGE));
-	data.root = DMI_CHECK(DMI_mmap(4096, 1));
-	int64_t addr = DMI_CHECK(DMI_mmap(sizeof(data), 1));
-
-	DMI_CHECK(DMI_write(addr, sizeof(data), &data, PUT));
-	double t0 = wall_seconds();
-
-	DMI_CHECK(DMI_rescale(addr, init_node_num));
-	double t = wall_seconds() - t0;
-	double *x = xcalloc((size_t)n, sizeof(double));
-	cks_t acc = 0.0L;
-
-	DMI_CHECK(DMI_read(addr, sizeof(data), &data, GET));
-	DMI_CHECK(DMI_read(data.x, bytes, x, GET));
-	cks_add(&acc, 0, x, n, 1);
-	printf("itergroups %lld\n", (long long)data.itergroups);
-	report("pagerank", "dmi-reconf", DMI_size(), size, (int)data.iter, t, (double)acc);
-	free(x);
+	dmi_reconf_main(argc, argv, "pagerank", size, 1, pagerank_n(&p));
 }
 
 int DMI_itergroup(int rank, int pnum, int64_t addr)
 {
-	struct data_t data;
-
-	DMI_CHECK(DMI_read(addr, sizeof(data), &data, GET));	/* restore */
-	struct dmi_world w = dmi_itergroup_start(rank, pnum, data.root);
-	struct pagerank_params p = pagerank_params((enum app_size)data.size);
+	struct dmi_ckpt ck;
+	struct dmi_world w = dmi_reconf_start(rank, pnum, addr, &ck);
+	struct pagerank_params p = pagerank_params((enum app_size)ck.size);
 	int64_t n = pagerank_n(&p);
 	int64_t lo = block_lo(n, w.size, w.rank);
 	int64_t nloc = block_len(n, w.size, w.rank);
@@ -123,16 +91,14 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	double *y = xcalloc((size_t)nloc + 1, sizeof(double));
 	double *c = xcalloc((size_t)(nloc + g.nghost) + 1, sizeof(double));
 
-	if (data.iter == 0)
-		for (int64_t i = 0; i < nloc; i++)
-			x[i] = 1.0 / (double)n;
-	else if (nloc)
-		DMI_CHECK(DMI_read(data.x + lo * (int64_t)sizeof(double),
-				   nloc * (int64_t)sizeof(double), x, GET));
+	for (int64_t i = 0; i < nloc; i++)
+		x[i] = 1.0 / (double)n;
+	if (ck.iter > 0)
+		dmi_ckpt_get(&ck, 0, lo, nloc, x);
 	dmi_trace_restored(&w);
-	int it = (int)data.iter;
+	int it = (int)ck.iter;
 
-	while (it < p.max_iters && !data.done) {
+	while (it < p.max_iters && !ck.done) {
 		double diff;
 
 		if (DMI_CHECK(DMI_check_rescale()))
@@ -144,21 +110,13 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 		diff = pagerank_update(&a, n, c, x, y);
 		diff = dmi_allreduce(&red, diff, DMI_OP_MAX);
 		swap_arrays(&x, &y);
-		it++;
+		ck.iter = ++it;
 		dmi_trace(&w, it);
 		if ((double)n * diff < p.tol)
-			data.done = 1;
+			ck.done = 1;
 	}
-	/* checkpoint: this block, where the next itergroup reads it */
-	if (nloc)
-		DMI_CHECK(DMI_write(data.x + lo * (int64_t)sizeof(double),
-				    nloc * (int64_t)sizeof(double), x, EXCLUSIVE));
-	dmi_itergroup_end(&w);
-	if (rank == 0) {
-		data.iter = it;
-		data.itergroups++;
-		DMI_CHECK(DMI_write(addr, sizeof(data), &data, PUT));
-	}
+	dmi_ckpt_put(&ck, 0, lo, nloc, x);
+	dmi_reconf_end(&w, addr, &ck);
 	gvec_free(&g);
 	dmi_reduce_free(&red);
 	csr_free(&a);
@@ -166,5 +124,5 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	free(x);
 	free(y);
 	free(c);
-	return !data.done && it < p.max_iters;
+	return !ck.done && it < p.max_iters;
 }
