@@ -31,7 +31,6 @@ assert {i["nodes"] for i in its if i["iteration"] > 48} == {2}
 assert r[1]["runtime"]["leave_bytes"] > 0 and r[1]["leave_rate_mb_s"] > 0
 assert all(x["total_s"] > 0 for x in r)
 assert d["physical"]["memcpy"]["median_mb_s"] > 0 and d["physical"]["tcp_stream"]["median_mb_s"] > 0
-print(d["report"]["checksum"])
 PY
 got="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["report"]["checksum"])' "$out/timeline/cg-small.json")"
 "$out/apps/cks-cmp" cg "$ref" "$got" >&2 || die "timeline: checksum $got, serial $ref"
