@@ -4,8 +4,8 @@
 # version on 1, 2 and 4 ranks and its DMI version on 1, 2 and 3 nodes
 # (`dmi run -n N`, loopback) at SIZE (default: small), and check that every
 # checksum agrees with the serial one within the app's stated tolerance
-# (common/checksum.c); and the reconfigurable Jacobi growing 1 -> 3 -> 2
-# nodes, which must match the serial checksum exactly.  Exit 1 naming each
+# (common/checksum.c); and the reconfigurable forms on 1 node and growing
+# 1 -> 3 -> 2 nodes, which must agree with serial and with each other.  Exit 1 naming each
 # app and rank or node count that disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
 # dmi-cli` first (libdmi and the dmi command in the workspace's
 # target/debug; nothing to do when they are up to date); DMI_NODES="1 2"
@@ -76,26 +76,55 @@ for app in "${apps[@]}"; do
 		check "$app" dmi "$np" nodes "$dmi" run -n "$np" "$out/dmi/$app" "$size"
 	done
 done
-# The reconfigurable Jacobi (dmi/jacobi_reconf.c, DMI_main): on 1 node
-# throughout (1 itergroup), and growing 1 -> 3 -> 2 nodes while it computes
-# (3 itergroups); both must print the serial checksum, bit for bit.
-read -r ref iters _ < <(run "jacobi serial" "$out/serial/jacobi" "$size")
-for sched in "" "--grow-at $((iters / 4)):2 --shrink-at $((iters * 5 / 8)):1"; do
-	want=1
-	[ -n "$sched" ] && want=3
-	# shellcheck disable=SC2086 # the schedule is several words
-	log="$(timeout "$per_run" "$dmi" run -n 1 $sched "$out/dmi/jacobi_reconf" "$size" 1 2>&1)"
-	read -r val groups < <(printf '%s\n' "$log" | awk '{ v[$1] = $2 }
-		END { print v["checksum"], v["itergroups"] }')
-	printf '%-8s %-13s %s: %s itergroups; checksum %s\n' jacobi dmi-reconf \
-		"${sched:-1 node}" "${groups:-no}" "${val:-none}"
-	if [ -n "${ref:-}" ] && [ "${val:-}" = "$ref" ] && [ "${groups:-}" = "$want" ]; then
-		passed=$((passed + 1))
-	else
-		printf '%s\n' "$log" | tail -5 >&2
-		failed+=("jacobi dmi-reconf ${sched:-1 node}: checksum ${val:-none}, serial ${ref:-none}, ${groups:-no} itergroups (want $want)")
-	fi
+# The reconfigurable forms (dmi/APP_reconf.c, DMI_main): on 1 node
+# throughout (1 itergroup), and growing 1 -> 3 -> 2 nodes while they
+# compute (3 itergroups); both must agree with the serial checksum, and the
+# resized run with the 1-node one, within the app's tolerance (cks-cmp).
+for app in "${apps[@]}"; do
+	read -r ref iters _ < <(run "$app serial" "$out/serial/$app" "$size")
+	one=""
+	for sched in "" "--grow-at $((iters / 4)):2 --shrink-at $((iters * 5 / 8)):1"; do
+		want=1
+		[ -n "$sched" ] && want=3
+		# shellcheck disable=SC2086 # the schedule is several words
+		log="$(DMI_QUIET=1 timeout "$per_run" "$dmi" run -n 1 $sched "$out/dmi/${app}_reconf" "$size" 1 2>&1)"
+		read -r val groups < <(printf '%s\n' "$log" | awk '{ v[$1] = $2 }
+			END { print v["checksum"], v["itergroups"] }')
+		verdict="no checksum"
+		ok=1
+		if [ -n "${ref:-}" ] && [ -n "${val:-}" ] && [ "${groups:-}" = "$want" ]; then
+			verdict="$("$out/cks-cmp" "$app" "$ref" "$val")" && ok=0
+			verdict="${verdict#*: }"
+			if ((ok == 0)) && [ -n "$one" ]; then
+				v1="$("$out/cks-cmp" "$app" "$one" "$val")" || ok=1
+				verdict="$verdict; against 1 node: ${v1#*: }"
+			fi
+		fi
+		[ -z "$sched" ] && one="${val:-}"
+		printf '%-8s %-13s %s: %s itergroups; checksum %s; %s\n' "$app" dmi-reconf \
+			"${sched:-1 node}" "${groups:-no}" "${val:-none}" "$verdict"
+		if ((ok == 0)); then
+			passed=$((passed + 1))
+		else
+			printf '%s\n' "$log" | tail -5 >&2
+			failed+=("$app dmi-reconf ${sched:-1 node}: checksum ${val:-none}, serial ${ref:-none}, ${groups:-no} itergroups (want $want)")
+		fi
+	done
 done
+# Table 1 and the timeline: apps/timeline.sh end to end at the small size.
+if "$here/timeline-test.sh" 2>/dev/null; then
+	passed=$((passed + 1))
+	echo "timeline cg small 1 -> 3 -> 2: traced, JSON and SVG written, checksum agrees"
+else
+	failed+=("timeline: apps/timeline-test.sh (run it to see why)")
+fi
+# Table 2 (lines changed to make each program reconfigurable), counted by
+# apps/table2.py, and docs/apps.md showing exactly its output.
+if "$here/table2-test.sh"; then
+	passed=$((passed + 1))
+else
+	failed+=("table2: apps/table2-test.sh")
+fi
 echo "apps: ${passed} passed, ${#failed[@]} failed"
 if ((${#failed[@]})); then
 	printf 'apps: disagree: %s\n' "${failed[@]}" >&2

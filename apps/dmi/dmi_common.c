@@ -26,24 +26,41 @@ struct dmi_world dmi_start(void)
 
 /* Root page bytes used by earlier dmi_map calls (the same on every node). */
 static int64_t root_used;
+/* In an itergroup: the page standing in for the root page, our rank, and
+ * the regions rank 0 mapped (to unmap at the end). */
+static int64_t group_root = -1;
+static int group_rank = -1;
+static int64_t group_maps[16];
+static int group_nmaps;
 
 void dmi_map(int n, const int64_t *page_size, const int64_t *page_num,
 	     int64_t *addr)
 {
-	int64_t at = DMI_root() + root_used, bytes = n * (int64_t)sizeof(*addr);
+	int64_t at = (group_root >= 0 ? group_root : DMI_root()) + root_used;
+	int64_t bytes = n * (int64_t)sizeof(*addr);
+	int rank = group_rank >= 0 ? group_rank : DMI_rank();
 
 	if (root_used + bytes > 4096) {
 		fprintf(stderr, "dmi_map: the root page is full\n");
 		exit(1);
 	}
 	root_used += bytes;
-	if (DMI_rank() == 0) {
-		for (int k = 0; k < n; k++)
+	if (rank == 0) {
+		for (int k = 0; k < n; k++) {
 			addr[k] = DMI_CHECK(DMI_mmap(page_size[k], page_num[k]));
+			if (group_rank < 0)
+				continue;
+			if (group_nmaps == (int)(sizeof(group_maps) / sizeof(*group_maps))) {
+				fprintf(stderr, "dmi_map: more than %d regions in an itergroup\n",
+					group_nmaps);
+				exit(1);
+			}
+			group_maps[group_nmaps++] = addr[k];
+		}
 		DMI_CHECK(DMI_write(at, bytes, addr, PUT));
 	}
 	DMI_CHECK(DMI_barrier());
-	if (DMI_rank() != 0)
+	if (rank != 0)
 		DMI_CHECK(DMI_read(at, bytes, addr, GET));
 }
 
@@ -121,4 +138,58 @@ void dmi_report(const struct dmi_world *w, const char *app, enum app_size size,
 		free(acc);
 	}
 	DMI_CHECK(DMI_finalize());
+}
+
+static void trace(const struct dmi_world *w, const char *event, int64_t iter)
+{
+	static int on = -1;
+
+	if (on < 0)
+		on = getenv("APPS_TRACE") != NULL;
+	if (on && w->rank == 0) {
+		printf("trace %s %lld %.6f %d\n", event, (long long)iter, wall_seconds(),
+		       w->size);
+		fflush(stdout);
+	}
+}
+
+struct dmi_world dmi_itergroup_start(int rank, int pnum, int64_t root)
+{
+	struct dmi_world w = { rank, pnum };
+
+	trace(&w, "start", -1);
+	group_root = root;
+	group_rank = rank;
+	group_nmaps = 0;
+	root_used = 0;
+	return w;
+}
+
+void dmi_unmap(int64_t addr)
+{
+	DMI_CHECK(DMI_munmap(addr));
+	for (int k = 0; k < group_nmaps; k++)
+		if (group_maps[k] == addr)
+			group_maps[k] = group_maps[--group_nmaps];
+}
+
+void dmi_itergroup_end(const struct dmi_world *w)
+{
+	DMI_CHECK(DMI_barrier());	/* nobody uses the regions any more */
+	if (w->rank == 0)
+		for (int k = 0; k < group_nmaps; k++)
+			DMI_CHECK(DMI_munmap(group_maps[k]));
+	group_nmaps = 0;
+	root_used = 0;
+	trace(w, "end", -1);
+}
+
+void dmi_trace(const struct dmi_world *w, int64_t iter)
+{
+	trace(w, "iter", iter);
+}
+
+void dmi_trace_restored(const struct dmi_world *w)
+{
+	trace(w, "restored", -1);
 }

@@ -63,4 +63,30 @@ void dmi_reduce_free(struct dmi_reduce *r);
 void dmi_report(const struct dmi_world *w, const char *app, enum app_size size,
 		int iterations, double seconds, cks_t part);
 
+/*
+ * Reconfigurable programs (dmi_main.h): the world of an itergroup is its
+ * threads, rank of pnum.  dmi_itergroup_start makes dmi_map (and what is
+ * built on it: dmi_reduce_init, gvec_setup) work inside DMI_itergroup with
+ * that rank, passing addresses through the page at `root` (a global page of
+ * 4096 bytes the program maps in DMI_main) instead of the root page;
+ * dmi_itergroup_end waits for the itergroup's threads and unmaps, on rank
+ * 0, what dmi_map mapped since the start.  root is -1 in an itergroup that
+ * calls no dmi_map.
+ */
+struct dmi_world dmi_itergroup_start(int rank, int pnum, int64_t root);
+/* DMI_munmap of a region dmi_map mapped (from rank 0, before the end). */
+void dmi_unmap(int64_t addr);
+void dmi_itergroup_end(const struct dmi_world *w);
+
+/*
+ * With APPS_TRACE set in the environment, rank 0 prints "trace EVENT ITER
+ * SECONDS NODES" (wall_seconds; ITER: iterations done): EVENT "iter" after
+ * each iteration (dmi_trace), "start" when an itergroup starts
+ * (dmi_itergroup_start), "restored" when rank 0 has restored its state
+ * (dmi_trace_restored) and "end" when every thread has checkpointed
+ * (dmi_itergroup_end), for apps/timeline.sh.
+ */
+void dmi_trace(const struct dmi_world *w, int64_t iter);
+void dmi_trace_restored(const struct dmi_world *w);
+
 #endif

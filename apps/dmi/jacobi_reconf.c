@@ -84,6 +84,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	struct data_t data;
 
 	DMI_CHECK(DMI_read(addr, sizeof(data), &data, GET));	/* restore */
+	struct dmi_world w = dmi_itergroup_start(rank, pnum, -1);
 	int n = data.n;
 	int64_t z0 = block_lo(n, pnum, rank);
 	int nz = (int)block_len(n, pnum, rank);
@@ -99,6 +100,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	/* planes z0 .. z0 + nz + 1: this block and its two ghosts */
 	DMI_CHECK(DMI_read(data.grid[data.iter & 1] + z0 * pbytes, (nz + 2) * pbytes, u, GET));
 	memcpy(v, u, (size_t)((nz + 2) * pbytes));
+	dmi_trace_restored(&w);
 	while (data.iter < data.iters) {
 		int rc = (int)DMI_CHECK(DMI_check_rescale());
 
@@ -116,10 +118,12 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 		jacobi_sweep(n, 1, nz + 1, u, v);
 		swap_arrays(&u, &v);
 		data.iter++;
+		dmi_trace(&w, data.iter);
 	}
 	/* checkpoint: this block, where the next itergroup reads it */
 	DMI_CHECK(DMI_write(data.grid[data.iter & 1] + (z0 + 1) * pbytes, nz * pbytes, u + pl,
 			    EXCLUSIVE));
+	dmi_itergroup_end(&w);
 	if (rank == 0) {
 		data.itergroups++;
 		DMI_CHECK(DMI_write(addr, sizeof(data), &data, PUT));

@@ -46,7 +46,7 @@ static void sum_outdeg(const struct dmi_world *w, const struct csr *a,
 			outdeg[i] += theirs[q * nloc + i];
 	DMI_CHECK(DMI_barrier());	/* everybody read: the region can go */
 	if (w->rank == 0)
-		DMI_CHECK(DMI_munmap(counts));
+		dmi_unmap(counts);
 	free(count);
 	free(theirs);
 	free(acc);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# apps/timeline-test.sh: apps/timeline.sh end to end at the small size on
+# the debug build (CG: 1 node, +2 at check 20, -1 at check 50): the JSON
+# must show two reconfigurations 1 -> 3 and 3 -> 2 after the right
+# iterations, every iteration once with its node count, the leave's bytes,
+# memcpy and TCP rates, and the run's checksum must agree with the serial
+# one (cks-cmp); the SVG must be well-formed.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/../scripts/lib.sh"
+out="$here/../out"
+DMI_PROFILE=debug TIMELINE_BENCH_SIZES=65536 "$here/timeline.sh" cg small 20 50 >&2 ||
+	die "timeline: apps/timeline.sh cg small failed"
+make -s -C "$here" O="$out/apps" all >&2
+ref="$("$out/apps/serial/cg" small | awk '$1 == "checksum" { print $2 }')"
+python3 - "$out/timeline/cg-small.json" "$out/timeline/cg-small.svg" <<'PY' || die "timeline: cg-small.json is wrong (above)"
+import json, sys, xml.etree.ElementTree as E
+d = json.load(open(sys.argv[1]))
+E.parse(sys.argv[2])
+its = d["iterations"]
+n = int(d["report"]["iterations"])
+assert [i["iteration"] for i in its] == list(range(1, n + 1)), "iterations missing or repeated"
+r = d["reconfigurations"]
+assert [x["nodes"] for x in r] == [[1, 3], [3, 2]], [x["nodes"] for x in r]
+# check k happens before iteration k: grow after 19 iterations, shrink after 48 (the 50th call, in the second itergroup, ends it)
+assert [x["after_iteration"] for x in r] == [19, 48], [x["after_iteration"] for x in r]
+assert {i["nodes"] for i in its if i["iteration"] <= 19} == {1}
+assert {i["nodes"] for i in its if 19 < i["iteration"] <= 48} == {3}
+assert {i["nodes"] for i in its if i["iteration"] > 48} == {2}
+assert r[1]["runtime"]["leave_bytes"] > 0 and r[1]["leave_rate_mb_s"] > 0
+assert all(x["total_s"] > 0 for x in r)
+assert d["physical"]["memcpy"]["median_mb_s"] > 0 and d["physical"]["tcp_stream"]["median_mb_s"] > 0
+PY
+got="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["report"]["checksum"])' "$out/timeline/cg-small.json")"
+"$out/apps/cks-cmp" cg "$ref" "$got" >&2 || die "timeline: checksum $got, serial $ref"
+info "timeline: cg small 1 -> 3 -> 2 traced, JSON and SVG written, checksum agrees"
