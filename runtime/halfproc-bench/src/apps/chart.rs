@@ -97,7 +97,11 @@ pub fn layout(r: &AppsReport) -> Scene {
     ));
     prims.push(text(
         (MARGIN_L, 50.0),
-        "time per iteration; line: median, bar: fastest to slowest run".into(),
+        format!(
+            "time per iteration; line: median, bar: fastest to slowest run; load average {} before, {} after",
+            r.load.0.map_or("?".into(), |l| l.to_string()),
+            r.load.1.map_or("?".into(), |l| l.to_string())
+        ),
         13.0,
         Anchor::Start,
     ));

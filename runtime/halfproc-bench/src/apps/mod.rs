@@ -262,9 +262,21 @@ fn agrees(bin: &Path, app: &str, want: &str, val: &str) -> Result<bool> {
     Ok(st.success())
 }
 
+/// The 1-minute load average (other work on the machine; `None` if
+/// unreadable).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Runs everything; progress on stderr.
 pub fn run_apps(o: &AppsOpts) -> Result<AppsReport> {
     o.check()?;
+    let load_before = load_average();
     let mut cells = Vec::new();
     for app in &o.apps {
         let mut reference: Option<String> = None;
@@ -315,7 +327,9 @@ pub fn run_apps(o: &AppsOpts) -> Result<AppsReport> {
             });
         }
     }
-    Ok(AppsReport::new(o, cells))
+    let mut r = AppsReport::new(o, cells);
+    r.load = (load_before, load_average());
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -120,6 +120,8 @@ pub struct AppsReport {
     pub size: String,
     pub runs: usize,
     pub cells: Vec<Cell>,
+    /// The 1-minute load average before the first run and after the last.
+    pub load: (Option<f64>, Option<f64>),
     /// Files written by [`AppsReport::write_files`].
     pub files: Vec<PathBuf>,
 }
@@ -139,6 +141,7 @@ impl AppsReport {
             size: o.size.clone(),
             runs: o.runs,
             cells,
+            load: (None, None),
             files: Vec::new(),
         }
     }
@@ -154,7 +157,7 @@ impl AppsReport {
         let mut s = format!(
             "halfproc bench apps{} — size {}, {} runs each; {} ({} CPUs), kernel {}\n\
              seconds per iteration (slowest node); DMI: dmi run -n N (loopback TCP); \
-             MPI: apps/mpirun.sh (Open MPI, --oversubscribe)\n",
+             MPI: apps/mpirun.sh (Open MPI, --oversubscribe); load average {} before, {} after\n",
             if m.label.is_empty() {
                 String::new()
             } else {
@@ -164,7 +167,9 @@ impl AppsReport {
             self.runs,
             m.cpu_model,
             m.cpus,
-            m.kernel
+            m.kernel,
+            self.load.0.map_or("?".into(), |l| l.to_string()),
+            self.load.1.map_or("?".into(), |l| l.to_string()),
         );
         s += &format!(
             "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}\n",
@@ -230,6 +235,7 @@ impl AppsReport {
             "size": self.size,
             "runs": self.runs,
             "machine": self.machine.json(),
+            "load_average": { "before": self.load.0, "after": self.load.1 },
             "dmi": "dmi run -n N: one process per node, loopback TCP",
             "mpi": "apps/mpirun.sh: Open MPI, --oversubscribe --bind-to none, btl self,vader, mpi_yield_when_idle 1",
             "cells": cells,
