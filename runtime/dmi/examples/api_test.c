@@ -4,13 +4,14 @@
  * bad input gives -1 and a message (never a crash), a DMI mutex protects a
  * read-modify-write done with plain GET/PUT, the built-in fetch-and-add
  * and a user-defined function run at the owner, asynchronous accesses,
- * every read mode, and DMI_munmap. Node 0 prints "api ok" and the totals.
+ * every read mode, the split-phase barrier, and DMI_munmap. Node 0 prints "api ok" and the totals.
  */
 #include <dmi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ROUNDS 20
 
@@ -111,6 +112,32 @@ int main(void)
 	EXPECT(v[0] == (int64_t)size * ROUNDS, "mutex counter %lld, expected %d", (long long)v[0], size * ROUNDS);
 	EXPECT(v[1] == (int64_t)size * ROUNDS, "fetch-add counter %lld, expected %d", (long long)v[1], size * ROUNDS);
 	EXPECT(v[2] == 1000 + size - 1, "max %lld, expected %d", (long long)v[2], 1000 + size - 1);
+	CHECK(DMI_barrier());
+
+	/* Split-phase barrier: what every node wrote before arriving is
+	 * visible once DMI_wait returns, although the last node arrives late. */
+	int64_t slots = 0;
+	if (rank == 0) {
+		slots = DMI_mmap(8, size);
+		CHECK(slots);
+		CHECK(DMI_write(DMI_root() + 16, 8, &slots, PUT));
+	}
+	CHECK(DMI_barrier());
+	CHECK(DMI_read(DMI_root() + 16, 8, &slots, GET));
+	EXPECT(DMI_barrier_async(NULL) == -1, "a barrier with a NULL handle accepted");
+	for (int64_t r = 1; r <= 3; r++) {
+		if (rank == size - 1)
+			usleep(20000);
+		CHECK(DMI_write(slots + 8 * rank, 8, &r, PUT));
+		CHECK(DMI_barrier_async(&h));
+		CHECK(DMI_wait(&h));
+		for (int q = 0; q < size; q++) {
+			int64_t got = 0;
+			CHECK(DMI_read(slots + 8 * q, 8, &got, GET));
+			/* r + 1: node q already went on to the next round */
+			EXPECT(got == r || got == r + 1, "round %lld: node %d's slot holds %lld", (long long)r, q, (long long)got);
+		}
+	}
 	CHECK(DMI_barrier());
 	if (rank == 0) {
 		CHECK(DMI_munmap(spare));

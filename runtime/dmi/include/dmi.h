@@ -92,6 +92,9 @@ int DMI_mutex_unlock(int64_t mutex_addr);
 /* Waits until every node reached it (called from DMI_itergroup: every
  * thread of the itergroup). */
 int DMI_barrier(void);
+/* Arrives at a barrier and returns; DMI_wait(handle) returns once every node
+ * arrived. Wait on each before starting the next. */
+int DMI_barrier_async(DMI_handle_t *handle);
 
 /* User-defined read-modify-write run at the owner of [addr, addr+size),
  * which must lie in one page: func changes target in place and writes

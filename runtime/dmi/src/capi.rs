@@ -492,10 +492,25 @@ pub unsafe extern "C" fn DMI_write_async(
     unsafe { start_async(h, buf, size, None, req) }
 }
 
+/// Arrives at a barrier now and returns at once; `DMI_wait(h)` returns when
+/// every node arrived (a split-phase barrier, like `MPI_Ibarrier`: work
+/// between the two overlaps the other nodes' late arrivals). Every node
+/// must wait on one barrier before it starts the next.
+///
+/// # Safety
+/// `h` valid.
+#[no_mangle]
+pub unsafe extern "C" fn DMI_barrier_async(h: *mut DMI_handle_t) -> c_int {
+    let req = |_| Ok(crate::node::CallReq::Barrier);
+    // SAFETY: no buffer; `h` is valid (caller).
+    unsafe { start_async(h, std::ptr::null(), 0, None, req) }
+}
+
 /// Waits for an asynchronous access; the handle is used up.
 ///
 /// # Safety
-/// `h` must come from `DMI_read_async`/`DMI_write_async`, waited on once.
+/// `h` must come from `DMI_read_async`/`DMI_write_async`/`DMI_barrier_async`,
+/// waited on once.
 #[no_mangle]
 pub unsafe extern "C" fn DMI_wait(h: *mut DMI_handle_t) -> c_int {
     // SAFETY: `h` is valid (caller); its pointer came from Box::into_raw

@@ -354,8 +354,21 @@ impl Node {
     ) -> Result<(), DmiError> {
         let mut all = Vec::new();
         for (addr, data) in items {
-            for span in self.regions.spans(addr, data.len() as i64)? {
-                let bytes = data[span.buf_off..span.buf_off + span.len].to_vec();
+            let spans = self.regions.spans(addr, data.len() as i64)?;
+            let whole = spans.len() == 1;
+            let mut data = Some(data);
+            for span in spans {
+                // An item within one page (the usual case) moves its
+                // buffer instead of copying it.
+                let bytes = match data.take() {
+                    Some(d) if whole => d,
+                    Some(d) => {
+                        let b = d[span.buf_off..span.buf_off + span.len].to_vec();
+                        data = Some(d);
+                        b
+                    }
+                    None => Vec::new(),
+                };
                 let kind = match mode {
                     WriteMode::Put => PageOpKind::Put(bytes),
                     WriteMode::Exclusive => PageOpKind::Exclusive(bytes),
@@ -419,13 +432,18 @@ impl Node {
     /// Serves page access `op` locally if this node can, or returns the
     /// request to send to the page's home.
     pub(crate) fn dispatch(&mut self, op: OpId, fx: &mut Effects) -> Option<Request> {
-        let Some(Op::Page { span, kind, .. }) = self.ops.get(&op).cloned() else {
+        let Some(Op::Page { span, .. }) = self.ops.get(&op) else {
             return None;
         };
-        let page_id = span.page;
+        let (span, page_id) = (*span, span.page);
         self.ensure_created(page_id);
+        // Borrowed, not cloned: an EXCLUSIVE op carries the written bytes,
+        // which only the owner side copies (once, into the page).
+        let Some(Op::Page { kind, .. }) = self.ops.get(&op) else {
+            return None;
+        };
         let page = self.pages.entry(page_id).or_default();
-        let (rk, exclusive) = match &kind {
+        let (rk, exclusive) = match kind {
             PageOpKind::Read(mode) => {
                 if page.owner.is_none() {
                     if let Some(c) = &page.copy {

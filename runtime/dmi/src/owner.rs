@@ -149,12 +149,12 @@ impl Node {
             span,
             kind: PageOpKind::Exclusive(data),
             ..
-        }) = self.ops.get(&op).cloned()
+        }) = self.ops.get(&op)
         else {
             return;
         };
         if let Some(owner) = self.pages.get_mut(&page_id).and_then(|p| p.owner.as_mut()) {
-            owner.data[span.off..span.off + data.len()].copy_from_slice(&data);
+            owner.data[span.off..span.off + data.len()].copy_from_slice(data);
         }
         let me = self.me;
         self.propagate(page_id, me, op, Reply::Done, fx);

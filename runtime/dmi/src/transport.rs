@@ -142,9 +142,23 @@ fn spawn_peer(
                 f = rx.recv() => f,
                 _ = tick.tick() => Some(Frame::Heartbeat),
             };
-            let Some(frame) = frame else { break };
-            let bye = matches!(frame, Frame::Bye | Frame::Abort { .. });
-            if sink.send(encode(&frame)).await.is_err() || bye {
+            let Some(mut frame) = frame else { break };
+            // Queue every frame that is ready, then flush once: a group
+            // access answered range by range becomes one write, not one
+            // system call per range.
+            let mut end = false;
+            loop {
+                let bye = matches!(frame, Frame::Bye | Frame::Abort { .. });
+                if sink.feed(encode(&frame)).await.is_err() || bye {
+                    end = true;
+                    break;
+                }
+                match rx.try_recv() {
+                    Ok(f) => frame = f,
+                    Err(_) => break,
+                }
+            }
+            if sink.flush().await.is_err() || end {
                 break;
             }
         }

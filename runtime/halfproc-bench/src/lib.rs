@@ -11,6 +11,9 @@
 //!   reported for bytes that arrived intact.
 //! * [`run_mm`]: section 4.4.3. `mmap`+`munmap` and first-touch faults on the
 //!   shared range against private memory, as ratios.
+//! * [`run_apps`]: section 5.3 (Figs. 15-22). The apps of `apps/` on DMI
+//!   against MPI on 1, 2 and 4 nodes of this machine (programs it runs;
+//!   no dependency on the DMI crate).
 //!
 //! Both run on the kernel backend (patched kernel, `halfproc` module) and on
 //! the portable backend (any Linux); a strategy the backend lacks is
@@ -32,6 +35,7 @@
 //! | `report.rs` | the copy report: table, ratios, JSON |
 //! | `plot/` | log-log charts to SVG and PNG |
 //! | `mm.rs` | `bench mm` |
+//! | `apps/` | `bench apps`: runs, report, figure |
 //! | `os.rs` | the benchmarks' own system calls (clock, affinity, pipes, children); the rest is `halfproc-sys` |
 //!
 //! # Examples
@@ -44,6 +48,7 @@
 //! # Ok::<(), halfproc_bench::Error>(())
 //! ```
 
+pub mod apps;
 pub mod backend;
 pub mod control;
 pub mod copy;
@@ -59,6 +64,7 @@ pub mod report;
 pub mod stats;
 pub mod strategy;
 
+pub use apps::{run_apps, AppsOpts};
 pub use copy::run_copy;
 pub use error::{Error, Result};
 pub use mm::{run_mm, MmReport};
@@ -67,12 +73,12 @@ pub use report::CopyReport;
 pub use strategy::Strategy;
 
 /// Entry point shared by the `halfproc-bench` binary and the `halfproc`
-/// CLI's `bench` subcommand: `args` starts with `copy` or `mm`. Prints the
+/// CLI's `bench` subcommand: `args` starts with `copy`, `mm` or `apps`. Prints the
 /// table to stdout and the written files to stderr; returns the process exit
 /// code (0 ok, 1 a strategy failed or a run broke, 2 bad arguments).
 pub fn main_with_args(args: &[String]) -> i32 {
     let usage =
-        "usage: halfproc-bench copy|mm [options]   (--help after the subcommand for options)";
+        "usage: halfproc-bench copy|mm|apps [options]   (--help after the subcommand for options)";
     let (cmd, rest) = match args.split_first() {
         Some((c, r)) => (c.as_str(), r),
         None => {
@@ -102,8 +108,22 @@ pub fn main_with_args(args: &[String]) -> i32 {
             }
             Ok(0)
         }),
+        "apps" => AppsOpts::parse(rest).and_then(|o| {
+            let mut r = run_apps(&o)?;
+            r.write_files(&o.out)?;
+            print!("{}", r.table());
+            for f in &r.files {
+                eprintln!("wrote {}", f.display());
+            }
+            Ok(if r.failures().is_empty() { 0 } else { 1 })
+        }),
         "help" | "--help" | "-h" => {
-            println!("{usage}\n\n{}\n{}", opts::COPY_HELP, opts::MM_HELP);
+            println!(
+                "{usage}\n\n{}\n{}\n{}",
+                opts::COPY_HELP,
+                opts::MM_HELP,
+                apps::APPS_HELP
+            );
             return 0;
         }
         other => Err(Error::usage(format!(
@@ -112,7 +132,9 @@ pub fn main_with_args(args: &[String]) -> i32 {
     };
     match result {
         Ok(code) => code,
-        Err(Error::Usage(msg)) if msg == opts::COPY_HELP || msg == opts::MM_HELP => {
+        Err(Error::Usage(msg))
+            if msg == opts::COPY_HELP || msg == opts::MM_HELP || msg == apps::APPS_HELP =>
+        {
             print!("{msg}");
             0
         }

@@ -228,6 +228,17 @@ fn wait_for(mut child: Child, limit: Duration) -> (std::process::ExitStatus, Dur
     }
 }
 
+/// Every line the launcher wrote: read until its stderr closes, not just
+/// what the reader thread forwarded by the time the launcher exited (under
+/// load, its last lines were still in the pipe then).
+fn drain(rx: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    let mut lines = Vec::new();
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(5)) {
+        lines.push(l);
+    }
+    lines
+}
+
 fn signal(pid: u32, sig: i32) {
     // SAFETY: sends a signal to a node process this test started.
     let r = unsafe { libc::kill(pid as i32, sig) };
@@ -239,7 +250,7 @@ fn a_killed_node_is_reported_by_the_others_within_seconds() {
     let (child, pids, rx) = start_long_run(&[]);
     signal(pids[1], libc::SIGKILL);
     let (st, took) = wait_for(child, Duration::from_secs(15));
-    let lines: Vec<String> = rx.try_iter().collect();
+    let lines: Vec<String> = drain(&rx);
     let all = lines.join("\n");
     assert!(!st.success(), "{all}");
     assert!(took < Duration::from_secs(5), "took {took:?}\n{all}");
@@ -268,7 +279,7 @@ fn a_silent_node_is_found_by_heartbeats() {
     let (child, pids, rx) = start_long_run(&["--grace", "2"]);
     signal(pids[2], libc::SIGSTOP);
     let (st, took) = wait_for(child, Duration::from_secs(20));
-    let all: String = rx.try_iter().collect::<Vec<_>>().join("\n");
+    let all: String = drain(&rx).join("\n");
     assert!(!st.success(), "{all}");
     assert!(
         all.contains("node 2 (127.0.0.1:") && all.contains("no message or heartbeat for 3 s"),

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! halfproc info [--backend auto|kernel|portable] [--probe]
-//! halfproc bench copy|mm ...
+//! halfproc bench copy|mm|apps ...
 //! halfproc node --listen ADDR                 # the node daemon
 //! halfproc run -- PROG ARGS...                # through the node daemon
 //! halfproc ps | migrate PID --to ADDR | checkpoint PID -o DIR | restore DIR
@@ -76,10 +76,12 @@ enum Command {
     /// Print the detected backend and which half-process semantics hold.
     Info(info::InfoArgs),
     /// Benchmarks: `bench copy` (intra-node copy strategies, the paper's
-    /// Figs. 7/8) and `bench mm` (mmap/fault overhead of the shared
-    /// range, section 4.4.3). `halfproc bench copy --help` lists options.
+    /// Figs. 7/8), `bench mm` (mmap/fault overhead of the shared range,
+    /// section 4.4.3) and `bench apps` (the apps on DMI against MPI, Figs.
+    /// 15-22; apps/bench.sh builds them and runs it). `halfproc bench copy
+    /// --help` lists options.
     Bench {
-        /// `copy|mm` and its options.
+        /// `copy|mm|apps` and its options.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

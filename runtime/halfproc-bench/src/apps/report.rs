@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! The app comparison's results: per (app, nodes) the runs of both
+//! implementations, their minimum and median seconds per iteration, the
+//! DMI/MPI ratios of both; as a table and as JSON.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::{AppsOpts, Printed};
+use crate::error::{Error, Result};
+use crate::report::Machine;
+
+/// Which implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Impl {
+    Dmi,
+    Mpi,
+}
+
+impl Impl {
+    /// `dmi` or `mpi` (also the directory of the programs).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Impl::Dmi => "dmi",
+            Impl::Mpi => "mpi",
+        }
+    }
+}
+
+/// One run: what it printed, or why it has no result.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Run {
+    Ok(Printed),
+    Failed(String),
+}
+
+/// The runs of one app on one node count.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub app: String,
+    pub nodes: u32,
+    pub mpi: Vec<Run>,
+    pub dmi: Vec<Run>,
+}
+
+/// Minimum and median of the successful runs' seconds per iteration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    pub min: f64,
+    pub median: f64,
+    pub ok: usize,
+}
+
+/// Summary of `runs`, or `None` when none succeeded.
+pub fn summarize(runs: &[Run]) -> Option<Summary> {
+    let mut t: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| match r {
+            Run::Ok(p) => Some(p.time_per_iter),
+            Run::Failed(_) => None,
+        })
+        .collect();
+    if t.is_empty() {
+        return None;
+    }
+    t.sort_by(f64::total_cmp);
+    let n = t.len();
+    let median = if n % 2 == 1 {
+        t[n / 2]
+    } else {
+        (t[n / 2 - 1] + t[n / 2]) / 2.0
+    };
+    Some(Summary {
+        min: t[0],
+        median,
+        ok: n,
+    })
+}
+
+impl Cell {
+    /// The runs of `imp`.
+    pub fn runs(&self, imp: Impl) -> &[Run] {
+        match imp {
+            Impl::Dmi => &self.dmi,
+            Impl::Mpi => &self.mpi,
+        }
+    }
+
+    /// DMI over MPI of the minima and of the medians.
+    pub fn ratios(&self) -> Option<(f64, f64)> {
+        let (d, m) = (summarize(&self.dmi)?, summarize(&self.mpi)?);
+        Some((d.min / m.min, d.median / m.median))
+    }
+
+    /// The failures, as `impl run k: reason`.
+    pub fn failures(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        for imp in [Impl::Mpi, Impl::Dmi] {
+            for (k, r) in self.runs(imp).iter().enumerate() {
+                if let Run::Failed(e) = r {
+                    f.push(format!(
+                        "{} {} on {}, run {}: {e}",
+                        self.app,
+                        imp.name(),
+                        self.nodes,
+                        k + 1
+                    ));
+                }
+            }
+        }
+        f
+    }
+}
+
+/// The whole comparison.
+#[derive(Clone, Debug)]
+pub struct AppsReport {
+    pub machine: Machine,
+    pub size: String,
+    pub runs: usize,
+    pub cells: Vec<Cell>,
+    /// The 1-minute load average before the first run and after the last.
+    pub load: (Option<f64>, Option<f64>),
+    /// Files written by [`AppsReport::write_files`].
+    pub files: Vec<PathBuf>,
+}
+
+fn sci(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.3e}"))
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+impl AppsReport {
+    pub fn new(o: &AppsOpts, cells: Vec<Cell>) -> AppsReport {
+        AppsReport {
+            machine: Machine::detect(&o.label),
+            size: o.size.clone(),
+            runs: o.runs,
+            cells,
+            load: (None, None),
+            files: Vec::new(),
+        }
+    }
+
+    /// Every failed run.
+    pub fn failures(&self) -> Vec<String> {
+        self.cells.iter().flat_map(Cell::failures).collect()
+    }
+
+    /// The table: seconds per iteration, min and median, and the ratios.
+    pub fn table(&self) -> String {
+        let m = &self.machine;
+        let mut s = format!(
+            "halfproc bench apps{} — size {}, {} runs each; {} ({} CPUs), kernel {}\n\
+             seconds per iteration (slowest node); DMI: dmi run -n N (loopback TCP); \
+             MPI: apps/mpirun.sh (Open MPI, --oversubscribe); load average {} before, {} after\n",
+            if m.label.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", m.label)
+            },
+            self.size,
+            self.runs,
+            m.cpu_model,
+            m.cpus,
+            m.kernel,
+            self.load.0.map_or("?".into(), |l| l.to_string()),
+            self.load.1.map_or("?".into(), |l| l.to_string()),
+        );
+        s += &format!(
+            "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}\n",
+            "app", "nodes", "MPI min", "MPI med", "DMI min", "DMI med", "ratio min", "ratio med"
+        );
+        for c in &self.cells {
+            let (mpi, dmi) = (summarize(&c.mpi), summarize(&c.dmi));
+            let r = c.ratios();
+            s += &format!(
+                "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}\n",
+                c.app,
+                c.nodes,
+                sci(mpi.map(|x| x.min)),
+                sci(mpi.map(|x| x.median)),
+                sci(dmi.map(|x| x.min)),
+                sci(dmi.map(|x| x.median)),
+                ratio(r.map(|x| x.0)),
+                ratio(r.map(|x| x.1)),
+            );
+        }
+        for f in self.failures() {
+            s += &format!("FAILED: {f}\n");
+        }
+        s
+    }
+
+    /// The JSON document: options, machine, and per cell every run.
+    pub fn json(&self) -> Value {
+        let runs = |rs: &[Run]| -> Value {
+            rs.iter()
+                .map(|r| match r {
+                    Run::Ok(p) => json!({
+                        "time_per_iter": p.time_per_iter,
+                        "iterations": p.iterations,
+                        "checksum": p.checksum,
+                    }),
+                    Run::Failed(e) => json!({ "failed": e }),
+                })
+                .collect()
+        };
+        let summary = |s: Option<Summary>| {
+            s.map_or(
+                Value::Null,
+                |s| json!({ "min": s.min, "median": s.median, "ok_runs": s.ok }),
+            )
+        };
+        let cells: Vec<Value> = self
+            .cells
+            .iter()
+            .map(|c| {
+                let r = c.ratios();
+                json!({
+                    "app": c.app,
+                    "nodes": c.nodes,
+                    "mpi": { "runs": runs(&c.mpi), "seconds_per_iter": summary(summarize(&c.mpi)) },
+                    "dmi": { "runs": runs(&c.dmi), "seconds_per_iter": summary(summarize(&c.dmi)) },
+                    "dmi_over_mpi": r.map_or(Value::Null, |(a, b)| json!({ "min": a, "median": b })),
+                })
+            })
+            .collect();
+        json!({
+            "bench": "apps",
+            "size": self.size,
+            "runs": self.runs,
+            "machine": self.machine.json(),
+            "load_average": { "before": self.load.0, "after": self.load.1 },
+            "dmi": "dmi run -n N: one process per node, loopback TCP",
+            "mpi": "apps/mpirun.sh: Open MPI, --oversubscribe --bind-to none, btl self,vader, mpi_yield_when_idle 1",
+            "cells": cells,
+        })
+    }
+
+    /// Writes `apps.json`, `apps.svg` and `apps.png` into `dir`.
+    pub fn write_files(&mut self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
+        let scene = super::chart::layout(self);
+        let json = serde_json::to_string_pretty(&self.json()).unwrap_or_default() + "\n";
+        let files: [(&str, Vec<u8>); 3] = [
+            ("apps.json", json.into_bytes()),
+            ("apps.svg", crate::plot::svg::render(&scene).into_bytes()),
+            ("apps.png", crate::plot::png::render(&scene)?),
+        ];
+        for (name, body) in files {
+            let p = dir.join(name);
+            std::fs::write(&p, body).map_err(|e| Error::io(format!("write {}", p.display()), e))?;
+            self.files.push(p);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(t: f64) -> Run {
+        Run::Ok(Printed {
+            iterations: 10,
+            time_per_iter: t,
+            checksum: "1.0".into(),
+        })
+    }
+
+    #[test]
+    fn min_median_and_ratios_skip_failed_runs() {
+        let c = Cell {
+            app: "jacobi".into(),
+            nodes: 2,
+            mpi: vec![ok(4.0), ok(2.0), ok(3.0)],
+            dmi: vec![ok(6.0), Run::Failed("x".into()), ok(4.0)],
+        };
+        assert_eq!(
+            summarize(&c.mpi),
+            Some(Summary {
+                min: 2.0,
+                median: 3.0,
+                ok: 3
+            })
+        );
+        assert_eq!(summarize(&c.dmi).map(|s| s.median), Some(5.0));
+        assert_eq!(c.ratios(), Some((2.0, 5.0 / 3.0)));
+        assert_eq!(c.failures(), vec!["jacobi dmi on 2, run 2: x".to_string()]);
+        assert_eq!(summarize(&[Run::Failed("y".into())]), None);
+    }
+}
