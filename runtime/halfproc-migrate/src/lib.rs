@@ -10,6 +10,7 @@
 //! - [`image`]: the on-disk format (manifest + pages);
 //! - `restore`, `restorer`, `sigframe`: [`restore`], the blob, the `rt_sigreturn` frame.
 
+pub mod creds;
 pub mod error;
 mod freeze;
 pub mod image;
@@ -22,6 +23,7 @@ mod sigframe;
 mod dump;
 mod restore;
 
+pub use creds::Creds;
 pub use dump::{checkpoint, checkpoint_relayed, freeze_and_dump, CheckpointStats, Dumped, Leave};
 pub use error::{Error, Refusal, Result};
 pub use mem::{MemoryReader, PortableReader};

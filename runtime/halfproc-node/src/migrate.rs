@@ -69,6 +69,8 @@ async fn migrate_acquired(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
+    let owner = halfproc_migrate::Creds::of(pid)
+        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, &node.ident))
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
@@ -109,7 +111,16 @@ async fn migrate_acquired(
             bytes as f64 / 1048576.0
         ),
     );
-    let outcome = stream_and_commit(&mut conn, prog, stdin_offset, manifest, pages, progress).await;
+    let outcome = stream_and_commit(
+        &mut conn,
+        prog,
+        stdin_offset,
+        owner,
+        manifest,
+        pages,
+        progress,
+    )
+    .await;
     let killed = outcome.is_ok();
     if killed {
         // The lifecycle task of the program reports End::Migrated to the
@@ -156,6 +167,7 @@ async fn stream_and_commit(
     conn: &mut Conn,
     prog: &Arc<program::Program>,
     stdin_offset: u64,
+    owner: halfproc_migrate::Creds,
     manifest: Vec<u8>,
     pages: Vec<u8>,
     progress: &Progress,
@@ -166,6 +178,7 @@ async fn stream_and_commit(
         gen: prog.gen + 1,
         stdin_offset,
         program: prog.program.clone(),
+        owner: Box::new(owner),
         manifest,
     })
     .await
@@ -199,6 +212,7 @@ pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
         gen,
         stdin_offset,
         program,
+        owner,
         manifest,
     } = first
     else {
@@ -207,10 +221,13 @@ pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
     let r = receive_and_restore(
         &node,
         &mut conn,
-        origin,
-        gen,
-        stdin_offset,
-        program,
+        Incoming {
+            origin,
+            gen,
+            stdin_offset,
+            program,
+            owner,
+        },
         manifest,
     )
     .await;
@@ -219,15 +236,34 @@ pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
     }
 }
 
-async fn receive_and_restore(
-    node: &Arc<Node>,
-    conn: &mut Conn,
+/// What a `MigrateIn` says about the program besides its image.
+struct Incoming {
     origin: Origin,
     gen: u64,
     stdin_offset: u64,
     program: String,
+    owner: Box<halfproc_migrate::Creds>,
+}
+
+async fn receive_and_restore(
+    node: &Arc<Node>,
+    conn: &mut Conn,
+    inc: Incoming,
     manifest: Vec<u8>,
 ) -> Result<(), String> {
+    let Incoming {
+        origin,
+        gen,
+        stdin_offset,
+        program,
+        owner,
+    } = inc;
+    if node.uid != 0 && owner.uid != node.uid {
+        return Err(format!(
+            "this node runs as uid {} and cannot restore a program of uid {}",
+            node.uid, owner.uid
+        ));
+    }
     let m = image::parse_manifest(&manifest).map_err(|e| e.to_string())?;
     let mut pages = Vec::with_capacity(m.pages_len as usize);
     loop {
@@ -248,6 +284,7 @@ async fn receive_and_restore(
         manifest: Box::new(m),
         pages: file,
         stopped: true,
+        owner: Some(*owner),
     })
     .await?;
     let pid = started.pid;

@@ -9,11 +9,27 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use std::io;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_util::codec::{Framed, FramedRead, FramedWrite, LengthDelimitedCodec};
 
+/// A byte stream a [`Conn`] runs on: TCP (nodes, remote clients) or the
+/// node's unix control socket (local clients, identified by SO_PEERCRED).
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+type BoxIo = Box<dyn Io>;
+
+/// Prefix of a node address that names a unix control socket.
+pub const UNIX_PREFIX: &str = "unix:";
+
+/// The socket path of a node address `unix:PATH` (or an absolute path).
+pub fn unix_path(addr: &str) -> Option<&str> {
+    addr.strip_prefix(UNIX_PREFIX)
+        .or_else(|| addr.starts_with('/').then_some(addr))
+}
+
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -148,6 +164,9 @@ pub enum Msg {
     },
     Done(String),
     Error(String),
+    /// The request was refused: the client's user may not act on that
+    /// process (owner check on the control socket).
+    Denied(String),
 
     // Node to node: migration (source -> destination).
     MigrateIn {
@@ -157,6 +176,9 @@ pub enum Msg {
         /// Offset in the stdin stream of the next byte to write into the pipe.
         stdin_offset: u64,
         program: String,
+        /// The program's owner; a destination running as root restores it
+        /// with these ids.
+        owner: Box<halfproc_migrate::Creds>,
         /// The image's manifest (JSON, see halfproc_migrate::image).
         #[serde(with = "serde_bytes")]
         manifest: Vec<u8>,
@@ -284,7 +306,7 @@ fn nonce() -> [u8; 16] {
 
 /// A framed connection.
 pub struct Conn {
-    inner: Framed<TcpStream, LengthDelimitedCodec>,
+    inner: Framed<BoxIo, LengthDelimitedCodec>,
 }
 
 fn codec() -> LengthDelimitedCodec {
@@ -315,9 +337,8 @@ pub fn closed() -> io::Error {
 impl Conn {
     /// Wraps a connected stream; exchanges `Hello` (version check) and
     /// `Auth` (see [`Identity`]). Returns the peer's node id (0 for a client).
-    pub async fn handshake(stream: TcpStream, me: &Identity) -> io::Result<(Conn, u64)> {
+    pub async fn handshake(stream: BoxIo, me: &Identity) -> io::Result<(Conn, u64)> {
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-        let _ = stream.set_nodelay(true);
         let mut c = Conn {
             inner: Framed::new(stream, codec()),
         };
@@ -359,12 +380,27 @@ impl Conn {
         }
     }
 
-    /// Connects to `addr` and shakes hands.
+    /// Connects to `addr` (`HOST:PORT`, or `unix:PATH` for a node's control
+    /// socket, where the peer's credentials identify the client and no
+    /// secret is exchanged) and shakes hands.
     pub async fn connect(addr: &str, me: &Identity) -> io::Result<Conn> {
-        let s = TcpStream::connect(addr)
-            .await
-            .map_err(|e| io::Error::new(e.kind(), format!("connect to node {addr}: {e}")))?;
-        Conn::handshake(s, me)
+        let ctx = |e: io::Error| io::Error::new(e.kind(), format!("connect to node {addr}: {e}"));
+        let (s, me): (BoxIo, Identity) = match unix_path(addr) {
+            Some(path) => {
+                let s = UnixStream::connect(path).await.map_err(ctx)?;
+                let plain = Identity {
+                    node: me.node,
+                    secret: None,
+                };
+                (Box::new(s), plain)
+            }
+            None => {
+                let s = TcpStream::connect(addr).await.map_err(ctx)?;
+                let _ = s.set_nodelay(true);
+                (Box::new(s), me.clone())
+            }
+        };
+        Conn::handshake(s, &me)
             .await
             .map(|c| c.0)
             .map_err(|e| io::Error::new(e.kind(), format!("node {addr}: {e}")))
@@ -385,7 +421,7 @@ impl Conn {
     /// Splits into a reading and a writing half.
     pub fn split(self) -> (Reader, Writer) {
         let parts = self.inner.into_parts();
-        let (r, w) = parts.io.into_split();
+        let (r, w) = tokio::io::split(parts.io);
         let mut reader = FramedRead::new(r, codec());
         reader.read_buffer_mut().extend_from_slice(&parts.read_buf);
         (
@@ -399,7 +435,7 @@ impl Conn {
 
 /// Reading half of a [`Conn`].
 pub struct Reader {
-    inner: FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
+    inner: FramedRead<ReadHalf<BoxIo>, LengthDelimitedCodec>,
 }
 
 impl Reader {
@@ -414,7 +450,7 @@ impl Reader {
 
 /// Writing half of a [`Conn`].
 pub struct Writer {
-    inner: FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>,
+    inner: FramedWrite<WriteHalf<BoxIo>, LengthDelimitedCodec>,
 }
 
 impl Writer {

@@ -27,6 +27,10 @@ use std::process::ExitCode;
 
 /// Exit code when the node daemon cannot be reached (EX_UNAVAILABLE).
 pub const EXIT_NO_NODE: u8 = 69;
+/// Exit code when the node daemon refuses the request to this user
+/// (EX_NOPERM): not the owner of the process, or TCP without the secret
+/// on a multi-user node.
+pub const EXIT_DENIED: u8 = 77;
 
 #[derive(Parser)]
 #[command(
@@ -46,8 +50,10 @@ struct Cli {
 /// Where the node daemon is (shared by the client subcommands).
 #[derive(Args, Clone)]
 pub struct NodeOpt {
-    /// Node daemon to talk to (HOST:PORT); default $HALFPROC_NODE, else 127.0.0.1:7070.
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Node daemon to talk to: HOST:PORT, or unix:PATH for its control
+    /// socket (see `halfproc node --control`); default $HALFPROC_NODE, else
+    /// 127.0.0.1:7070.
+    #[arg(long, value_name = "HOST:PORT|unix:PATH")]
     node: Option<String>,
     /// The nodes' shared-secret file, if they use one (default $HALFPROC_NODE_SECRET_FILE).
     #[arg(long, value_name = "FILE")]

@@ -18,7 +18,8 @@ use std::process::ExitCode;
 #[command(
     after_help = "Prints progress on stderr and the program's new pid (on the destination) \
 alone on stdout. Exit codes: 0 migrated; 1 refused or failed (the program keeps running where it \
-was); 69 if the node daemon cannot be reached."
+was); 77 if this user may not migrate it (not its owner; see `halfproc node --control`); 69 if \
+the node daemon cannot be reached."
 )]
 pub struct MigrateArgs {
     #[command(flatten)]
@@ -59,6 +60,10 @@ pub fn run(a: MigrateArgs) -> ExitCode {
         Ok(Msg::Error(e)) => {
             eprintln!("halfproc migrate: {e}");
             ExitCode::FAILURE
+        }
+        Ok(Msg::Denied(e)) => {
+            eprintln!("halfproc migrate: {e}");
+            ExitCode::from(crate::EXIT_DENIED)
         }
         Ok(other) => {
             eprintln!("halfproc migrate: unexpected answer {other:?}");
