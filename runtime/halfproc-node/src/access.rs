@@ -79,6 +79,7 @@ pub fn admit(peer: &Peer, m: &Msg, control: bool, daemon_uid: u32) -> Result<Adm
             | Msg::Ps
             | Msg::Migrate { .. }
             | Msg::Checkpoint { .. }
+            | Msg::Resolve { .. }
     );
     match peer {
         Peer::Network { authenticated } => {

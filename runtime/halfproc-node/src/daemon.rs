@@ -7,7 +7,7 @@
 use crate::access::{self, Admit, Peer};
 use crate::migrate;
 use crate::program::{self, How, Link, PState, Program};
-use crate::proto::{self, Conn, Msg, Origin, ProcInfo};
+use crate::proto::{self, Conn, Msg, Origin, Outcome, ProcInfo};
 use crate::session::{Session, StdinChunk};
 use std::collections::HashMap;
 use std::io;
@@ -33,13 +33,16 @@ pub struct Node {
     pub control: bool,
     /// The daemon's effective uid.
     pub uid: u32,
+    /// Outcomes of the migrations received (newest last), for sources that
+    /// lost the connection after `Commit`.
+    outcomes: Mutex<(HashMap<u64, Outcome>, std::collections::VecDeque<u64>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn random_id() -> u64 {
+pub(crate) fn random_id() -> u64 {
     let mut b = [0u8; 8];
     if std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -70,6 +73,7 @@ impl Node {
             control,
             // SAFETY: geteuid has no preconditions.
             uid: unsafe { libc::geteuid() },
+            outcomes: Mutex::new(Default::default()),
         })
     }
 
@@ -83,6 +87,29 @@ impl Node {
 
     pub fn forget(&self, pid: i32) {
         lock(&self.programs).remove(&pid);
+    }
+
+    /// Records what became of incoming migration `id`.
+    pub fn set_outcome(&self, id: u64, o: Outcome) {
+        let mut g = lock(&self.outcomes);
+        let (map, order) = &mut *g;
+        if map.insert(id, o).is_none() {
+            order.push_back(id);
+            while order.len() > proto::OUTCOMES_KEPT {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// What became of incoming migration `id`.
+    pub fn outcome(&self, id: u64) -> Outcome {
+        lock(&self.outcomes)
+            .0
+            .get(&id)
+            .cloned()
+            .unwrap_or(Outcome::Unknown)
     }
 
     pub fn session(&self, id: u64) -> Option<Arc<Session>> {
@@ -109,6 +136,7 @@ impl Node {
                     PState::Running => field("State:"),
                     PState::Busy(w) => format!("being {w}"),
                     PState::Gone(_) => "leaving".into(),
+                    PState::InDoubt { to, .. } => format!("in doubt (to {to})"),
                 };
                 ProcInfo {
                     pid: p.pid,
@@ -290,6 +318,7 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
     let target = match &first {
         Msg::Migrate { pid, .. } => Some((*pid, "migrate")),
         Msg::Checkpoint { pid, .. } => Some((*pid, "checkpoint")),
+        Msg::Resolve { pid, .. } => Some((*pid, "resolve")),
         _ => None,
     };
     if let Some((pid, what)) = target {
@@ -331,6 +360,11 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             let reply = migrate::checkpoint(node.clone(), pid, dir, kill).await;
             conn.send(&reply).await
         }
+        Msg::Resolve { pid, force } => {
+            let reply = migrate::resolve(node.clone(), pid, force).await;
+            conn.send(&reply).await
+        }
+        Msg::Outcome { id } => conn.send(&Msg::OutcomeIs(node.outcome(id))).await,
         Msg::MigrateIn { .. } => {
             let fut = migrate::migrate_in(node.clone(), conn, first);
             node.migrations.track_future(fut).await;

@@ -12,7 +12,7 @@
 
 use crate::daemon::Node;
 use crate::program::{self, How, Link};
-use crate::proto::{Conn, End, Exit, Msg, Origin, CHUNK};
+use crate::proto::{Conn, End, Exit, Msg, Origin, Outcome, CHUNK};
 use halfproc_migrate::image;
 use std::os::fd::FromRawFd;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ pub async fn migrate_out(node: Arc<Node>, pid: i32, to: String, progress: Progre
     };
     let t0 = Instant::now();
     let r = migrate_acquired(&node, &prog, &to, &progress, t0).await;
-    if r.is_err() {
+    if r.is_err() && matches!(prog.state(), program::PState::Busy(_)) {
         prog.release();
         prog.resume_stdin();
     }
@@ -79,7 +79,7 @@ async fn migrate_acquired(
 
     // Freeze and dump on a thread that stays the tracer until the decision.
     let (dump_tx, dump_rx) = oneshot::channel::<Result<(Vec<u8>, Vec<u8>), String>>();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<Decision>();
     let (fin_tx, fin_rx) = oneshot::channel::<Duration>();
     std::thread::Builder::new()
         .name("halfproc-migrate".into())
@@ -92,8 +92,31 @@ async fn migrate_acquired(
                     let pages = std::mem::take(&mut d.pages);
                     let m = image::manifest_bytes(&d.manifest).map_err(|e| e.to_string());
                     let _ = dump_tx.send(m.map(|m| (m, pages)));
-                    let kill = go_rx.recv().unwrap_or(false);
-                    let frozen = if kill { d.kill() } else { d.resume() };
+                    let frozen = match go_rx.recv().unwrap_or(Decision::Resume) {
+                        Decision::Kill => d.kill(),
+                        Decision::Resume => d.resume(),
+                        Decision::Hold => {
+                            // A SIGSTOP queued before the detach: the process
+                            // group-stops at once, traced by no one.
+                            // SAFETY: signalling the stopped original.
+                            unsafe { libc::kill(pid, libc::SIGSTOP) };
+                            let t = d.resume();
+                            // It stops on its way back to user mode, before
+                            // any instruction of its own; wait until it has
+                            // (a runnable task has not yet), so "kept stopped"
+                            // is true when the answer says it.
+                            for _ in 0..2000 {
+                                let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                                    .unwrap_or_default();
+                                let state = st.rsplit(')').next().unwrap_or("").trim_start();
+                                if state.is_empty() || state.starts_with('T') {
+                                    break;
+                                }
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                            t
+                        }
+                    };
                     let _ = fin_tx.send(frozen);
                 }
             },
@@ -111,23 +134,44 @@ async fn migrate_acquired(
             bytes as f64 / 1048576.0
         ),
     );
+    let id = crate::daemon::random_id();
     let outcome = stream_and_commit(
         &mut conn,
         prog,
+        id,
         stdin_offset,
         owner,
-        manifest,
-        pages,
+        (manifest, pages),
         progress,
     )
     .await;
-    let killed = outcome.is_ok();
-    if killed {
-        // The lifecycle task of the program reports End::Migrated to the
-        // origin once the pipes are drained.
-        prog.leave(End::Migrated);
-    }
-    let _ = go_tx.send(killed);
+    let outcome = match outcome {
+        Err(Failed::AfterCommit(why)) => {
+            say(progress, format!("{why}; asking {to} whether it committed"));
+            match learn_outcome(node, to, id, conn.peer, OUTCOME_WAIT).await {
+                Learned::Committed(p) => Ok(p),
+                Learned::Aborted(e) => Err(Failed::Before(format!(
+                    "{why}; {to} says it did not commit: {e}"
+                ))),
+                Learned::Doubt(e) => Err(Failed::AfterCommit(format!("{why}; {e}"))),
+            }
+        }
+        o => o,
+    };
+    let decision = match &outcome {
+        Ok(_) => {
+            // The lifecycle task of the program reports End::Migrated to the
+            // origin once the pipes are drained.
+            prog.leave(End::Migrated);
+            Decision::Kill
+        }
+        Err(Failed::Before(_)) => Decision::Resume,
+        Err(Failed::AfterCommit(_)) => {
+            prog.set_in_doubt(to.to_string(), id, conn.peer);
+            Decision::Hold
+        }
+    };
+    let _ = go_tx.send(decision);
     let frozen = fin_rx.await.unwrap_or_default();
     if let (Ok(new_pid), true) = (&outcome, prog.origin.node == node.id) {
         // The origin is here: `ps` shows the new place at once (the
@@ -144,9 +188,130 @@ async fn migrate_acquired(
             frozen_us: frozen.as_micros() as u64,
             total_us: t0.elapsed().as_micros() as u64,
         }),
-        Err(e) => Err(format!(
+        Err(Failed::Before(e)) => Err(format!(
             "migration of pid {pid} to {to} failed: {e}; pid {pid} was resumed here (stopped {} ms)",
             frozen.as_millis()
+        )),
+        Err(Failed::AfterCommit(e)) => Ok(Msg::InDoubt(format!(
+            "migration of pid {pid} to {to} is in doubt: {e}. pid {pid} is kept stopped here \
+             (not killed, not resumed), so it cannot run twice. Settle it with `halfproc migrate \
+             --resolve {pid}` (asks {to} again), or decide: `--resolve {pid} --force resume` if \
+             it does not run there, `--force kill` if it does"
+        ))),
+    }
+}
+
+/// What the source does with the frozen original.
+enum Decision {
+    Kill,
+    Resume,
+    /// Keep it stopped (in doubt), detached.
+    Hold,
+}
+
+/// Why a migration did not complete.
+enum Failed {
+    /// Before the commit, or the destination said it aborted: the copy is
+    /// gone, the original may resume.
+    Before(String),
+    /// The commit was sent and the answer lost.
+    AfterCommit(String),
+}
+
+/// How long a source keeps asking a destination for a lost outcome.
+pub const OUTCOME_WAIT: Duration = Duration::from_secs(5);
+
+enum Learned {
+    Committed(i32),
+    Aborted(String),
+    Doubt(String),
+}
+
+/// Asks the node at `to` (node id `peer`) what became of migration `id`,
+/// reconnecting until it answers or `wait` passes.
+async fn learn_outcome(node: &Arc<Node>, to: &str, id: u64, peer: u64, wait: Duration) -> Learned {
+    let deadline = Instant::now() + wait;
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        let ask = async {
+            let mut c = Conn::connect(to, &node.ident)
+                .await
+                .map_err(|e| e.to_string())?;
+            if c.peer != peer {
+                return Ok(Learned::Doubt(format!(
+                    "the node at {to} restarted (node {:016x}, was {peer:016x}) and cannot know",
+                    c.peer
+                )));
+            }
+            c.send(&Msg::Outcome { id })
+                .await
+                .map_err(|e| e.to_string())?;
+            match c.recv().await.map_err(|e| e.to_string())? {
+                Msg::OutcomeIs(Outcome::Committed { pid }) => Ok(Learned::Committed(pid)),
+                Msg::OutcomeIs(Outcome::Aborted(e)) => Ok(Learned::Aborted(e)),
+                Msg::OutcomeIs(Outcome::Unknown) => Ok(Learned::Doubt(format!(
+                    "{to} has no record of migration {id:016x}"
+                ))),
+                Msg::OutcomeIs(Outcome::Pending) => Err("still deciding".to_string()),
+                m => Err(format!("unexpected answer {m:?}")),
+            }
+        };
+        match timeout(Duration::from_secs(2), ask).await {
+            Ok(Ok(l)) => return l,
+            Ok(Err(e)) => last = e,
+            Err(_) => last = "no answer within 2 s".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Learned::Doubt(format!(
+        "{to} could not tell within {} s whether it committed ({last})",
+        wait.as_secs()
+    ))
+}
+
+/// Settles program `pid` left in doubt (see [`Msg::Resolve`]).
+pub async fn resolve(node: Arc<Node>, pid: i32, force: Option<bool>) -> Msg {
+    let Some(prog) = node.program(pid) else {
+        return Msg::Error(format!("pid {pid} is not a program of this node"));
+    };
+    let program::PState::InDoubt { to, id, node: peer } = prog.state() else {
+        return Msg::Error(format!("pid {pid} is not in doubt; nothing to resolve"));
+    };
+    let learned = match force {
+        Some(true) => Learned::Aborted("--force resume".into()),
+        Some(false) => Learned::Committed(0),
+        None => learn_outcome(&node, &to, id, peer, OUTCOME_WAIT).await,
+    };
+    match learned {
+        Learned::Committed(new_pid) => {
+            prog.leave(End::Migrated);
+            if prog.origin.node == node.id && new_pid > 0 {
+                if let Some(s) = node.session(prog.origin.session) {
+                    s.set_place(prog.gen + 1, format!("{to} pid {new_pid}"));
+                }
+            }
+            // SAFETY: killing our own stopped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            Msg::Done(format!(
+                "pid {pid}: the migration to {to} committed{}; the stopped original was killed",
+                if new_pid > 0 {
+                    format!(" (pid {new_pid} there)")
+                } else {
+                    " (forced)".into()
+                }
+            ))
+        }
+        Learned::Aborted(e) => {
+            prog.set_running();
+            prog.resume_stdin();
+            // SAFETY: continuing our own stopped child.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            Msg::Done(format!(
+                "pid {pid}: the migration to {to} did not commit ({e}); pid {pid} was resumed here"
+            ))
+        }
+        Learned::Doubt(e) => Msg::InDoubt(format!(
+            "pid {pid} is still in doubt: {e}; it stays stopped here"
         )),
     }
 }
@@ -166,14 +331,19 @@ async fn answer(conn: &mut Conn, what: &str) -> Result<Msg, String> {
 async fn stream_and_commit(
     conn: &mut Conn,
     prog: &Arc<program::Program>,
+    id: u64,
     stdin_offset: u64,
     owner: halfproc_migrate::Creds,
-    manifest: Vec<u8>,
-    pages: Vec<u8>,
+    (manifest, pages): (Vec<u8>, Vec<u8>),
     progress: &Progress,
-) -> Result<i32, String> {
-    let lost = |e: std::io::Error| format!("connection to destination lost while streaming: {e}");
+) -> Result<i32, Failed> {
+    let lost = |e: std::io::Error| {
+        Failed::Before(format!(
+            "connection to destination lost while streaming: {e}"
+        ))
+    };
     conn.send(&Msg::MigrateIn {
+        id,
         origin: prog.origin.clone(),
         gen: prog.gen + 1,
         stdin_offset,
@@ -187,20 +357,33 @@ async fn stream_and_commit(
         conn.send(&Msg::Pages(c.to_vec())).await.map_err(lost)?;
     }
     conn.send(&Msg::PagesEnd).await.map_err(lost)?;
-    let new_pid = match answer(conn, "restoring").await? {
+    let new_pid = match answer(conn, "restoring").await.map_err(Failed::Before)? {
         Msg::Restored { pid } => pid,
-        m => return Err(format!("unexpected answer {m:?}")),
+        m => return Err(Failed::Before(format!("unexpected answer {m:?}"))),
     };
     say(
         progress,
         format!("restored there as pid {new_pid} (stopped); committing"),
     );
-    conn.send(&Msg::Commit)
-        .await
-        .map_err(|e| format!("connection lost before commit: {e}"))?;
-    match answer(conn, "committing").await? {
-        Msg::Resumed => Ok(new_pid),
-        m => Err(format!("unexpected answer {m:?}")),
+    // From here on the destination may have continued the copy: a lost
+    // answer is not a failure but a question (see `learn_outcome`).
+    if let Err(e) = conn.send(&Msg::Commit).await {
+        return Err(Failed::AfterCommit(format!(
+            "connection lost while sending the commit: {e}"
+        )));
+    }
+    match timeout(ANSWER_TIMEOUT, conn.recv()).await {
+        Ok(Ok(Msg::Resumed)) => Ok(new_pid),
+        // The destination decided and says so: it killed its copy.
+        Ok(Ok(Msg::Error(e))) => Err(Failed::Before(format!("destination: {e}"))),
+        Ok(Ok(m)) => Err(Failed::AfterCommit(format!("unexpected answer {m:?}"))),
+        Ok(Err(e)) => Err(Failed::AfterCommit(format!(
+            "connection to destination lost after the commit: {e}"
+        ))),
+        Err(_) => Err(Failed::AfterCommit(format!(
+            "destination gave no answer to the commit for {}s",
+            ANSWER_TIMEOUT.as_secs()
+        ))),
     }
 }
 
@@ -208,6 +391,7 @@ async fn stream_and_commit(
 /// `Commit`. A dropped connection or any error kills the copy.
 pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
     let Msg::MigrateIn {
+        id,
         origin,
         gen,
         stdin_offset,
@@ -218,6 +402,7 @@ pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
     else {
         return;
     };
+    node.set_outcome(id, Outcome::Pending);
     let r = receive_and_restore(
         &node,
         &mut conn,
@@ -229,9 +414,11 @@ pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
             owner,
         },
         manifest,
+        id,
     )
     .await;
     if let Err(e) = r {
+        node.set_outcome(id, Outcome::Aborted(e.clone()));
         let _ = conn.send(&Msg::Error(e)).await;
     }
 }
@@ -250,6 +437,7 @@ async fn receive_and_restore(
     conn: &mut Conn,
     inc: Incoming,
     manifest: Vec<u8>,
+    id: u64,
 ) -> Result<(), String> {
     let Incoming {
         origin,
@@ -337,6 +525,9 @@ async fn receive_and_restore(
     )
     .inspect_err(|_| decide(false))?;
     node.insert(p);
+    // Recorded before the copy runs: a source asking from now on learns
+    // it committed, whatever happens to this connection.
+    node.set_outcome(id, Outcome::Committed { pid });
     decide(true);
     wait_continued(pid).await;
     let _ = conn.send(&Msg::Resumed).await;

@@ -141,6 +141,13 @@ pub enum PState {
     Busy(&'static str),
     /// It ended here for this reason (its process is being killed).
     Gone(End),
+    /// Kept stopped: a migration to `to` (id `id`, node `node`) sent its
+    /// commit and lost the answer; see `migrate::resolve`.
+    InDoubt {
+        to: String,
+        id: u64,
+        node: u64,
+    },
 }
 
 /// The stdin relay: a task writing what the origin has into the pipe.
@@ -187,6 +194,11 @@ impl Program {
                 self.pid
             )),
             PState::Gone(_) => Err(format!("pid {} has left this node", self.pid)),
+            PState::InDoubt { to, .. } => Err(format!(
+                "pid {} is in doubt after a migration to {to}; settle it first with \
+                 `halfproc migrate --resolve {}`",
+                self.pid, self.pid
+            )),
         }
     }
 
@@ -201,6 +213,11 @@ impl Program {
     /// Running again after a failed checkpoint that would have ended it.
     pub fn set_running(&self) {
         *lock(&self.state) = PState::Running;
+    }
+
+    /// Kept stopped, the outcome of its migration unknown.
+    pub fn set_in_doubt(&self, to: String, id: u64, node: u64) {
+        *lock(&self.state) = PState::InDoubt { to, id, node };
     }
 
     /// It ends here with `end` (set before its process is killed).

@@ -29,7 +29,7 @@ pub fn unix_path(addr: &str) -> Option<&str> {
 }
 
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -72,6 +72,23 @@ pub enum End {
     /// It continues on another node as the next incarnation.
     Migrated,
 }
+
+/// What a destination did with a migration (it keeps the record for
+/// [`OUTCOMES_KEPT`] migrations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// No record: never received, or the node restarted.
+    Unknown,
+    /// Still receiving, restoring or deciding.
+    Pending,
+    /// Committed: the copy runs as this pid.
+    Committed { pid: i32 },
+    /// Not committed: the copy was killed, for this reason.
+    Aborted(String),
+}
+
+/// Migration outcomes a destination remembers.
+pub const OUTCOMES_KEPT: usize = 4096;
 
 /// The origin of a program: the node whose `run` client gets its output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +156,14 @@ pub enum Msg {
         kill: bool,
     },
 
+    /// Settle a program left in doubt by a migration whose commit
+    /// answer was lost: ask the destination again, or, with `force`,
+    /// resume it here (`Some(true)`) or kill it here (`Some(false)`).
+    Resolve {
+        pid: i32,
+        force: Option<bool>,
+    },
+
     // A run session.
     Started {
         pid: i32,
@@ -164,12 +189,17 @@ pub enum Msg {
     },
     Done(String),
     Error(String),
+    /// A migration's outcome is unknown (the commit was sent, the answer
+    /// lost, the destination unreachable): the original is kept stopped.
+    InDoubt(String),
     /// The request was refused: the client's user may not act on that
     /// process (owner check on the control socket).
     Denied(String),
 
     // Node to node: migration (source -> destination).
     MigrateIn {
+        /// Random id of this migration (see `Outcome`).
+        id: u64,
         origin: Origin,
         /// Incarnation number the program gets there.
         gen: u64,
@@ -194,6 +224,13 @@ pub enum Msg {
     Commit,
     /// Destination: the copy runs.
     Resumed,
+    /// Source, on a new connection after losing the one of migration
+    /// `id` after `Commit`: what became of it?
+    Outcome {
+        id: u64,
+    },
+    /// Destination: the answer to `Outcome`.
+    OutcomeIs(Outcome),
 
     // Node to node: an incarnation reports to its origin.
     Attach {
@@ -307,6 +344,8 @@ fn nonce() -> [u8; 16] {
 /// A framed connection.
 pub struct Conn {
     inner: Framed<BoxIo, LengthDelimitedCodec>,
+    /// The peer's node id from its `Hello` (0 for a client).
+    pub peer: u64,
 }
 
 fn codec() -> LengthDelimitedCodec {
@@ -341,6 +380,7 @@ impl Conn {
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
         let mut c = Conn {
             inner: Framed::new(stream, codec()),
+            peer: 0,
         };
         let mine = nonce();
         c.send(&Msg::Hello {
@@ -367,7 +407,10 @@ impl Conn {
         })
         .await?;
         match c.recv().await? {
-            Msg::Auth { mac } if me.verify(&mine, &mac) => Ok((c, peer)),
+            Msg::Auth { mac } if me.verify(&mine, &mac) => {
+                c.peer = peer;
+                Ok((c, peer))
+            }
             Msg::Auth { .. } => {
                 let why =
                     "authentication failed: the peer does not hold this node's shared secret \
