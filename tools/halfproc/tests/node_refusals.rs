@@ -1,6 +1,7 @@
 //! What cannot move is refused before anything is stopped, naming the
 //! resource, and the program keeps running and finishes as if nothing had
 //! happened: a socket, a pipe to another process, a child process, a second
+//! thread, a second
 //! migration of a program while one is under way.
 
 mod common;
@@ -42,6 +43,15 @@ fn refused(mode: &str, expect: &str) {
     let st = proc_state(pid).unwrap();
     assert!(st == 'R' || st == 'S', "{mode}: target left in state {st}");
     assert_eq!(tracer(pid), 0, "{mode}: target left traced");
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let st = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+        assert!(
+            st.contains("TracerPid:\t0\n")
+                && !st.contains("State:\tt")
+                && !st.contains("State:\tT"),
+            "{mode}: a thread was stopped or traced: {st}"
+        );
+    }
     assert!(ps(&a).contains(&pid.to_string()), "{mode}: gone from ps");
     held.close();
     let (out, code, err) = r.finish();
@@ -52,6 +62,14 @@ fn refused(mode: &str, expect: &str) {
 #[test]
 fn socket_is_refused_and_target_keeps_running() {
     refused("socket", "is a socket");
+}
+
+#[test]
+fn threads_are_refused_and_target_keeps_running() {
+    refused(
+        "thread",
+        "2 threads; only single-threaded processes can be migrated",
+    );
 }
 
 #[test]
