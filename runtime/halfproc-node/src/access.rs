@@ -64,14 +64,15 @@ pub enum Admit {
     As(Creds),
 }
 
-fn denied(s: String) -> Msg {
-    Msg::Denied(s)
+fn denied(s: String) -> String {
+    s
 }
 
 /// Whether `peer` may make request `m` at all (the owner of a target
 /// process is checked by [`may_act`]). `control`: the daemon has a control
 /// socket; `daemon_uid`: its effective uid.
-pub fn admit(peer: &Peer, m: &Msg, control: bool, daemon_uid: u32) -> Result<Admit, Msg> {
+/// The error is the text of a [`Msg::Denied`].
+pub fn admit(peer: &Peer, m: &Msg, control: bool, daemon_uid: u32) -> Result<Admit, String> {
     let client = matches!(
         m,
         Msg::Run { .. }
@@ -118,7 +119,8 @@ pub fn admit(peer: &Peer, m: &Msg, control: bool, daemon_uid: u32) -> Result<Adm
 /// Whether `peer` may `what` (checkpoint, migrate) process `pid`, whose
 /// /proc status is `status`: root, or its owner. TCP peers were admitted
 /// by [`admit`].
-pub fn may_act(peer: &Peer, pid: i32, status: &str, what: &str) -> Result<(), Msg> {
+/// The error is the text of a [`Msg::Denied`].
+pub fn may_act(peer: &Peer, pid: i32, status: &str, what: &str) -> Result<(), String> {
     let Peer::Local(c) = peer else {
         return Ok(());
     };
@@ -156,7 +158,7 @@ mod tests {
     fn only_owner_or_root_may_act() {
         assert!(may_act(&user(1000), 5, OWNED_BY_1000, "migrate").is_ok());
         assert!(may_act(&user(0), 5, OWNED_BY_1000, "migrate").is_ok());
-        let Err(Msg::Denied(e)) = may_act(&user(1001), 5, OWNED_BY_1000, "migrate") else {
+        let Err(e) = may_act(&user(1001), 5, OWNED_BY_1000, "migrate") else {
             panic!("uid 1001 may migrate uid 1000's process");
         };
         assert!(e.contains("belongs to uid 1000, you are uid 1001"), "{e}");

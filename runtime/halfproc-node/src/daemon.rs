@@ -313,7 +313,7 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
     let first = conn.recv().await?;
     let admit = match access::admit(&peer, &first, node.control, node.uid) {
         Ok(a) => a,
-        Err(m) => return conn.send(&m).await,
+        Err(why) => return conn.send(&Msg::Denied(why)).await,
     };
     let target = match &first {
         Msg::Migrate { pid, .. } => Some((*pid, "migrate")),
@@ -324,8 +324,8 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
     if let Some((pid, what)) = target {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         if node.program(pid).is_some() {
-            if let Err(m) = access::may_act(&peer, pid, &status, what) {
-                return conn.send(&m).await;
+            if let Err(why) = access::may_act(&peer, pid, &status, what) {
+                return conn.send(&Msg::Denied(why)).await;
             }
         }
     }
@@ -365,7 +365,7 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             conn.send(&reply).await
         }
         Msg::Outcome { id } => conn.send(&Msg::OutcomeIs(node.outcome(id))).await,
-        Msg::MigrateIn { .. } => {
+        Msg::MigrateIn { .. } | Msg::PreCopy => {
             let fut = migrate::migrate_in(node.clone(), conn, first);
             node.migrations.track_future(fut).await;
             Ok(())

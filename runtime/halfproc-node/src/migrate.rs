@@ -30,13 +30,11 @@ fn say(p: &Progress, s: String) {
 }
 
 /// Local program `pid`, taken for `what` (one migration or checkpoint at a time).
-fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Program>, Msg> {
-    let prog = node.program(pid).ok_or_else(|| {
-        Msg::Error(format!(
-            "pid {pid} is not a program of this node (see halfproc ps)"
-        ))
-    })?;
-    prog.acquire(what).map_err(Msg::Error)?;
+fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Program>, String> {
+    let prog = node
+        .program(pid)
+        .ok_or_else(|| format!("pid {pid} is not a program of this node (see halfproc ps)"))?;
+    prog.acquire(what)?;
     Ok(prog)
 }
 
@@ -44,7 +42,7 @@ fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Progra
 pub async fn migrate_out(node: Arc<Node>, pid: i32, to: String, progress: Progress) -> Msg {
     let prog = match take(&node, pid, "migrated") {
         Ok(p) => p,
-        Err(m) => return m,
+        Err(e) => return Msg::Error(e),
     };
     let t0 = Instant::now();
     let r = migrate_acquired(&node, &prog, &to, &progress, t0).await;
@@ -78,20 +76,35 @@ async fn migrate_acquired(
     let stdin_offset = prog.pause_stdin().await;
 
     // Freeze and dump on a thread that stays the tracer until the decision.
-    let (dump_tx, dump_rx) = oneshot::channel::<Result<(Vec<u8>, Vec<u8>), String>>();
+    // Before it, pre-copy rounds while the program runs (if the kernel
+    // tracks dirty pages), their pages streamed at once.
+    let (dump_tx, dump_rx) = oneshot::channel::<Result<crate::precopy::Image, String>>();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<Decision>();
     let (fin_tx, fin_rx) = oneshot::channel::<Duration>();
+    let mode = crate::precopy::mode();
+    let (pre_tx, mut pre_rx) = mpsc::channel::<Msg>(4);
+    let pre_tx = if mode.on() {
+        conn.send(&Msg::PreCopy)
+            .await
+            .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
+        say(
+            progress,
+            format!("pre-copying pid {pid} to {to} while it runs"),
+        );
+        Some(pre_tx)
+    } else {
+        drop(pre_tx); // no rounds: `pre_rx` ends at once
+        None
+    };
     std::thread::Builder::new()
         .name("halfproc-migrate".into())
         .spawn(
-            move || match halfproc_migrate::freeze_and_dump(pid, &inos) {
+            move || match crate::precopy::dump(pid, &inos, &mode, pre_tx) {
                 Err(e) => {
-                    let _ = dump_tx.send(Err(e.to_string()));
+                    let _ = dump_tx.send(Err(e));
                 }
-                Ok(mut d) => {
-                    let pages = std::mem::take(&mut d.pages);
-                    let m = image::manifest_bytes(&d.manifest).map_err(|e| e.to_string());
-                    let _ = dump_tx.send(m.map(|m| (m, pages)));
+                Ok((d, image)) => {
+                    let _ = dump_tx.send(Ok(image));
                     let frozen = match go_rx.recv().unwrap_or(Decision::Resume) {
                         Decision::Kill => d.kill(),
                         Decision::Resume => d.resume(),
@@ -122,29 +135,27 @@ async fn migrate_acquired(
             },
         )
         .map_err(|e| format!("thread: {e}"))?;
-    let (manifest, pages) = dump_rx
+    while let Some(m) = pre_rx.recv().await {
+        conn.send(&m).await.map_err(|e| {
+            format!("connection to {to} lost while pre-copying: {e}; pid {pid} keeps running here")
+        })?;
+    }
+    let image = dump_rx
         .await
         .map_err(|_| "dump thread died".to_string())?
         .map_err(|e| format!("pid {pid}: {e}; it keeps running here"))?;
-    let bytes = pages.len() as u64;
+    let bytes = image.pages.len() as u64;
+    let mode = image.mode.clone();
     say(
         progress,
         format!(
-            "frozen and dumped pid {pid}: {:.1} MiB of pages; streaming to {to}",
+            "frozen and dumped pid {pid}: {mode}; streaming {:.1} MiB to {to}",
             bytes as f64 / 1048576.0
         ),
     );
     let id = crate::daemon::random_id();
-    let outcome = stream_and_commit(
-        &mut conn,
-        prog,
-        id,
-        stdin_offset,
-        owner,
-        (manifest, pages),
-        progress,
-    )
-    .await;
+    let outcome =
+        stream_and_commit(&mut conn, prog, id, stdin_offset, owner, image, progress).await;
     let outcome = match outcome {
         Err(Failed::AfterCommit(why)) => {
             say(progress, format!("{why}; asking {to} whether it committed"));
@@ -187,6 +198,7 @@ async fn migrate_acquired(
             bytes,
             frozen_us: frozen.as_micros() as u64,
             total_us: t0.elapsed().as_micros() as u64,
+            mode,
         }),
         Err(Failed::Before(e)) => Err(format!(
             "migration of pid {pid} to {to} failed: {e}; pid {pid} was resumed here (stopped {} ms)",
@@ -334,9 +346,15 @@ async fn stream_and_commit(
     id: u64,
     stdin_offset: u64,
     owner: halfproc_migrate::Creds,
-    (manifest, pages): (Vec<u8>, Vec<u8>),
+    image: crate::precopy::Image,
     progress: &Progress,
 ) -> Result<i32, Failed> {
+    let crate::precopy::Image {
+        manifest,
+        pages,
+        included,
+        ..
+    } = image;
     let lost = |e: std::io::Error| {
         Failed::Before(format!(
             "connection to destination lost while streaming: {e}"
@@ -350,6 +368,7 @@ async fn stream_and_commit(
         program: prog.program.clone(),
         owner: Box::new(owner),
         manifest,
+        included,
     })
     .await
     .map_err(lost)?;
@@ -389,7 +408,28 @@ async fn stream_and_commit(
 
 /// Destination side: receives the image, restores it stopped, waits for
 /// `Commit`. A dropped connection or any error kills the copy.
-pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
+pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, mut first: Msg) {
+    // Pre-copied pages, kept by address until the frozen image comes.
+    let mut pre = std::collections::HashMap::new();
+    if matches!(first, Msg::PreCopy) {
+        loop {
+            match conn.recv().await {
+                Ok(Msg::PrePages { addr, data }) => {
+                    halfproc_migrate::precopy::store(&mut pre, addr, &data)
+                }
+                Ok(m @ Msg::MigrateIn { .. }) => {
+                    first = m;
+                    break;
+                }
+                Ok(other) => {
+                    let e = format!("expected pre-copied pages, got {other:?}");
+                    let _ = conn.send(&Msg::Error(e)).await;
+                    return;
+                }
+                Err(_) => return, // the source gave up before freezing
+            }
+        }
+    }
     let Msg::MigrateIn {
         id,
         origin,
@@ -398,6 +438,7 @@ pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
         program,
         owner,
         manifest,
+        included,
     } = first
     else {
         return;
@@ -412,6 +453,8 @@ pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
             stdin_offset,
             program,
             owner,
+            included,
+            pre,
         },
         manifest,
         id,
@@ -430,6 +473,10 @@ struct Incoming {
     stdin_offset: u64,
     program: String,
     owner: Box<halfproc_migrate::Creds>,
+    /// After a pre-copy: which pages of the image follow.
+    included: Option<Vec<bool>>,
+    /// Pre-copied pages by address.
+    pre: std::collections::HashMap<u64, Vec<u8>>,
 }
 
 async fn receive_and_restore(
@@ -445,6 +492,8 @@ async fn receive_and_restore(
         stdin_offset,
         program,
         owner,
+        included,
+        pre,
     } = inc;
     if node.uid != 0 && owner.uid != node.uid {
         return Err(format!(
@@ -465,6 +514,13 @@ async fn receive_and_restore(
             other => return Err(format!("expected pages, got {other:?}")),
         }
     }
+    if let Some(inc) = &included {
+        let all = halfproc_migrate::precopy::image_pages(&m);
+        pages = halfproc_migrate::precopy::assemble(&all, inc, &pages, &pre)
+            .map_err(|e| e.to_string())?;
+        drop(pre);
+    }
+    // After a pre-copy this also checks that no write was missed.
     image::verify_pages(&m, &pages).map_err(|e| e.to_string())?;
     let file = memfd(&pages)?;
     drop(pages);
@@ -573,7 +629,7 @@ fn memfd(data: &[u8]) -> Result<std::fs::File, String> {
 pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> Msg {
     let prog = match take(&node, pid, "checkpointed") {
         Ok(p) => p,
-        Err(m) => return m,
+        Err(e) => return Msg::Error(e),
     };
     let _ = prog.pause_stdin().await;
     if kill {

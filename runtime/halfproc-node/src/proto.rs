@@ -29,7 +29,7 @@ pub fn unix_path(addr: &str) -> Option<&str> {
 }
 
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -183,9 +183,12 @@ pub enum Msg {
     Migrated {
         pid: i32,
         node: String,
+        /// Bytes of page contents sent while frozen.
         bytes: u64,
         frozen_us: u64,
         total_us: u64,
+        /// `pre-copy (MECHANISM): ...` or `stop-and-copy (WHY)`.
+        mode: String,
     },
     Done(String),
     Error(String),
@@ -212,6 +215,17 @@ pub enum Msg {
         /// The image's manifest (JSON, see halfproc_migrate::image).
         #[serde(with = "serde_bytes")]
         manifest: Vec<u8>,
+        /// After a pre-copy: for each page of the image, whether its
+        /// content follows in `Pages` (else the pre-copied one stands).
+        included: Option<Vec<bool>>,
+    },
+    /// Source: pre-copy follows (`PrePages`*, then `MigrateIn`).
+    PreCopy,
+    /// Pages sent while the program runs, from `addr` on.
+    PrePages {
+        addr: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
     },
     /// A chunk of page contents; `PagesEnd` follows the last.
     Pages(#[serde(with = "serde_bytes")] Vec<u8>),

@@ -65,9 +65,11 @@ pub fn run(a: MigrateArgs) -> ExitCode {
             bytes,
             frozen_us,
             total_us,
+            mode,
         }) => {
+            eprintln!("halfproc migrate: {mode}");
             eprintln!(
-                "halfproc migrate: pid {} -> {node} pid {pid}: {:.1} MiB, frozen {:.1} ms, total {:.1} ms",
+                "halfproc migrate: pid {} -> {node} pid {pid}: {:.1} MiB frozen, frozen {:.1} ms, total {:.1} ms",
                 a.pid,
                 bytes as f64 / 1048576.0,
                 frozen_us as f64 / 1000.0,
