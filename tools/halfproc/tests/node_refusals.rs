@@ -106,3 +106,54 @@ fn second_concurrent_migration_is_refused() {
     assert_same("plain", &out, &want);
     assert_eq!(code, want_code, "exit status ({err})");
 }
+
+/// Debian's stress-ng (0.15) runs every stressor in a forked worker process
+/// and shares a writable anonymous region (`/dev/zero`, its statistics)
+/// with the workers; it has no single-process mode. `migrate` refuses it
+/// before anything is stopped, naming that region (the first resource the
+/// checks meet; the worker would be refused as a child process next); it
+/// finishes as unmigrated (status 0, its report says the run completed;
+/// its output holds pids and times, so it is not compared byte for byte).
+#[test]
+fn stress_ng_is_refused_naming_its_shared_region() {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [
+        tool("stress-ng"),
+        "--cpu",
+        "1",
+        "--cpu-method",
+        "fft",
+        "--cpu-ops",
+        "3000",
+    ];
+    let (a, b) = (Daemon::start(), Daemon::start());
+    let r = run(&a, &argv, None, tmp.path(), "stress-ng");
+    let pid = r.pid();
+    // Wait for the worker: the refusal must name it.
+    let t = std::time::Instant::now();
+    let worker = loop {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            break k.to_string();
+        }
+        assert!(t.elapsed().as_secs() < 20, "stress-ng started no worker");
+        sleep_ms(5);
+    };
+    let e = migrate(&a.addr, pid, &b.addr).expect_err("stress-ng migrated");
+    assert!(
+        e.contains("shared writable mapping")
+            && e.contains("/dev/zero")
+            && e.contains("keeps running here"),
+        "{e}"
+    );
+    assert!(
+        std::fs::metadata(format!("/proc/{worker}")).is_ok(),
+        "worker {worker} gone"
+    );
+    assert_eq!(tracer(pid), 0);
+    let (out, code, err) = r.finish();
+    assert_eq!(code, 0, "stress-ng exit status: {err}");
+    let report = String::from_utf8_lossy(&out).into_owned() + &err;
+    assert!(report.contains("successful run completed"), "{report}");
+}
