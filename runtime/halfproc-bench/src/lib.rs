@@ -49,6 +49,7 @@ pub mod control;
 pub mod copy;
 pub mod error;
 pub mod harness;
+pub mod migrate_bench;
 pub mod mm;
 pub mod opts;
 pub mod os;
@@ -72,7 +73,7 @@ pub use strategy::Strategy;
 /// code (0 ok, 1 a strategy failed or a run broke, 2 bad arguments).
 pub fn main_with_args(args: &[String]) -> i32 {
     let usage =
-        "usage: halfproc-bench copy|mm [options]   (--help after the subcommand for options)";
+        "usage: halfproc-bench copy|mm|migrate [options]   (--help after the subcommand for options)";
     let (cmd, rest) = match args.split_first() {
         Some((c, r)) => (c.as_str(), r),
         None => {
@@ -81,6 +82,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
     };
     let result = match cmd {
+        "migrate" => return migrate_bench::main(rest),
         "copy" => CopyOpts::parse(rest).and_then(|o| {
             let r = run_copy(&o)?;
             print!("{}", r.table());

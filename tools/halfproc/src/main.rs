@@ -82,8 +82,9 @@ enum Command {
     /// Print the detected backend and which half-process semantics hold.
     Info(info::InfoArgs),
     /// Benchmarks: `bench copy` (intra-node copy strategies, the paper's
-    /// Figs. 7/8) and `bench mm` (mmap/fault overhead of the shared
-    /// range, section 4.4.3). `halfproc bench copy --help` lists options.
+    /// Figs. 7/8), `bench mm` (mmap/fault overhead of the shared
+    /// range, section 4.4.3) and `bench migrate` (checkpoint+restore
+    /// throughput vs memcpy). `halfproc bench copy --help` lists options.
     Bench {
         /// `copy|mm` and its options.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
