@@ -11,7 +11,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 APT_PKGS=(bc bison flex libelf-dev libssl-dev cpio busybox-static libclang-dev
 	clang qemu-system-x86 linux-source-6.12 xz-utils python3 make gcc
-	kmod rsync libc6-dev pkg-config git openmpi-bin libopenmpi-dev slurm-wlm munge)
+	kmod rsync libc6-dev pkg-config git openmpi-bin libopenmpi-dev slurm-wlm munge
+	gzip bzip2 coreutils stress-ng)
 
 phase "apt packages"
 missing=()

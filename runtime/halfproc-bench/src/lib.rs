@@ -54,6 +54,7 @@ pub mod control;
 pub mod copy;
 pub mod error;
 pub mod harness;
+pub mod migrate_bench;
 pub mod mm;
 pub mod opts;
 pub mod os;
@@ -73,12 +74,12 @@ pub use report::CopyReport;
 pub use strategy::Strategy;
 
 /// Entry point shared by the `halfproc-bench` binary and the `halfproc`
-/// CLI's `bench` subcommand: `args` starts with `copy`, `mm` or `apps`. Prints the
+/// CLI's `bench` subcommand: `args` starts with `copy`, `mm`, `apps` or `migrate`. Prints the
 /// table to stdout and the written files to stderr; returns the process exit
 /// code (0 ok, 1 a strategy failed or a run broke, 2 bad arguments).
 pub fn main_with_args(args: &[String]) -> i32 {
     let usage =
-        "usage: halfproc-bench copy|mm|apps [options]   (--help after the subcommand for options)";
+        "usage: halfproc-bench copy|mm|apps|migrate [options]   (--help after the subcommand for options)";
     let (cmd, rest) = match args.split_first() {
         Some((c, r)) => (c.as_str(), r),
         None => {
@@ -87,6 +88,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
     };
     let result = match cmd {
+        "migrate" => return migrate_bench::main(rest),
         "copy" => CopyOpts::parse(rest).and_then(|o| {
             let r = run_copy(&o)?;
             print!("{}", r.table());

@@ -217,7 +217,21 @@ fn rlimits(pid: i32) -> Result<Vec<Rlimit>> {
             // SAFETY: `old` is a valid out pointer; no new limit is set.
             let r = unsafe { libc::prlimit64(pid, res as _, std::ptr::null(), &mut old) };
             if r != 0 {
-                return Err(Error::last(format!("prlimit(pid {pid}, resource {res})")));
+                let e = Error::last(format!("prlimit(pid {pid}, resource {res})"));
+                if std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+                    return Err(e);
+                }
+                // Another user's process without CAP_SYS_RESOURCE (a root
+                // daemon in a container): /proc/PID/limits says the same.
+                let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).map_err(|_| e)?;
+                let (cur, max) = procfs::limit(&text, res as usize).ok_or_else(|| {
+                    Error::Image(format!("/proc/{pid}/limits: no line for resource {res}"))
+                })?;
+                return Ok(Rlimit {
+                    resource: res,
+                    cur,
+                    max,
+                });
             }
             Ok(Rlimit {
                 resource: res,

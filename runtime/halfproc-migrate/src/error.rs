@@ -38,7 +38,9 @@ impl fmt::Display for Refusal {
             Refusal::MultiThreaded { threads } => {
                 write!(
                     f,
-                    "process has {threads} threads; only single-threaded processes can be migrated"
+                    "process has {threads} threads; only single-threaded processes can be \
+                     migrated (the engine freezes, dumps and restores one thread: the other \
+                     threads' registers, TLS and stacks are not carried)"
                 )
             }
             Refusal::Socket { fd, target } => write!(f, "fd {fd} is a socket ({target})"),

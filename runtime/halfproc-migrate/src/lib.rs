@@ -8,12 +8,15 @@
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv` now, `dmread` later);
 //! - `dump`: [`checkpoint`];
 //! - [`image`]: the on-disk format (manifest + pages);
+//! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - `restore`, `restorer`, `sigframe`: [`restore`], the blob, the `rt_sigreturn` frame.
 
+pub mod creds;
 pub mod error;
 mod freeze;
 pub mod image;
 mod mem;
+pub mod precopy;
 mod procfs;
 pub mod refuse;
 mod restorer;
@@ -22,7 +25,9 @@ mod sigframe;
 mod dump;
 mod restore;
 
+pub use creds::Creds;
 pub use dump::{checkpoint, checkpoint_relayed, freeze_and_dump, CheckpointStats, Dumped, Leave};
 pub use error::{Error, Refusal, Result};
 pub use mem::{MemoryReader, PortableReader};
+pub use precopy::{probe_soft_dirty, DirtyTracker};
 pub use restore::{restore, restore_from, RestoreOptions, Restored};

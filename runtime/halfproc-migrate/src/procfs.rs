@@ -192,3 +192,38 @@ pub fn file_id(path: &str) -> Result<crate::image::FileId> {
         crc: crc32fast::hash(&data),
     })
 }
+
+/// Soft and hard limit of resource `res` (RLIMIT_* number) from the text of
+/// /proc/PID/limits, whose lines after the header are in that order; the
+/// values are the last two numeric-or-"unlimited" columns before the units.
+pub fn limit(text: &str, res: usize) -> Option<(u64, u64)> {
+    let line = text.lines().nth(res + 1)?;
+    let val = |s: &str| match s {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| val(w).is_some())?;
+    Some((val(words[at])?, val(words.get(at + 1)?)?))
+}
+
+#[cfg(test)]
+mod limit_tests {
+    #[test]
+    fn parses_proc_limits() {
+        let text = std::fs::read_to_string("/proc/self/limits").unwrap();
+        for res in 0..16u32 {
+            let mut want = libc::rlimit64 {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: valid out pointer, our own process.
+            assert_eq!(unsafe { libc::getrlimit64(res as _, &mut want) }, 0);
+            assert_eq!(
+                super::limit(&text, res as usize),
+                Some((want.rlim_cur, want.rlim_max)),
+                "resource {res}"
+            );
+        }
+    }
+}

@@ -8,6 +8,7 @@
 //! From there on only the blob runs: it unmaps everything but `R`, rebuilds
 //! the image's address space, and ends in `rt_sigreturn`.
 
+use crate::creds::Creds;
 use crate::error::{Error, Result};
 use crate::image::{self, reg, Backing, Manifest};
 use crate::procfs;
@@ -34,6 +35,9 @@ extern "C" {
     static __rseq_size: u32;
 }
 
+/// Status-pipe step index of the credential switch in the child.
+const CREDS_STEP: u64 = u64::MAX - 1;
+
 /// A restored process, a child of the caller.
 #[derive(Debug, Clone, Copy)]
 pub struct Restored {
@@ -54,6 +58,11 @@ pub struct RestoreOptions {
     /// signal) or kills it. Used by migration: the original stays stopped
     /// until the copy is known to exist.
     pub stopped: bool,
+    /// Restore as this owner (a root caller restoring another user's
+    /// process): the files the restore opens are opened with the owner's
+    /// rights and the process gets the owner's ids before it is rebuilt.
+    /// `None`: the caller's own.
+    pub creds: Option<Creds>,
 }
 
 struct Blob {
@@ -154,6 +163,7 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
     let status_fd = helpers.base as u64;
     let status_w = helpers.status_w.as_raw_fd();
 
+    let switch = opts.creds.as_ref().filter(|c| !c.is_current());
     // SAFETY: fork; the child only runs `child_enter`, which makes raw
     // system calls and copies bytes (async-signal-safe), then never returns.
     let pid = unsafe { libc::fork() };
@@ -161,6 +171,21 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
         return Err(Error::last("fork"));
     }
     if pid == 0 {
+        if let Some(c) = switch {
+            // SAFETY: the freshly forked, single-threaded child.
+            if let Err(e) = unsafe { c.become_in_child() } {
+                let msg = [CREDS_STEP.to_le_bytes(), e.to_le_bytes()].concat();
+                // SAFETY: writing a local buffer to our pipe, then exiting.
+                unsafe {
+                    libc::write(status_w, msg.as_ptr().cast(), msg.len());
+                    libc::_exit(127)
+                }
+            }
+            // Changing the effective uid made the process non-dumpable; the
+            // original was dumpable (its owner may inspect and trace it).
+            // SAFETY: prctl with integer arguments.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+        }
         // SAFETY: we are the freshly forked child; `r` was checked free in the
         // parent's (= our) address space; `child_enter` never returns.
         unsafe { restorer::child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
@@ -175,11 +200,11 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
         let mut st = 0;
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(pid, &mut st, 0) };
-        let what = p
-            .what
-            .get(idx as usize)
-            .cloned()
-            .unwrap_or_else(|| "mapping the restorer region".into());
+        let what = match p.what.get(idx as usize) {
+            Some(w) => w.clone(),
+            None if idx == CREDS_STEP => "taking the owner's uid/gid/groups".into(),
+            None => "mapping the restorer region".into(),
+        };
         let err = std::io::Error::from_raw_os_error((-ret) as i32);
         return Err(Error::Restore(format!(
             "restorer step {idx} ({what}) failed: {err}"
@@ -248,7 +273,11 @@ fn open_helpers(pages: File, m: &Manifest, opts: &RestoreOptions) -> Result<Help
             if !files.contains_key(path) {
                 files.insert(
                     path.clone(),
-                    File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?,
+                    match &opts.creds {
+                        Some(c) => c.open(path),
+                        None => File::open(path),
+                    }
+                    .map_err(|e| Error::io(format!("open {path}"), e))?,
                 );
             }
         }

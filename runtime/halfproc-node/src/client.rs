@@ -53,6 +53,7 @@ pub fn run(addr: &str, me: &Identity, first: Msg, started: impl FnOnce(i32)) -> 
         let pid = match r.recv().await? {
             Some(Msg::Started { pid }) => pid,
             Some(Msg::Error(e)) => return Err(io::Error::other(e)),
+            Some(Msg::Denied(e)) => return Err(io::Error::new(io::ErrorKind::PermissionDenied, e)),
             Some(m) => return Err(io::Error::other(format!("unexpected answer {m:?}"))),
             None => return Err(crate::proto::closed()),
         };

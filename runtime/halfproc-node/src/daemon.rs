@@ -4,15 +4,16 @@
 //! every migration in flight (out or in) to commit or abort before exiting:
 //! a program being migrated is never left behind half-moved.
 
+use crate::access::{self, Admit, Peer};
 use crate::migrate;
 use crate::program::{self, How, Link, PState, Program};
-use crate::proto::{self, Conn, Msg, Origin, ProcInfo};
+use crate::proto::{self, Conn, Msg, Origin, Outcome, ProcInfo};
 use crate::session::{Session, StdinChunk};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio_util::task::TaskTracker;
 
 /// This machine's daemon state.
@@ -28,13 +29,20 @@ pub struct Node {
     next_session: AtomicU64,
     /// Migrations in flight, waited for at shutdown.
     migrations: TaskTracker,
+    /// Whether a unix control socket serves local clients (multi-user).
+    pub control: bool,
+    /// The daemon's effective uid.
+    pub uid: u32,
+    /// Outcomes of the migrations received (newest last), for sources that
+    /// lost the connection after `Commit`.
+    outcomes: Mutex<(HashMap<u64, Outcome>, std::collections::VecDeque<u64>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn random_id() -> u64 {
+pub(crate) fn random_id() -> u64 {
     let mut b = [0u8; 8];
     if std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -52,7 +60,7 @@ fn random_id() -> u64 {
 }
 
 impl Node {
-    pub fn new(addr: String, secret: Option<Vec<u8>>) -> Arc<Node> {
+    pub fn new(addr: String, secret: Option<Vec<u8>>, control: bool) -> Arc<Node> {
         let id = random_id();
         Arc::new(Node {
             id,
@@ -62,6 +70,10 @@ impl Node {
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             migrations: TaskTracker::new(),
+            control,
+            // SAFETY: geteuid has no preconditions.
+            uid: unsafe { libc::geteuid() },
+            outcomes: Mutex::new(Default::default()),
         })
     }
 
@@ -75,6 +87,29 @@ impl Node {
 
     pub fn forget(&self, pid: i32) {
         lock(&self.programs).remove(&pid);
+    }
+
+    /// Records what became of incoming migration `id`.
+    pub fn set_outcome(&self, id: u64, o: Outcome) {
+        let mut g = lock(&self.outcomes);
+        let (map, order) = &mut *g;
+        if map.insert(id, o).is_none() {
+            order.push_back(id);
+            while order.len() > proto::OUTCOMES_KEPT {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// What became of incoming migration `id`.
+    pub fn outcome(&self, id: u64) -> Outcome {
+        lock(&self.outcomes)
+            .0
+            .get(&id)
+            .cloned()
+            .unwrap_or(Outcome::Unknown)
     }
 
     pub fn session(&self, id: u64) -> Option<Arc<Session>> {
@@ -101,6 +136,7 @@ impl Node {
                     PState::Running => field("State:"),
                     PState::Busy(w) => format!("being {w}"),
                     PState::Gone(_) => "leaving".into(),
+                    PState::InDoubt { to, .. } => format!("in doubt (to {to})"),
                 };
                 ProcInfo {
                     pid: p.pid,
@@ -128,31 +164,45 @@ impl Node {
     }
 }
 
-/// Serves on `listener` until `shutdown` resolves, then waits for the
-/// migrations in flight.
+fn spawn_handler(node: Arc<Node>, s: Box<dyn proto::Io>, peer: Peer) {
+    tokio::spawn(async move {
+        if let Err(e) = handle(node, s, peer).await {
+            if e.kind() != io::ErrorKind::UnexpectedEof {
+                eprintln!("halfproc node: connection: {e}");
+            }
+        }
+    });
+}
+
+/// Serves on `listener` (and the unix `control` socket, if any) until
+/// `shutdown` resolves, then waits for the migrations in flight.
 pub async fn serve(
     listener: TcpListener,
+    control: Option<UnixListener>,
     node: Arc<Node>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
     tokio::pin!(shutdown);
+    let authenticated = node.ident.secret.is_some();
     loop {
         tokio::select! {
             r = listener.accept() => {
                 let (s, _) = r?;
-                let n = node.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = handle(n, s).await {
-                        if e.kind() != io::ErrorKind::UnexpectedEof {
-                            eprintln!("halfproc node: connection: {e}");
-                        }
-                    }
-                });
+                let _ = s.set_nodelay(true);
+                spawn_handler(node.clone(), Box::new(s), Peer::Network { authenticated });
+            }
+            r = async { control.as_ref().unwrap().accept().await }, if control.is_some() => {
+                let (s, _) = r?;
+                match access::local_peer(&s) {
+                    Ok(c) => spawn_handler(node.clone(), Box::new(s), Peer::Local(c)),
+                    Err(e) => eprintln!("halfproc node: control socket peer: {e}"),
+                }
             }
             () = &mut shutdown => break,
         }
     }
     drop(listener);
+    drop(control);
     node.migrations.close();
     if !node.migrations.is_empty() {
         eprintln!(
@@ -175,6 +225,7 @@ pub fn run_node(
     listen: &str,
     advertise: Option<&str>,
     secret_file: Option<&std::path::Path>,
+    control: Option<&std::path::Path>,
     ready: impl FnOnce(&str, u64),
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -185,11 +236,13 @@ pub fn run_node(
     rt.block_on(async {
         let listener = TcpListener::bind(listen).await?;
         let bound = listener.local_addr()?.to_string();
+        let control_listener = control.map(bind_control).transpose()?;
         let node = Node::new(
             advertise
                 .map(str::to_string)
                 .unwrap_or_else(|| bound.clone()),
             secret,
+            control.is_some(),
         );
         ready(&bound, node.id);
         let shutdown = async {
@@ -206,15 +259,82 @@ pub fn run_node(
                 _ = term.recv() => {}
             }
         };
-        serve(listener, node, shutdown).await
+        let r = serve(listener, control_listener, node, shutdown).await;
+        if let Some(p) = control {
+            let _ = std::fs::remove_file(p);
+        }
+        r
     })
 }
 
-async fn handle(node: Arc<Node>, stream: TcpStream) -> io::Result<()> {
-    let (mut conn, _) = Conn::handshake(stream, &node.ident).await?;
+/// Binds the control socket at `path` (a stale socket left by a dead
+/// daemon is replaced; a live one is an error). Root's socket is open to
+/// every user (the peer's credentials decide), anyone else's to its owner.
+fn bind_control(path: &std::path::Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let ctx =
+        |e: io::Error| io::Error::new(e.kind(), format!("control socket {}: {e}", path.display()));
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if !md.file_type().is_socket() {
+            return Err(ctx(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "exists and is not a socket",
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(ctx(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                "another daemon listens on it",
+            )));
+        }
+        std::fs::remove_file(path).map_err(ctx)?;
+    }
+    let l = UnixListener::bind(path).map_err(ctx)?;
+    // SAFETY: geteuid has no preconditions.
+    let mode = if unsafe { libc::geteuid() } == 0 {
+        0o666
+    } else {
+        0o600
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(ctx)?;
+    Ok(l)
+}
+
+async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::Result<()> {
+    // The control socket's peers are identified by the kernel, not by the secret.
+    let ident = match peer {
+        Peer::Local(_) => proto::Identity {
+            node: node.id,
+            secret: None,
+        },
+        Peer::Network { .. } => node.ident.clone(),
+    };
+    let (mut conn, _) = Conn::handshake(stream, &ident).await?;
     let first = conn.recv().await?;
+    let admit = match access::admit(&peer, &first, node.control, node.uid) {
+        Ok(a) => a,
+        Err(why) => return conn.send(&Msg::Denied(why)).await,
+    };
+    let target = match &first {
+        Msg::Migrate { pid, .. } => Some((*pid, "migrate")),
+        Msg::Checkpoint { pid, .. } => Some((*pid, "checkpoint")),
+        Msg::Resolve { pid, .. } => Some((*pid, "resolve")),
+        _ => None,
+    };
+    if let Some((pid, what)) = target {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        if node.program(pid).is_some() {
+            if let Err(why) = access::may_act(&peer, pid, &status, what) {
+                return conn.send(&Msg::Denied(why)).await;
+            }
+        }
+    }
+    let owner = match admit {
+        Admit::AsDaemon => None,
+        Admit::As(c) => Some(c),
+    };
     match first {
-        Msg::Run { .. } | Msg::RestoreDir { .. } => run_session(node, conn, first).await,
+        Msg::Run { .. } | Msg::RestoreDir { .. } => run_session(node, conn, first, owner).await,
         Msg::Ps => conn.send(&Msg::PsList(node.ps())).await,
         Msg::Migrate { pid, to } => {
             // Tracked until the answer is written: shutdown waits for it.
@@ -240,7 +360,12 @@ async fn handle(node: Arc<Node>, stream: TcpStream) -> io::Result<()> {
             let reply = migrate::checkpoint(node.clone(), pid, dir, kill).await;
             conn.send(&reply).await
         }
-        Msg::MigrateIn { .. } => {
+        Msg::Resolve { pid, force } => {
+            let reply = migrate::resolve(node.clone(), pid, force).await;
+            conn.send(&reply).await
+        }
+        Msg::Outcome { id } => conn.send(&Msg::OutcomeIs(node.outcome(id))).await,
+        Msg::MigrateIn { .. } | Msg::PreCopy => {
             let fut = migrate::migrate_in(node.clone(), conn, first);
             node.migrations.track_future(fut).await;
             Ok(())
@@ -255,40 +380,45 @@ async fn handle(node: Arc<Node>, stream: TcpStream) -> io::Result<()> {
 
 /// A `run` (or `restore`) client: starts the program, relays its stdin,
 /// gets its output and exit through the session.
-async fn run_session(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> {
+async fn run_session(
+    node: Arc<Node>,
+    conn: Conn,
+    first: Msg,
+    owner: Option<halfproc_migrate::Creds>,
+) -> io::Result<()> {
     let (mut r, w) = conn.split();
     let tx = proto::writer_task(w);
     let (how, name) = match first {
         Msg::Run { argv, cwd, env } if !argv.is_empty() => {
             let name = argv[0].clone();
-            (How::Spawn { argv, cwd, env }, name)
+            (
+                How::Spawn {
+                    argv,
+                    cwd,
+                    env,
+                    owner,
+                },
+                name,
+            )
         }
-        Msg::RestoreDir { dir } => {
-            let dir = std::path::Path::new(&dir);
-            let m = halfproc_migrate::image::read(dir);
-            let pages = std::fs::File::open(dir.join(halfproc_migrate::image::PAGES));
-            match (m, pages) {
-                (Ok(m), Ok(pages)) => {
-                    let name = m.comm.clone();
-                    (
-                        How::Restore {
-                            manifest: Box::new(m),
-                            pages,
-                            stopped: false,
-                        },
-                        name,
-                    )
-                }
-                (Err(e), _) => {
-                    let _ = tx.send(Msg::Error(format!("{}: {e}", dir.display())));
-                    return Ok(());
-                }
-                (_, Err(e)) => {
-                    let _ = tx.send(Msg::Error(format!("{}: {e}", dir.display())));
-                    return Ok(());
-                }
+        Msg::RestoreDir { dir } => match read_image(std::path::Path::new(&dir), owner.as_ref()) {
+            Ok((m, pages)) => {
+                let name = m.comm.clone();
+                (
+                    How::Restore {
+                        manifest: Box::new(m),
+                        pages,
+                        stopped: false,
+                        owner,
+                    },
+                    name,
+                )
             }
-        }
+            Err(e) => {
+                let _ = tx.send(Msg::Error(format!("{dir}: {e}")));
+                return Ok(());
+            }
+        },
         _ => {
             let _ = tx.send(Msg::Error("run: no program given".into()));
             return Ok(());
@@ -344,6 +474,35 @@ async fn run_session(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> 
         lock(&node.sessions).remove(&id);
     }
     Ok(())
+}
+
+/// Reads the image in `dir` (with `owner`'s rights if given: a user may
+/// restore only an image they can read) and opens its pages.
+fn read_image(
+    dir: &std::path::Path,
+    owner: Option<&halfproc_migrate::Creds>,
+) -> Result<(halfproc_migrate::image::Manifest, std::fs::File), String> {
+    use halfproc_migrate::image;
+    use std::io::Read;
+    let open = |name: &str| {
+        let p = dir.join(name);
+        let s = p.to_string_lossy();
+        match owner {
+            Some(c) => c.open(&s),
+            None => std::fs::File::open(&p),
+        }
+        .map_err(|e| format!("open {s}: {e}"))
+    };
+    let mut text = Vec::new();
+    open(image::MANIFEST)?
+        .read_to_end(&mut text)
+        .map_err(|e| e.to_string())?;
+    let m = image::parse_manifest(&text).map_err(|e| e.to_string())?;
+    let mut pages = open(image::PAGES)?;
+    let mut data = Vec::new();
+    pages.read_to_end(&mut data).map_err(|e| e.to_string())?;
+    image::verify_pages(&m, &data).map_err(|e| e.to_string())?;
+    Ok((m, pages))
 }
 
 /// An incarnation running on another node reports to this, its origin.

@@ -7,15 +7,19 @@
 //! # Layout
 //!
 //! - [`proto`]: the framed, versioned messages;
+//! - [`access`]: peers (control socket, TCP) and the owner check;
 //! - [`daemon`]: listener, one task per connection, program and session tables, shutdown;
 //! - [`session`]: a run session at the program's origin (output order, stdin buffer);
 //! - [`program`]: one incarnation on a node (keeper thread, relays, link to the origin);
 //! - [`migrate`]: source and destination of a migration, checkpoint through the daemon;
+//! - [`precopy`]: the source's pre-copy rounds (mechanism probe, dump thread);
 //! - [`client`]: blocking client functions for the `halfproc` command.
 
+pub mod access;
 pub mod client;
 pub mod daemon;
 pub mod migrate;
+pub mod precopy;
 pub mod program;
 pub mod proto;
 pub mod session;

@@ -12,7 +12,7 @@
 
 use crate::daemon::Node;
 use crate::program::{self, How, Link};
-use crate::proto::{Conn, End, Exit, Msg, Origin, CHUNK};
+use crate::proto::{Conn, End, Exit, Msg, Origin, Outcome, CHUNK};
 use halfproc_migrate::image;
 use std::os::fd::FromRawFd;
 use std::sync::Arc;
@@ -30,13 +30,11 @@ fn say(p: &Progress, s: String) {
 }
 
 /// Local program `pid`, taken for `what` (one migration or checkpoint at a time).
-fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Program>, Msg> {
-    let prog = node.program(pid).ok_or_else(|| {
-        Msg::Error(format!(
-            "pid {pid} is not a program of this node (see halfproc ps)"
-        ))
-    })?;
-    prog.acquire(what).map_err(Msg::Error)?;
+fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Program>, String> {
+    let prog = node
+        .program(pid)
+        .ok_or_else(|| format!("pid {pid} is not a program of this node (see halfproc ps)"))?;
+    prog.acquire(what)?;
     Ok(prog)
 }
 
@@ -44,11 +42,11 @@ fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Progra
 pub async fn migrate_out(node: Arc<Node>, pid: i32, to: String, progress: Progress) -> Msg {
     let prog = match take(&node, pid, "migrated") {
         Ok(p) => p,
-        Err(m) => return m,
+        Err(e) => return Msg::Error(e),
     };
     let t0 = Instant::now();
     let r = migrate_acquired(&node, &prog, &to, &progress, t0).await;
-    if r.is_err() {
+    if r.is_err() && matches!(prog.state(), program::PState::Busy(_)) {
         prog.release();
         prog.resume_stdin();
     }
@@ -69,6 +67,8 @@ async fn migrate_acquired(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
+    let owner = halfproc_migrate::Creds::of(pid)
+        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, &node.ident))
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
@@ -76,47 +76,113 @@ async fn migrate_acquired(
     let stdin_offset = prog.pause_stdin().await;
 
     // Freeze and dump on a thread that stays the tracer until the decision.
-    let (dump_tx, dump_rx) = oneshot::channel::<Result<(Vec<u8>, Vec<u8>), String>>();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+    // Before it, pre-copy rounds while the program runs (if the kernel
+    // tracks dirty pages), their pages streamed at once.
+    let (dump_tx, dump_rx) = oneshot::channel::<Result<crate::precopy::Image, String>>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<Decision>();
     let (fin_tx, fin_rx) = oneshot::channel::<Duration>();
+    let mode = crate::precopy::mode();
+    let (pre_tx, mut pre_rx) = mpsc::channel::<Msg>(4);
+    let pre_tx = if mode.on() {
+        conn.send(&Msg::PreCopy)
+            .await
+            .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
+        say(
+            progress,
+            format!("pre-copying pid {pid} to {to} while it runs"),
+        );
+        Some(pre_tx)
+    } else {
+        drop(pre_tx); // no rounds: `pre_rx` ends at once
+        None
+    };
     std::thread::Builder::new()
         .name("halfproc-migrate".into())
         .spawn(
-            move || match halfproc_migrate::freeze_and_dump(pid, &inos) {
+            move || match crate::precopy::dump(pid, &inos, &mode, pre_tx) {
                 Err(e) => {
-                    let _ = dump_tx.send(Err(e.to_string()));
+                    let _ = dump_tx.send(Err(e));
                 }
-                Ok(mut d) => {
-                    let pages = std::mem::take(&mut d.pages);
-                    let m = image::manifest_bytes(&d.manifest).map_err(|e| e.to_string());
-                    let _ = dump_tx.send(m.map(|m| (m, pages)));
-                    let kill = go_rx.recv().unwrap_or(false);
-                    let frozen = if kill { d.kill() } else { d.resume() };
+                Ok((d, image)) => {
+                    let _ = dump_tx.send(Ok(image));
+                    let frozen = match go_rx.recv().unwrap_or(Decision::Resume) {
+                        Decision::Kill => d.kill(),
+                        Decision::Resume => d.resume(),
+                        Decision::Hold => {
+                            // A SIGSTOP queued before the detach: the process
+                            // group-stops at once, traced by no one.
+                            // SAFETY: signalling the stopped original.
+                            unsafe { libc::kill(pid, libc::SIGSTOP) };
+                            let t = d.resume();
+                            // It stops on its way back to user mode, before
+                            // any instruction of its own; wait until it has
+                            // (a runnable task has not yet), so "kept stopped"
+                            // is true when the answer says it.
+                            for _ in 0..2000 {
+                                let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                                    .unwrap_or_default();
+                                let state = st.rsplit(')').next().unwrap_or("").trim_start();
+                                if state.is_empty() || state.starts_with('T') {
+                                    break;
+                                }
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                            t
+                        }
+                    };
                     let _ = fin_tx.send(frozen);
                 }
             },
         )
         .map_err(|e| format!("thread: {e}"))?;
-    let (manifest, pages) = dump_rx
+    while let Some(m) = pre_rx.recv().await {
+        conn.send(&m).await.map_err(|e| {
+            format!("connection to {to} lost while pre-copying: {e}; pid {pid} keeps running here")
+        })?;
+    }
+    let image = dump_rx
         .await
         .map_err(|_| "dump thread died".to_string())?
         .map_err(|e| format!("pid {pid}: {e}; it keeps running here"))?;
-    let bytes = pages.len() as u64;
+    let bytes = image.pages.len() as u64;
+    let mode = image.mode.clone();
     say(
         progress,
         format!(
-            "frozen and dumped pid {pid}: {:.1} MiB of pages; streaming to {to}",
+            "frozen and dumped pid {pid}: {mode}; streaming {:.1} MiB to {to}",
             bytes as f64 / 1048576.0
         ),
     );
-    let outcome = stream_and_commit(&mut conn, prog, stdin_offset, manifest, pages, progress).await;
-    let killed = outcome.is_ok();
-    if killed {
-        // The lifecycle task of the program reports End::Migrated to the
-        // origin once the pipes are drained.
-        prog.leave(End::Migrated);
-    }
-    let _ = go_tx.send(killed);
+    let id = crate::daemon::random_id();
+    let outcome =
+        stream_and_commit(&mut conn, prog, id, stdin_offset, owner, image, progress).await;
+    let outcome = match outcome {
+        Err(Failed::AfterCommit(why)) => {
+            say(progress, format!("{why}; asking {to} whether it committed"));
+            match learn_outcome(node, to, id, conn.peer, OUTCOME_WAIT).await {
+                Learned::Committed(p) => Ok(p),
+                Learned::Aborted(e) => Err(Failed::Before(format!(
+                    "{why}; {to} says it did not commit: {e}"
+                ))),
+                Learned::Doubt(e) => Err(Failed::AfterCommit(format!("{why}; {e}"))),
+            }
+        }
+        o => o,
+    };
+    let decision = match &outcome {
+        Ok(_) => {
+            // The lifecycle task of the program reports End::Migrated to the
+            // origin once the pipes are drained.
+            prog.leave(End::Migrated);
+            Decision::Kill
+        }
+        Err(Failed::Before(_)) => Decision::Resume,
+        Err(Failed::AfterCommit(_)) => {
+            prog.set_in_doubt(to.to_string(), id, conn.peer);
+            Decision::Hold
+        }
+    };
+    let _ = go_tx.send(decision);
     let frozen = fin_rx.await.unwrap_or_default();
     if let (Ok(new_pid), true) = (&outcome, prog.origin.node == node.id) {
         // The origin is here: `ps` shows the new place at once (the
@@ -132,10 +198,132 @@ async fn migrate_acquired(
             bytes,
             frozen_us: frozen.as_micros() as u64,
             total_us: t0.elapsed().as_micros() as u64,
+            mode,
         }),
-        Err(e) => Err(format!(
+        Err(Failed::Before(e)) => Err(format!(
             "migration of pid {pid} to {to} failed: {e}; pid {pid} was resumed here (stopped {} ms)",
             frozen.as_millis()
+        )),
+        Err(Failed::AfterCommit(e)) => Ok(Msg::InDoubt(format!(
+            "migration of pid {pid} to {to} is in doubt: {e}. pid {pid} is kept stopped here \
+             (not killed, not resumed), so it cannot run twice. Settle it with `halfproc migrate \
+             --resolve {pid}` (asks {to} again), or decide: `--resolve {pid} --force resume` if \
+             it does not run there, `--force kill` if it does"
+        ))),
+    }
+}
+
+/// What the source does with the frozen original.
+enum Decision {
+    Kill,
+    Resume,
+    /// Keep it stopped (in doubt), detached.
+    Hold,
+}
+
+/// Why a migration did not complete.
+enum Failed {
+    /// Before the commit, or the destination said it aborted: the copy is
+    /// gone, the original may resume.
+    Before(String),
+    /// The commit was sent and the answer lost.
+    AfterCommit(String),
+}
+
+/// How long a source keeps asking a destination for a lost outcome.
+pub const OUTCOME_WAIT: Duration = Duration::from_secs(5);
+
+enum Learned {
+    Committed(i32),
+    Aborted(String),
+    Doubt(String),
+}
+
+/// Asks the node at `to` (node id `peer`) what became of migration `id`,
+/// reconnecting until it answers or `wait` passes.
+async fn learn_outcome(node: &Arc<Node>, to: &str, id: u64, peer: u64, wait: Duration) -> Learned {
+    let deadline = Instant::now() + wait;
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        let ask = async {
+            let mut c = Conn::connect(to, &node.ident)
+                .await
+                .map_err(|e| e.to_string())?;
+            if c.peer != peer {
+                return Ok(Learned::Doubt(format!(
+                    "the node at {to} restarted (node {:016x}, was {peer:016x}) and cannot know",
+                    c.peer
+                )));
+            }
+            c.send(&Msg::Outcome { id })
+                .await
+                .map_err(|e| e.to_string())?;
+            match c.recv().await.map_err(|e| e.to_string())? {
+                Msg::OutcomeIs(Outcome::Committed { pid }) => Ok(Learned::Committed(pid)),
+                Msg::OutcomeIs(Outcome::Aborted(e)) => Ok(Learned::Aborted(e)),
+                Msg::OutcomeIs(Outcome::Unknown) => Ok(Learned::Doubt(format!(
+                    "{to} has no record of migration {id:016x}"
+                ))),
+                Msg::OutcomeIs(Outcome::Pending) => Err("still deciding".to_string()),
+                m => Err(format!("unexpected answer {m:?}")),
+            }
+        };
+        match timeout(Duration::from_secs(2), ask).await {
+            Ok(Ok(l)) => return l,
+            Ok(Err(e)) => last = e,
+            Err(_) => last = "no answer within 2 s".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Learned::Doubt(format!(
+        "{to} could not tell within {} s whether it committed ({last})",
+        wait.as_secs()
+    ))
+}
+
+/// Settles program `pid` left in doubt (see [`Msg::Resolve`]).
+pub async fn resolve(node: Arc<Node>, pid: i32, force: Option<bool>) -> Msg {
+    let Some(prog) = node.program(pid) else {
+        return Msg::Error(format!("pid {pid} is not a program of this node"));
+    };
+    let program::PState::InDoubt { to, id, node: peer } = prog.state() else {
+        return Msg::Error(format!("pid {pid} is not in doubt; nothing to resolve"));
+    };
+    let learned = match force {
+        Some(true) => Learned::Aborted("--force resume".into()),
+        Some(false) => Learned::Committed(0),
+        None => learn_outcome(&node, &to, id, peer, OUTCOME_WAIT).await,
+    };
+    match learned {
+        Learned::Committed(new_pid) => {
+            prog.leave(End::Migrated);
+            if prog.origin.node == node.id && new_pid > 0 {
+                if let Some(s) = node.session(prog.origin.session) {
+                    s.set_place(prog.gen + 1, format!("{to} pid {new_pid}"));
+                }
+            }
+            // SAFETY: killing our own stopped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            Msg::Done(format!(
+                "pid {pid}: the migration to {to} committed{}; the stopped original was killed",
+                if new_pid > 0 {
+                    format!(" (pid {new_pid} there)")
+                } else {
+                    " (forced)".into()
+                }
+            ))
+        }
+        Learned::Aborted(e) => {
+            prog.set_running();
+            prog.resume_stdin();
+            // SAFETY: continuing our own stopped child.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            Msg::Done(format!(
+                "pid {pid}: the migration to {to} did not commit ({e}); pid {pid} was resumed here"
+            ))
+        }
+        Learned::Doubt(e) => Msg::InDoubt(format!(
+            "pid {pid} is still in doubt: {e}; it stays stopped here"
         )),
     }
 }
@@ -155,18 +343,32 @@ async fn answer(conn: &mut Conn, what: &str) -> Result<Msg, String> {
 async fn stream_and_commit(
     conn: &mut Conn,
     prog: &Arc<program::Program>,
+    id: u64,
     stdin_offset: u64,
-    manifest: Vec<u8>,
-    pages: Vec<u8>,
+    owner: halfproc_migrate::Creds,
+    image: crate::precopy::Image,
     progress: &Progress,
-) -> Result<i32, String> {
-    let lost = |e: std::io::Error| format!("connection to destination lost while streaming: {e}");
+) -> Result<i32, Failed> {
+    let crate::precopy::Image {
+        manifest,
+        pages,
+        included,
+        ..
+    } = image;
+    let lost = |e: std::io::Error| {
+        Failed::Before(format!(
+            "connection to destination lost while streaming: {e}"
+        ))
+    };
     conn.send(&Msg::MigrateIn {
+        id,
         origin: prog.origin.clone(),
         gen: prog.gen + 1,
         stdin_offset,
         program: prog.program.clone(),
+        owner: Box::new(owner),
         manifest,
+        included,
     })
     .await
     .map_err(lost)?;
@@ -174,60 +376,131 @@ async fn stream_and_commit(
         conn.send(&Msg::Pages(c.to_vec())).await.map_err(lost)?;
     }
     conn.send(&Msg::PagesEnd).await.map_err(lost)?;
-    let new_pid = match answer(conn, "restoring").await? {
+    let new_pid = match answer(conn, "restoring").await.map_err(Failed::Before)? {
         Msg::Restored { pid } => pid,
-        m => return Err(format!("unexpected answer {m:?}")),
+        m => return Err(Failed::Before(format!("unexpected answer {m:?}"))),
     };
     say(
         progress,
         format!("restored there as pid {new_pid} (stopped); committing"),
     );
-    conn.send(&Msg::Commit)
-        .await
-        .map_err(|e| format!("connection lost before commit: {e}"))?;
-    match answer(conn, "committing").await? {
-        Msg::Resumed => Ok(new_pid),
-        m => Err(format!("unexpected answer {m:?}")),
+    // From here on the destination may have continued the copy: a lost
+    // answer is not a failure but a question (see `learn_outcome`).
+    if let Err(e) = conn.send(&Msg::Commit).await {
+        return Err(Failed::AfterCommit(format!(
+            "connection lost while sending the commit: {e}"
+        )));
+    }
+    match timeout(ANSWER_TIMEOUT, conn.recv()).await {
+        Ok(Ok(Msg::Resumed)) => Ok(new_pid),
+        // The destination decided and says so: it killed its copy.
+        Ok(Ok(Msg::Error(e))) => Err(Failed::Before(format!("destination: {e}"))),
+        Ok(Ok(m)) => Err(Failed::AfterCommit(format!("unexpected answer {m:?}"))),
+        Ok(Err(e)) => Err(Failed::AfterCommit(format!(
+            "connection to destination lost after the commit: {e}"
+        ))),
+        Err(_) => Err(Failed::AfterCommit(format!(
+            "destination gave no answer to the commit for {}s",
+            ANSWER_TIMEOUT.as_secs()
+        ))),
     }
 }
 
 /// Destination side: receives the image, restores it stopped, waits for
 /// `Commit`. A dropped connection or any error kills the copy.
-pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, first: Msg) {
+pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, mut first: Msg) {
+    // Pre-copied pages, kept by address until the frozen image comes.
+    let mut pre = std::collections::HashMap::new();
+    if matches!(first, Msg::PreCopy) {
+        loop {
+            match conn.recv().await {
+                Ok(Msg::PrePages { addr, data }) => {
+                    halfproc_migrate::precopy::store(&mut pre, addr, &data)
+                }
+                Ok(m @ Msg::MigrateIn { .. }) => {
+                    first = m;
+                    break;
+                }
+                Ok(other) => {
+                    let e = format!("expected pre-copied pages, got {other:?}");
+                    let _ = conn.send(&Msg::Error(e)).await;
+                    return;
+                }
+                Err(_) => return, // the source gave up before freezing
+            }
+        }
+    }
     let Msg::MigrateIn {
+        id,
         origin,
         gen,
         stdin_offset,
         program,
+        owner,
         manifest,
+        included,
     } = first
     else {
         return;
     };
+    node.set_outcome(id, Outcome::Pending);
     let r = receive_and_restore(
         &node,
         &mut conn,
-        origin,
-        gen,
-        stdin_offset,
-        program,
+        Incoming {
+            origin,
+            gen,
+            stdin_offset,
+            program,
+            owner,
+            included,
+            pre,
+        },
         manifest,
+        id,
     )
     .await;
     if let Err(e) = r {
+        node.set_outcome(id, Outcome::Aborted(e.clone()));
         let _ = conn.send(&Msg::Error(e)).await;
     }
+}
+
+/// What a `MigrateIn` says about the program besides its image.
+struct Incoming {
+    origin: Origin,
+    gen: u64,
+    stdin_offset: u64,
+    program: String,
+    owner: Box<halfproc_migrate::Creds>,
+    /// After a pre-copy: which pages of the image follow.
+    included: Option<Vec<bool>>,
+    /// Pre-copied pages by address.
+    pre: std::collections::HashMap<u64, Vec<u8>>,
 }
 
 async fn receive_and_restore(
     node: &Arc<Node>,
     conn: &mut Conn,
-    origin: Origin,
-    gen: u64,
-    stdin_offset: u64,
-    program: String,
+    inc: Incoming,
     manifest: Vec<u8>,
+    id: u64,
 ) -> Result<(), String> {
+    let Incoming {
+        origin,
+        gen,
+        stdin_offset,
+        program,
+        owner,
+        included,
+        pre,
+    } = inc;
+    if node.uid != 0 && owner.uid != node.uid {
+        return Err(format!(
+            "this node runs as uid {} and cannot restore a program of uid {}",
+            node.uid, owner.uid
+        ));
+    }
     let m = image::parse_manifest(&manifest).map_err(|e| e.to_string())?;
     let mut pages = Vec::with_capacity(m.pages_len as usize);
     loop {
@@ -241,6 +514,13 @@ async fn receive_and_restore(
             other => return Err(format!("expected pages, got {other:?}")),
         }
     }
+    if let Some(inc) = &included {
+        let all = halfproc_migrate::precopy::image_pages(&m);
+        pages = halfproc_migrate::precopy::assemble(&all, inc, &pages, &pre)
+            .map_err(|e| e.to_string())?;
+        drop(pre);
+    }
+    // After a pre-copy this also checks that no write was missed.
     image::verify_pages(&m, &pages).map_err(|e| e.to_string())?;
     let file = memfd(&pages)?;
     drop(pages);
@@ -248,6 +528,7 @@ async fn receive_and_restore(
         manifest: Box::new(m),
         pages: file,
         stopped: true,
+        owner: Some(*owner),
     })
     .await?;
     let pid = started.pid;
@@ -300,6 +581,9 @@ async fn receive_and_restore(
     )
     .inspect_err(|_| decide(false))?;
     node.insert(p);
+    // Recorded before the copy runs: a source asking from now on learns
+    // it committed, whatever happens to this connection.
+    node.set_outcome(id, Outcome::Committed { pid });
     decide(true);
     wait_continued(pid).await;
     let _ = conn.send(&Msg::Resumed).await;
@@ -345,7 +629,7 @@ fn memfd(data: &[u8]) -> Result<std::fs::File, String> {
 pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> Msg {
     let prog = match take(&node, pid, "checkpointed") {
         Ok(p) => p,
-        Err(m) => return m,
+        Err(e) => return Msg::Error(e),
     };
     let _ = prog.pause_stdin().await;
     if kill {

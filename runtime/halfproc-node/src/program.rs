@@ -13,7 +13,7 @@
 use crate::proto::{self, End, Exit, Msg, Origin, Stream};
 use crate::session::{Session, StdinChunk};
 use halfproc_migrate::image::Manifest;
-use halfproc_migrate::RestoreOptions;
+use halfproc_migrate::{Creds, RestoreOptions};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -141,6 +141,13 @@ pub enum PState {
     Busy(&'static str),
     /// It ended here for this reason (its process is being killed).
     Gone(End),
+    /// Kept stopped: a migration to `to` (id `id`, node `node`) sent its
+    /// commit and lost the answer; see `migrate::resolve`.
+    InDoubt {
+        to: String,
+        id: u64,
+        node: u64,
+    },
 }
 
 /// The stdin relay: a task writing what the origin has into the pipe.
@@ -187,6 +194,11 @@ impl Program {
                 self.pid
             )),
             PState::Gone(_) => Err(format!("pid {} has left this node", self.pid)),
+            PState::InDoubt { to, .. } => Err(format!(
+                "pid {} is in doubt after a migration to {to}; settle it first with \
+                 `halfproc migrate --resolve {}`",
+                self.pid, self.pid
+            )),
         }
     }
 
@@ -201,6 +213,11 @@ impl Program {
     /// Running again after a failed checkpoint that would have ended it.
     pub fn set_running(&self) {
         *lock(&self.state) = PState::Running;
+    }
+
+    /// Kept stopped, the outcome of its migration unknown.
+    pub fn set_in_doubt(&self, to: String, id: u64, node: u64) {
+        *lock(&self.state) = PState::InDoubt { to, id, node };
     }
 
     /// It ends here with `end` (set before its process is killed).
@@ -281,12 +298,16 @@ pub enum How {
         argv: Vec<String>,
         cwd: String,
         env: Vec<(String, String)>,
+        /// Run as this user (the daemon is root); `None`: as the daemon.
+        owner: Option<Creds>,
     },
     /// From an image whose pages are in `pages`; stopped first if `stopped`.
     Restore {
         manifest: Box<Manifest>,
         pages: File,
         stopped: bool,
+        /// Restore as this user (the daemon is root); `None`: as the daemon.
+        owner: Option<Creds>,
     },
 }
 
@@ -420,10 +441,44 @@ fn keeper(
 ) {
     let mut stopped = false;
     let pid = match how {
-        How::Spawn { argv, cwd, env } => {
+        How::Spawn {
+            argv,
+            cwd,
+            env,
+            owner,
+        } => {
             let mut c = std::process::Command::new(&argv[0]);
-            c.args(&argv[1..]).current_dir(&cwd).env_clear().envs(env);
+            c.args(&argv[1..]).env_clear().envs(env);
             c.process_group(0);
+            match owner.filter(|o| !o.is_current()) {
+                None => {
+                    c.current_dir(&cwd);
+                }
+                Some(o) => {
+                    let Ok(dir) = std::ffi::CString::new(cwd.clone()) else {
+                        let _ = reply.send(Err(format!("cwd {cwd:?} holds a NUL byte")));
+                        return;
+                    };
+                    // SAFETY: raw credential calls and chdir in the forked
+                    // child (async-signal-safe, no allocation): the user's
+                    // groups, gid and uid, then its working directory, looked
+                    // up with its rights.
+                    unsafe {
+                        c.pre_exec(move || {
+                            let (g, u) = (o.gid as libc::c_long, o.uid as libc::c_long);
+                            let groups = o.groups.as_ptr();
+                            if libc::syscall(libc::SYS_setgroups, o.groups.len(), groups) != 0
+                                || libc::syscall(libc::SYS_setresgid, g, g, g) != 0
+                                || libc::syscall(libc::SYS_setresuid, u, u, u) != 0
+                                || libc::chdir(dir.as_ptr()) != 0
+                            {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        })
+                    };
+                }
+            }
             // SAFETY: close_range is async-signal-safe. The program gets only
             // its three relayed fds, none the daemon inherited: fds from 3 on
             // are marked close-on-exec (CLOSE_RANGE_CLOEXEC), not closed, so
@@ -461,11 +516,13 @@ fn keeper(
             manifest,
             pages,
             stopped: st,
+            owner,
         } => {
             stopped = st;
             let opts = RestoreOptions {
                 inherit: child.iter().map(|(n, fd)| (*n, fd.as_raw_fd())).collect(),
                 stopped: st,
+                creds: owner,
             };
             let r = halfproc_migrate::restore_from(&manifest, pages, &opts);
             drop(child);

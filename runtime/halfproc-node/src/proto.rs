@@ -9,11 +9,27 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use std::io;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_util::codec::{Framed, FramedRead, FramedWrite, LengthDelimitedCodec};
 
+/// A byte stream a [`Conn`] runs on: TCP (nodes, remote clients) or the
+/// node's unix control socket (local clients, identified by SO_PEERCRED).
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+type BoxIo = Box<dyn Io>;
+
+/// Prefix of a node address that names a unix control socket.
+pub const UNIX_PREFIX: &str = "unix:";
+
+/// The socket path of a node address `unix:PATH` (or an absolute path).
+pub fn unix_path(addr: &str) -> Option<&str> {
+    addr.strip_prefix(UNIX_PREFIX)
+        .or_else(|| addr.starts_with('/').then_some(addr))
+}
+
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 5;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -56,6 +72,23 @@ pub enum End {
     /// It continues on another node as the next incarnation.
     Migrated,
 }
+
+/// What a destination did with a migration (it keeps the record for
+/// [`OUTCOMES_KEPT`] migrations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// No record: never received, or the node restarted.
+    Unknown,
+    /// Still receiving, restoring or deciding.
+    Pending,
+    /// Committed: the copy runs as this pid.
+    Committed { pid: i32 },
+    /// Not committed: the copy was killed, for this reason.
+    Aborted(String),
+}
+
+/// Migration outcomes a destination remembers.
+pub const OUTCOMES_KEPT: usize = 4096;
 
 /// The origin of a program: the node whose `run` client gets its output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +156,14 @@ pub enum Msg {
         kill: bool,
     },
 
+    /// Settle a program left in doubt by a migration whose commit
+    /// answer was lost: ask the destination again, or, with `force`,
+    /// resume it here (`Some(true)`) or kill it here (`Some(false)`).
+    Resolve {
+        pid: i32,
+        force: Option<bool>,
+    },
+
     // A run session.
     Started {
         pid: i32,
@@ -142,24 +183,49 @@ pub enum Msg {
     Migrated {
         pid: i32,
         node: String,
+        /// Bytes of page contents sent while frozen.
         bytes: u64,
         frozen_us: u64,
         total_us: u64,
+        /// `pre-copy (MECHANISM): ...` or `stop-and-copy (WHY)`.
+        mode: String,
     },
     Done(String),
     Error(String),
+    /// A migration's outcome is unknown (the commit was sent, the answer
+    /// lost, the destination unreachable): the original is kept stopped.
+    InDoubt(String),
+    /// The request was refused: the client's user may not act on that
+    /// process (owner check on the control socket).
+    Denied(String),
 
     // Node to node: migration (source -> destination).
     MigrateIn {
+        /// Random id of this migration (see `Outcome`).
+        id: u64,
         origin: Origin,
         /// Incarnation number the program gets there.
         gen: u64,
         /// Offset in the stdin stream of the next byte to write into the pipe.
         stdin_offset: u64,
         program: String,
+        /// The program's owner; a destination running as root restores it
+        /// with these ids.
+        owner: Box<halfproc_migrate::Creds>,
         /// The image's manifest (JSON, see halfproc_migrate::image).
         #[serde(with = "serde_bytes")]
         manifest: Vec<u8>,
+        /// After a pre-copy: for each page of the image, whether its
+        /// content follows in `Pages` (else the pre-copied one stands).
+        included: Option<Vec<bool>>,
+    },
+    /// Source: pre-copy follows (`PrePages`*, then `MigrateIn`).
+    PreCopy,
+    /// Pages sent while the program runs, from `addr` on.
+    PrePages {
+        addr: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
     },
     /// A chunk of page contents; `PagesEnd` follows the last.
     Pages(#[serde(with = "serde_bytes")] Vec<u8>),
@@ -172,6 +238,13 @@ pub enum Msg {
     Commit,
     /// Destination: the copy runs.
     Resumed,
+    /// Source, on a new connection after losing the one of migration
+    /// `id` after `Commit`: what became of it?
+    Outcome {
+        id: u64,
+    },
+    /// Destination: the answer to `Outcome`.
+    OutcomeIs(Outcome),
 
     // Node to node: an incarnation reports to its origin.
     Attach {
@@ -284,7 +357,9 @@ fn nonce() -> [u8; 16] {
 
 /// A framed connection.
 pub struct Conn {
-    inner: Framed<TcpStream, LengthDelimitedCodec>,
+    inner: Framed<BoxIo, LengthDelimitedCodec>,
+    /// The peer's node id from its `Hello` (0 for a client).
+    pub peer: u64,
 }
 
 fn codec() -> LengthDelimitedCodec {
@@ -315,11 +390,11 @@ pub fn closed() -> io::Error {
 impl Conn {
     /// Wraps a connected stream; exchanges `Hello` (version check) and
     /// `Auth` (see [`Identity`]). Returns the peer's node id (0 for a client).
-    pub async fn handshake(stream: TcpStream, me: &Identity) -> io::Result<(Conn, u64)> {
+    pub async fn handshake(stream: BoxIo, me: &Identity) -> io::Result<(Conn, u64)> {
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-        let _ = stream.set_nodelay(true);
         let mut c = Conn {
             inner: Framed::new(stream, codec()),
+            peer: 0,
         };
         let mine = nonce();
         c.send(&Msg::Hello {
@@ -346,7 +421,10 @@ impl Conn {
         })
         .await?;
         match c.recv().await? {
-            Msg::Auth { mac } if me.verify(&mine, &mac) => Ok((c, peer)),
+            Msg::Auth { mac } if me.verify(&mine, &mac) => {
+                c.peer = peer;
+                Ok((c, peer))
+            }
             Msg::Auth { .. } => {
                 let why =
                     "authentication failed: the peer does not hold this node's shared secret \
@@ -359,12 +437,27 @@ impl Conn {
         }
     }
 
-    /// Connects to `addr` and shakes hands.
+    /// Connects to `addr` (`HOST:PORT`, or `unix:PATH` for a node's control
+    /// socket, where the peer's credentials identify the client and no
+    /// secret is exchanged) and shakes hands.
     pub async fn connect(addr: &str, me: &Identity) -> io::Result<Conn> {
-        let s = TcpStream::connect(addr)
-            .await
-            .map_err(|e| io::Error::new(e.kind(), format!("connect to node {addr}: {e}")))?;
-        Conn::handshake(s, me)
+        let ctx = |e: io::Error| io::Error::new(e.kind(), format!("connect to node {addr}: {e}"));
+        let (s, me): (BoxIo, Identity) = match unix_path(addr) {
+            Some(path) => {
+                let s = UnixStream::connect(path).await.map_err(ctx)?;
+                let plain = Identity {
+                    node: me.node,
+                    secret: None,
+                };
+                (Box::new(s), plain)
+            }
+            None => {
+                let s = TcpStream::connect(addr).await.map_err(ctx)?;
+                let _ = s.set_nodelay(true);
+                (Box::new(s), me.clone())
+            }
+        };
+        Conn::handshake(s, &me)
             .await
             .map(|c| c.0)
             .map_err(|e| io::Error::new(e.kind(), format!("node {addr}: {e}")))
@@ -385,7 +478,7 @@ impl Conn {
     /// Splits into a reading and a writing half.
     pub fn split(self) -> (Reader, Writer) {
         let parts = self.inner.into_parts();
-        let (r, w) = parts.io.into_split();
+        let (r, w) = tokio::io::split(parts.io);
         let mut reader = FramedRead::new(r, codec());
         reader.read_buffer_mut().extend_from_slice(&parts.read_buf);
         (
@@ -399,7 +492,7 @@ impl Conn {
 
 /// Reading half of a [`Conn`].
 pub struct Reader {
-    inner: FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
+    inner: FramedRead<ReadHalf<BoxIo>, LengthDelimitedCodec>,
 }
 
 impl Reader {
@@ -414,7 +507,7 @@ impl Reader {
 
 /// Writing half of a [`Conn`].
 pub struct Writer {
-    inner: FramedWrite<tokio::net::tcp::OwnedWriteHalf, LengthDelimitedCodec>,
+    inner: FramedWrite<WriteHalf<BoxIo>, LengthDelimitedCodec>,
 }
 
 impl Writer {

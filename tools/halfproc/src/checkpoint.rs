@@ -14,7 +14,7 @@ use std::process::ExitCode;
 #[derive(Args)]
 #[command(
     after_help = "Exit codes: 0 done; 1 refused or failed (the program keeps running); \
-69 if the node daemon cannot be reached."
+77 if this user may not checkpoint it (not its owner); 69 if the node daemon cannot be reached."
 )]
 pub struct CheckpointArgs {
     #[command(flatten)]
@@ -47,6 +47,10 @@ pub fn run(a: CheckpointArgs) -> ExitCode {
         Ok(Msg::Error(e)) => {
             eprintln!("halfproc checkpoint: {e}");
             ExitCode::FAILURE
+        }
+        Ok(Msg::Denied(e)) => {
+            eprintln!("halfproc checkpoint: {e}");
+            ExitCode::from(crate::EXIT_DENIED)
         }
         Ok(other) => {
             eprintln!("halfproc checkpoint: unexpected answer {other:?}");

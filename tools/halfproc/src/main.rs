@@ -27,6 +27,10 @@ use std::process::ExitCode;
 
 /// Exit code when the node daemon cannot be reached (EX_UNAVAILABLE).
 pub const EXIT_NO_NODE: u8 = 69;
+/// Exit code when the node daemon refuses the request to this user
+/// (EX_NOPERM): not the owner of the process, or TCP without the secret
+/// on a multi-user node.
+pub const EXIT_DENIED: u8 = 77;
 
 #[derive(Parser)]
 #[command(
@@ -46,8 +50,10 @@ struct Cli {
 /// Where the node daemon is (shared by the client subcommands).
 #[derive(Args, Clone)]
 pub struct NodeOpt {
-    /// Node daemon to talk to (HOST:PORT); default $HALFPROC_NODE, else 127.0.0.1:7070.
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Node daemon to talk to: HOST:PORT, or unix:PATH for its control
+    /// socket (see `halfproc node --control`); default $HALFPROC_NODE, else
+    /// 127.0.0.1:7070.
+    #[arg(long, value_name = "HOST:PORT|unix:PATH")]
     node: Option<String>,
     /// The nodes' shared-secret file, if they use one (default $HALFPROC_NODE_SECRET_FILE).
     #[arg(long, value_name = "FILE")]
@@ -77,11 +83,12 @@ enum Command {
     Info(info::InfoArgs),
     /// Benchmarks: `bench copy` (intra-node copy strategies, the paper's
     /// Figs. 7/8), `bench mm` (mmap/fault overhead of the shared range,
-    /// section 4.4.3) and `bench apps` (the apps on DMI against MPI, Figs.
-    /// 15-22; apps/bench.sh builds them and runs it). `halfproc bench copy
+    /// section 4.4.3), `bench apps` (the apps on DMI against MPI, Figs.
+    /// 15-22; apps/bench.sh builds them and runs it) and `bench migrate`
+    /// (checkpoint+restore throughput vs memcpy). `halfproc bench copy
     /// --help` lists options.
     Bench {
-        /// `copy|mm|apps` and its options.
+        /// `copy|mm|apps|migrate` and its options.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

@@ -18,7 +18,9 @@ use std::process::ExitCode;
 #[command(
     after_help = "Prints progress on stderr and the program's new pid (on the destination) \
 alone on stdout. Exit codes: 0 migrated; 1 refused or failed (the program keeps running where it \
-was); 69 if the node daemon cannot be reached."
+was); 75 if the outcome is in doubt (the commit was sent and its answer lost; the program is kept \
+stopped here until `--resolve`); 77 if this user may not migrate it (not its owner; see `halfproc node --control`); 69 if \
+the node daemon cannot be reached."
 )]
 pub struct MigrateArgs {
     #[command(flatten)]
@@ -26,15 +28,33 @@ pub struct MigrateArgs {
     /// Pid of the program on its node (see `halfproc ps`).
     pid: i32,
     /// Destination node daemon.
-    #[arg(long, value_name = "HOST:PORT")]
-    to: String,
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "resolve")]
+    to: Option<String>,
+    /// Settle a program left in doubt by an earlier migration: ask its
+    /// destination again (kills the original if the copy runs there,
+    /// resumes it if not).
+    #[arg(long, conflicts_with = "to")]
+    resolve: bool,
+    /// With --resolve: decide without asking (`resume` it here, or `kill`
+    /// it here because it runs on at the destination).
+    #[arg(long, requires = "resolve", value_parser = ["resume", "kill"])]
+    force: Option<String>,
 }
+
+/// Exit code when the outcome of a migration is in doubt (EX_TEMPFAIL).
+pub const EXIT_IN_DOUBT: u8 = 75;
 
 pub fn run(a: MigrateArgs) -> ExitCode {
     let addr = a.node.addr();
-    let req = Msg::Migrate {
-        pid: a.pid,
-        to: a.to.clone(),
+    let req = match &a.to {
+        Some(to) if !a.resolve => Msg::Migrate {
+            pid: a.pid,
+            to: to.clone(),
+        },
+        _ => Msg::Resolve {
+            pid: a.pid,
+            force: a.force.as_deref().map(|f| f == "resume"),
+        },
     };
     match halfproc_node::client::request(&addr, &a.node.ident(), req, |p| {
         eprintln!("halfproc migrate: {p}")
@@ -45,9 +65,11 @@ pub fn run(a: MigrateArgs) -> ExitCode {
             bytes,
             frozen_us,
             total_us,
+            mode,
         }) => {
+            eprintln!("halfproc migrate: {mode}");
             eprintln!(
-                "halfproc migrate: pid {} -> {node} pid {pid}: {:.1} MiB, frozen {:.1} ms, total {:.1} ms",
+                "halfproc migrate: pid {} -> {node} pid {pid}: {:.1} MiB frozen, frozen {:.1} ms, total {:.1} ms",
                 a.pid,
                 bytes as f64 / 1048576.0,
                 frozen_us as f64 / 1000.0,
@@ -59,6 +81,18 @@ pub fn run(a: MigrateArgs) -> ExitCode {
         Ok(Msg::Error(e)) => {
             eprintln!("halfproc migrate: {e}");
             ExitCode::FAILURE
+        }
+        Ok(Msg::Done(s)) => {
+            eprintln!("halfproc migrate: {s}");
+            ExitCode::SUCCESS
+        }
+        Ok(Msg::InDoubt(e)) => {
+            eprintln!("halfproc migrate: {e}");
+            ExitCode::from(EXIT_IN_DOUBT)
+        }
+        Ok(Msg::Denied(e)) => {
+            eprintln!("halfproc migrate: {e}");
+            ExitCode::from(crate::EXIT_DENIED)
         }
         Ok(other) => {
             eprintln!("halfproc migrate: unexpected answer {other:?}");

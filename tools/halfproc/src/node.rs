@@ -36,6 +36,13 @@ pub struct NodeArgs {
     /// request; without it, anyone who reaches the port is served.
     #[arg(long, value_name = "FILE")]
     secret_file: Option<std::path::PathBuf>,
+    /// Also serve local clients on this unix socket (they connect with
+    /// `--node unix:PATH`). The kernel tells the daemon who they are
+    /// (SO_PEERCRED): a user may checkpoint or migrate only their own
+    /// programs (root any), and a root daemon runs each user's programs as
+    /// that user. With it, TCP serves only peers holding the shared secret.
+    #[arg(long, value_name = "PATH")]
+    control: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: NodeArgs) -> ExitCode {
@@ -47,6 +54,7 @@ pub fn run(a: NodeArgs) -> ExitCode {
         &a.listen,
         a.advertise.as_deref(),
         a.secret_file.as_deref(),
+        a.control.as_deref(),
         |addr, id| {
             // One write, errors ignored: whoever started us may read the first
             // line only and close the pipe.

@@ -46,6 +46,10 @@ pub fn run(a: PsArgs) -> ExitCode {
             eprintln!("halfproc ps: {e}");
             ExitCode::FAILURE
         }
+        Ok(Msg::Denied(e)) => {
+            eprintln!("halfproc ps: {e}");
+            ExitCode::from(crate::EXIT_DENIED)
+        }
         Ok(other) => {
             eprintln!("halfproc ps: unexpected answer {other:?}");
             ExitCode::FAILURE

@@ -82,6 +82,10 @@ pub fn finish(
         {
             return crate::no_node(addr, &e);
         }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("halfproc run: {e}");
+            crate::EXIT_DENIED
+        }
         Err(e) => {
             eprintln!("halfproc run: {e}");
             127

@@ -100,3 +100,14 @@ fn sha256sum_migrated_20_times() {
     argv.push("-"); // and stdin, which ends after the migrations
     back_and_forth("sha256sum", &argv, None, tmp.path());
 }
+
+#[test]
+fn bzip2_with_relayed_stdin_migrated_20_times() {
+    let (tmp, input) = with_input(4 << 20);
+    back_and_forth(
+        "bzip2",
+        &[tool("bzip2"), "-9", "-c"],
+        Some(&input),
+        tmp.path(),
+    );
+}

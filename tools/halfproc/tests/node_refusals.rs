@@ -1,6 +1,7 @@
 //! What cannot move is refused before anything is stopped, naming the
 //! resource, and the program keeps running and finishes as if nothing had
 //! happened: a socket, a pipe to another process, a child process, a second
+//! thread, a second
 //! migration of a program while one is under way.
 
 mod common;
@@ -42,6 +43,15 @@ fn refused(mode: &str, expect: &str) {
     let st = proc_state(pid).unwrap();
     assert!(st == 'R' || st == 'S', "{mode}: target left in state {st}");
     assert_eq!(tracer(pid), 0, "{mode}: target left traced");
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let st = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+        assert!(
+            st.contains("TracerPid:\t0\n")
+                && !st.contains("State:\tt")
+                && !st.contains("State:\tT"),
+            "{mode}: a thread was stopped or traced: {st}"
+        );
+    }
     assert!(ps(&a).contains(&pid.to_string()), "{mode}: gone from ps");
     held.close();
     let (out, code, err) = r.finish();
@@ -52,6 +62,14 @@ fn refused(mode: &str, expect: &str) {
 #[test]
 fn socket_is_refused_and_target_keeps_running() {
     refused("socket", "is a socket");
+}
+
+#[test]
+fn threads_are_refused_and_target_keeps_running() {
+    refused(
+        "thread",
+        "2 threads; only single-threaded processes can be migrated",
+    );
 }
 
 #[test]
@@ -87,4 +105,55 @@ fn second_concurrent_migration_is_refused() {
     let (out, code, err) = r.finish();
     assert_same("plain", &out, &want);
     assert_eq!(code, want_code, "exit status ({err})");
+}
+
+/// Debian's stress-ng (0.15) runs every stressor in a forked worker process
+/// and shares a writable anonymous region (`/dev/zero`, its statistics)
+/// with the workers; it has no single-process mode. `migrate` refuses it
+/// before anything is stopped, naming that region (the first resource the
+/// checks meet; the worker would be refused as a child process next); it
+/// finishes as unmigrated (status 0, its report says the run completed;
+/// its output holds pids and times, so it is not compared byte for byte).
+#[test]
+fn stress_ng_is_refused_naming_its_shared_region() {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [
+        tool("stress-ng"),
+        "--cpu",
+        "1",
+        "--cpu-method",
+        "fft",
+        "--cpu-ops",
+        "3000",
+    ];
+    let (a, b) = (Daemon::start(), Daemon::start());
+    let r = run(&a, &argv, None, tmp.path(), "stress-ng");
+    let pid = r.pid();
+    // Wait for the worker: the refusal must name it.
+    let t = std::time::Instant::now();
+    let worker = loop {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            break k.to_string();
+        }
+        assert!(t.elapsed().as_secs() < 20, "stress-ng started no worker");
+        sleep_ms(5);
+    };
+    let e = migrate(&a.addr, pid, &b.addr).expect_err("stress-ng migrated");
+    assert!(
+        e.contains("shared writable mapping")
+            && e.contains("/dev/zero")
+            && e.contains("keeps running here"),
+        "{e}"
+    );
+    assert!(
+        std::fs::metadata(format!("/proc/{worker}")).is_ok(),
+        "worker {worker} gone"
+    );
+    assert_eq!(tracer(pid), 0);
+    let (out, code, err) = r.finish();
+    assert_eq!(code, 0, "stress-ng exit status: {err}");
+    let report = String::from_utf8_lossy(&out).into_owned() + &err;
+    assert!(report.contains("successful run completed"), "{report}");
 }

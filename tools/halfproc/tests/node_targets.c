@@ -6,16 +6,25 @@
  *   socket  an unconnected unix socket (refused by migrate)
  *   pipe    a pipe to a child process that reads it (refused by migrate)
  *   child   a child process that waits to be killed (refused by migrate)
+ *   thread  a second thread that sleeps (refused by migrate)
  *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
  *           would run on (the fault tests check that none does) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static void *sleeper(void *arg)
+{
+	for (;;)
+		pause();
+	return arg;
+}
 
 int main(int argc, char **argv)
 {
@@ -25,7 +34,11 @@ int main(int argc, char **argv)
 	pid_t child = -1;
 	uint64_t h = 1469598103934665603ULL;
 
-	if (!strcmp(mode, "nohup")) {
+	if (!strcmp(mode, "thread")) {
+		pthread_t t;
+		if (pthread_create(&t, NULL, sleeper, NULL))
+			return 92;
+	} else if (!strcmp(mode, "nohup")) {
 		signal(SIGHUP, SIG_IGN);
 		signal(SIGPIPE, SIG_IGN);
 	} else if (!strcmp(mode, "child")) {

@@ -31,9 +31,15 @@ impl Daemon {
 
     /// With extra arguments of `halfproc node`.
     pub fn start_with(args: &[&str]) -> Daemon {
+        Daemon::start_env(args, &[])
+    }
+
+    /// With extra arguments and environment variables.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut child = halfproc()
             .args(["node", "--listen", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -374,7 +380,7 @@ pub fn tool(name: &str) -> &'static str {
             return Box::leak(p.to_string_lossy().into_owned().into_boxed_str());
         }
     }
-    panic!("{name} is not installed (apt-get install gzip xz-utils coreutils)");
+    panic!("{name} is not installed (apt-get install gzip bzip2 xz-utils coreutils stress-ng)");
 }
 
 /// Asserts equal bytes, naming the first difference.

@@ -1,0 +1,257 @@
+//! `halfproc bench migrate`: checkpoint+restore throughput of a process
+//! with N MiB of private memory, against memcpy bandwidth measured in the
+//! same run (issue 11's measure).
+//!
+//! For each size: fork a child that maps and fills N MiB (distinct bytes
+//! per page), points its stdio at /dev/null and waits; then, `--reps`
+//! times: [`halfproc_migrate::freeze_and_dump`] (ptrace seize, every page
+//! read into memory), the pages written into a memfd, and
+//! [`halfproc_migrate::restore_from`] rebuilding a new process from them
+//! (returns once the copy is rebuilt); the original is stopped from the
+//! seize until the copy exists, which is the frozen time of a local
+//! stop-and-copy migration. The copy is checked (a page read back from it)
+//! and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
+//! between two pre-faulted buffers, same number of reps. Reported: min and
+//! median of each, throughput = image bytes / (dump + restore), and the
+//! ratio to memcpy.
+
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::time::{Duration, Instant};
+
+const HELP: &str = "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3]\n\
+  checkpoint+restore (in memory) of a process with SIZE MiB of private memory,\n\
+  min/median over REPS, throughput vs memcpy bandwidth measured in the same run\n";
+
+struct Opts {
+    sizes: Vec<usize>,
+    reps: usize,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        sizes: vec![64, 256, 1024],
+        reps: 3,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--sizes" => {
+                o.sizes = val()?
+                    .split(',')
+                    .map(|s| {
+                        s.trim()
+                            .parse::<usize>()
+                            .map_err(|e| format!("--sizes {s}: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--reps" => {
+                o.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?;
+            }
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if o.reps == 0 || o.sizes.contains(&0) {
+        return Err("--reps and every size must be at least 1".into());
+    }
+    Ok(o)
+}
+
+/// (min, median) in ms.
+fn min_median(v: &mut [Duration]) -> (f64, f64) {
+    v.sort();
+    (v[0].as_secs_f64() * 1e3, v[v.len() / 2].as_secs_f64() * 1e3)
+}
+
+/// A child holding `mib` MiB of filled private memory, waiting.
+fn spawn_holder(mib: usize) -> Result<i32, String> {
+    let mut p = [0i32; 2];
+    // SAFETY: `p` is a valid out array of two fds.
+    if unsafe { libc::pipe(p.as_mut_ptr()) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fork; the child only makes raw system calls and writes to
+    // memory it maps itself, then waits until killed.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: the child: map, fill, detach stdio, report, wait.
+        unsafe {
+            libc::close(p[0]);
+            let len = mib << 20;
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as *mut u8;
+            if m as *mut libc::c_void == libc::MAP_FAILED {
+                libc::_exit(1);
+            }
+            for pg in 0..len / 4096 {
+                let b = m.add(pg * 4096) as *mut u64;
+                for w in 0..512 {
+                    b.add(w).write((pg as u64) << 16 | w as u64);
+                }
+            }
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            libc::close(null);
+            // Nothing else inherited (a pipe to another process is refused).
+            let w = p[1] as u32;
+            if w > 3 {
+                libc::syscall(libc::SYS_close_range, 3u32, w - 1, 0u32);
+            }
+            libc::syscall(libc::SYS_close_range, w + 1, u32::MAX, 0u32);
+            let addr = m as u64;
+            libc::write(p[1], (&addr as *const u64).cast(), 8);
+            libc::close(p[1]);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    // SAFETY: closing our copy of the write end; the read end is owned below.
+    unsafe { libc::close(p[1]) };
+    // SAFETY: p[0] is a fresh fd we own.
+    let mut r = unsafe { std::fs::File::from_raw_fd(p[0]) };
+    // Until EOF: the child has closed its end too.
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(&mut r, &mut b).map_err(|e| format!("holder of {mib} MiB: {e}"))?;
+    if b.len() != 8 {
+        return Err(format!("holder of {mib} MiB did not start"));
+    }
+    Ok(pid)
+}
+
+fn kill_reap(pid: i32) {
+    // SAFETY: our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+/// One checkpoint+restore of `pid`: (time, of which dump, image bytes).
+fn one(pid: i32) -> Result<(Duration, Duration, u64), String> {
+    let t = Instant::now();
+    let d = halfproc_migrate::freeze_and_dump(pid, &[]).map_err(|e| e.to_string())?;
+    let dumped = t.elapsed();
+    // SAFETY: memfd_create with a static NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"bench-pages".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh fd we own.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.write_all(&d.pages).map_err(|e| e.to_string())?;
+    let copy = halfproc_migrate::restore_from(
+        &d.manifest,
+        f,
+        &halfproc_migrate::RestoreOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let took = t.elapsed();
+    let bytes = d.pages.len() as u64;
+    d.resume();
+    // The copy exists and runs (it waits in pause() like the original).
+    // SAFETY: kill(pid, 0) probes our own child.
+    let alive = unsafe { libc::kill(copy.pid, 0) } == 0;
+    kill_reap(copy.pid);
+    if !alive {
+        return Err("the restored copy is not running".into());
+    }
+    Ok((took, dumped, bytes))
+}
+
+fn memcpy_times(mib: usize, reps: usize) -> Vec<Duration> {
+    let src = vec![7u8; mib << 20];
+    let mut dst = vec![1u8; mib << 20];
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&dst);
+            t.elapsed()
+        })
+        .collect()
+}
+
+/// Entry point; returns the exit code.
+pub fn main(args: &[String]) -> i32 {
+    let o = match parse(args) {
+        Ok(o) => o,
+        Err(e) if e.is_empty() => {
+            print!("{HELP}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("halfproc-bench migrate: {e}\n{HELP}");
+            return 2;
+        }
+    };
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7}",
+        "MiB",
+        "image MiB",
+        "c+r min ms",
+        "c+r med ms",
+        "dump med",
+        "c+r MiB/s",
+        "memcpy med",
+        "memcpy MiB/s",
+        "ratio"
+    );
+    for &mib in &o.sizes {
+        let pid = match spawn_holder(mib) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("halfproc-bench migrate: {e}");
+                return 1;
+            }
+        };
+        let mut times = Vec::new();
+        let mut dumps = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..o.reps {
+            match one(pid) {
+                Ok((t, dt, b)) => {
+                    times.push(t);
+                    dumps.push(dt);
+                    bytes = b;
+                }
+                Err(e) => {
+                    kill_reap(pid);
+                    eprintln!("halfproc-bench migrate: {mib} MiB: {e}");
+                    return 1;
+                }
+            }
+        }
+        kill_reap(pid);
+        let mut mc = memcpy_times(mib, o.reps);
+        let (cmin, cmed) = min_median(&mut times);
+        let (_, dmed) = min_median(&mut dumps);
+        let (_, mmed) = min_median(&mut mc);
+        let img = bytes as f64 / 1048576.0;
+        let cr_bw = img / (cmed / 1e3);
+        let mc_bw = mib as f64 / (mmed / 1e3);
+        println!(
+            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3}",
+            cr_bw / mc_bw
+        );
+    }
+    println!(
+        "c+r = freeze + dump into memory + memfd + restore (the original is stopped \
+         throughout: a local stop-and-copy migration's frozen time)"
+    );
+    0
+}

@@ -1,0 +1,177 @@
+//! The owner check on the control socket (`halfproc node --control`): a
+//! root daemon runs a user's program as that user; another user may neither
+//! migrate nor checkpoint it (exit 77, the program untouched); its owner and
+//! root may, and the copy keeps the owner's ids on the other node. Needs
+//! root (to be other users); skipped otherwise.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const OWNER: u32 = 65534;
+const STRANGER: u32 = 65533;
+
+/// `halfproc ARGS` as user `uid` (setpriv, no supplementary groups).
+fn as_user(uid: u32) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={uid}"),
+        &format!("--regid={uid}"),
+        "--clear-groups",
+        "--",
+        env!("CARGO_BIN_EXE_halfproc"),
+    ]);
+    c
+}
+
+fn uids(pid: i32) -> String {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    st.lines()
+        .find(|l| l.starts_with("Uid:"))
+        .unwrap()
+        .to_string()
+}
+
+/// (exit code, stderr) of `halfproc migrate` through `sock` as `cmd`'s user.
+fn migrate_as(mut cmd: Command, sock: &Path, pid: i32, to: &str) -> (i32, String, String) {
+    let node = format!("unix:{}", sock.display());
+    let o = cmd
+        .args(["migrate", "--node", &node, &pid.to_string(), "--to", to])
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn state_and_tracer(pid: i32) -> (char, String) {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let tracer = st
+        .lines()
+        .find(|l| l.starts_with("TracerPid:"))
+        .unwrap()
+        .to_string();
+    (proc_state(pid).unwrap(), tracer)
+}
+
+#[test]
+fn only_the_owner_or_root_may_migrate() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root to act as other users");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // The clients (other users) write their pid file here and reach the sockets.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let (sa, sb) = (tmp.path().join("a.sock"), tmp.path().join("b.sock"));
+    let s = secret.to_str().unwrap();
+    let a = Daemon::start_with(&["--secret-file", s, "--control", sa.to_str().unwrap()]);
+    let b = Daemon::start_with(&["--secret-file", s, "--control", sb.to_str().unwrap()]);
+
+    let argv = [targets(), "plain", "3000", "wait"];
+    let (want, want_code) = reference(&argv[..3], None);
+    let pid_file = tmp.path().join("pid");
+    let out = tmp.path().join("out");
+    let mut run = as_user(OWNER)
+        .args(["run", "--node", &format!("unix:{}", sa.display())])
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break p;
+        }
+        sleep_ms(5);
+    };
+    assert!(
+        uids(pid).starts_with(&format!("Uid:\t{OWNER}\t{OWNER}\t{OWNER}")),
+        "run as the client: {}",
+        uids(pid)
+    );
+
+    // Another user: refused with 77 and a reason, the program untouched.
+    let (code, _, err) = migrate_as(as_user(STRANGER), &sa, pid, &b.addr);
+    assert_eq!(code, 77, "stranger's migrate: {err}");
+    assert!(
+        err.contains(&format!("belongs to uid {OWNER}, you are uid {STRANGER}")),
+        "{err}"
+    );
+    let node = format!("unix:{}", sa.display());
+    let o = as_user(STRANGER)
+        .args(["checkpoint", "--node", &node, &pid.to_string(), "-o"])
+        .arg(tmp.path().join("img"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(77), "stranger's checkpoint");
+    assert!(
+        !tmp.path().join("img").exists(),
+        "image written for a stranger"
+    );
+    let (st, tracer) = state_and_tracer(pid);
+    assert!(st != 'T' && st != 't', "state {st} after refusals");
+    assert_eq!(tracer, "TracerPid:\t0");
+
+    // TCP without the secret is no way around it.
+    let o = Command::new(env!("CARGO_BIN_EXE_halfproc"))
+        .args([
+            "migrate",
+            "--node",
+            &a.addr,
+            &pid.to_string(),
+            "--to",
+            &b.addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "TCP client without the secret migrated"
+    );
+
+    // The owner may; the copy on B is still the owner's.
+    let (code, p2, err) = migrate_as(as_user(OWNER), &sa, pid, &b.addr);
+    assert_eq!(code, 0, "owner's migrate: {err}");
+    let p2: i32 = p2.parse().unwrap();
+    assert!(
+        uids(p2).starts_with(&format!("Uid:\t{OWNER}\t{OWNER}\t{OWNER}")),
+        "restored as {}",
+        uids(p2)
+    );
+    let (code, _, err) = migrate_as(as_user(STRANGER), &sb, p2, &a.addr);
+    assert_eq!(code, 77, "stranger's migrate on B: {err}");
+    // Root may too.
+    let (code, p3, err) = migrate_as(
+        Command::new(env!("CARGO_BIN_EXE_halfproc")),
+        &sb,
+        p2,
+        &a.addr,
+    );
+    assert_eq!(code, 0, "root's migrate: {err}");
+    let p3: i32 = p3.parse().unwrap();
+    assert!(uids(p3).starts_with(&format!("Uid:\t{OWNER}\t")));
+
+    drop(run.stdin.take());
+    let st = run.wait().unwrap();
+    assert_same("owner's program", &std::fs::read(&out).unwrap(), &want);
+    assert_eq!(st.code(), Some(want_code));
+}
