@@ -22,7 +22,10 @@ mod sigframe;
 mod dump;
 mod restore;
 
-pub use dump::{checkpoint, checkpoint_relayed, freeze_and_dump, CheckpointStats, Dumped, Leave};
+pub use dump::{
+    checkpoint, checkpoint_relayed, freeze_and_dump, freeze_and_dump_member, CheckpointStats,
+    Dumped, Leave,
+};
 pub use error::{Error, Refusal, Result};
 pub use mem::{MemoryReader, PortableReader};
 pub use restore::{restore, restore_from, RestoreOptions, Restored};

@@ -132,6 +132,7 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
             .map_err(|e| Error::io("read /proc/self/maps", e))?,
     )?;
     let specials = match_specials(m, &own)?;
+    check_set_range(m, &own)?;
     let helpers = open_helpers(pages, m, opts)?;
     let scratch_len: u64 = specials.iter().map(|s| s.2).sum();
     // SAFETY: getpid has no preconditions.
@@ -196,6 +197,51 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
         }
     }
     Ok(Restored { pid })
+}
+
+/// An image that leaves a set range out is restored only by a process with
+/// that whole range mapped shared (its own set's range, which the copy then
+/// inherits), and no VMA of the image may reach into it.
+fn check_set_range(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<()> {
+    let Some((start, end)) = m.set_range else {
+        return Ok(());
+    };
+    if let Some(v) = m
+        .vmas
+        .iter()
+        .find(|v| overlaps(start, end - start, v.start, v.end))
+    {
+        return Err(Error::Image(format!(
+            "VMA {:#x}-{:#x} lies in the set range {start:#x}-{end:#x}",
+            v.start, v.end
+        )));
+    }
+    let mut at = start;
+    for o in own.iter().filter(|o| o.end > start && o.start < end) {
+        if o.start > at || !o.shared {
+            break;
+        }
+        at = o.end;
+    }
+    if at < end {
+        return Err(Error::Restore(format!(
+            "the image leaves {start:#x}-{end:#x} to its half-process set, but this process \
+             has no shared mapping covering it (restore it from a member of a set)"
+        )));
+    }
+    Ok(())
+}
+
+/// `[lo, hi)` without `[s, e)`, as exactly two `munmap` ranges (the blob's
+/// op count must not depend on addresses); an empty one becomes page 0,
+/// which is never mapped, so unmapping it succeeds and changes nothing.
+fn unmap_ranges(lo: u64, hi: u64, keep: Option<(u64, u64)>) -> [(u64, u64); 2] {
+    let empty = (0, 4096);
+    let range = |a: u64, b: u64| if b > a { (a, b - a) } else { empty };
+    match keep {
+        None => [range(lo, hi), empty],
+        Some((s, e)) => [range(lo, hi.min(s)), range(lo.max(e), hi)],
+    }
 }
 
 /// Mapped files must be the same files (size, mtime, CRC) as at checkpoint.
@@ -427,18 +473,13 @@ fn plan(
     let r_end = scratch + specials.iter().map(|s| s.2).sum::<u64>();
     // Also pushed in the sizing pass (base 0): both passes must have the
     // same ops, the region is sized from the first.
-    op(
-        SYS_munmap,
-        &[0, r_start],
-        0,
-        "unmap below the restorer".into(),
-    );
-    op(
-        SYS_munmap,
-        &[r_end, TASK_SIZE.wrapping_sub(r_end)],
-        0,
-        "unmap above the restorer".into(),
-    );
+    // A member's set range stays: the copy shares the restoring process's.
+    for (a, len) in unmap_ranges(0, r_start, m.set_range) {
+        op(SYS_munmap, &[a, len], 0, "unmap below the restorer".into());
+    }
+    for (a, len) in unmap_ranges(r_end, TASK_SIZE, m.set_range) {
+        op(SYS_munmap, &[a, len], 0, "unmap above the restorer".into());
+    }
     let mut at = scratch;
     for (_, old, len) in specials {
         op(
