@@ -226,3 +226,33 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::MoveSchedule;
+
+    #[test]
+    fn schedule_parses_and_finds_the_next_move() {
+        let s = MoveSchedule::parse("3:0, 7:0,5:1").unwrap();
+        assert!(s.moves(3, 0) && s.moves(5, 1) && !s.moves(3, 1) && !s.moves(4, 0));
+        assert_eq!(s.next_after(0, 0), Some(3));
+        assert_eq!(s.next_after(3, 0), Some(7));
+        assert_eq!(s.next_after(7, 0), None);
+        assert_eq!(s.next_after(0, 2), None);
+        assert!(MoveSchedule::parse("").unwrap().next_after(0, 0).is_none());
+    }
+
+    #[test]
+    fn bad_schedules_name_the_item() {
+        for (spec, want) in [
+            ("3-0", "has no ':'"),
+            ("x:0", "bad yield number"),
+            ("3:y", "bad instance"),
+            ("0:1", "out of range"),
+            ("2:-1", "out of range"),
+        ] {
+            let e = MoveSchedule::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("DMI_MOVE_AT"), "{spec}: {e}");
+        }
+    }
+}
