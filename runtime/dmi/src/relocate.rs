@@ -86,7 +86,9 @@ pub struct Moved {
     pub mailbox: &'static Mailbox,
     /// Bytes of the image (private memory carried).
     pub bytes: u64,
-    /// How long the instance was stopped, and the whole move.
+    /// How long the checkpoint took (the instance stopped), how long the
+    /// instance was stopped in all, and the whole move (from its yield).
+    pub dump: Duration,
     pub frozen: Duration,
     pub total: Duration,
 }
@@ -164,6 +166,7 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
             "checkpoint of instance pid {pid}: {e}"
         )))
     })?;
+    let dump = dumped.frozen_for();
     let attempt = || -> Result<(Member, &'static Mailbox), DmiError> {
         let pages = memfd_with(&dumped.pages)?;
         let opts = RestoreOptions {
@@ -216,6 +219,7 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
                 member,
                 mailbox: mb,
                 bytes,
+                dump,
                 frozen,
                 total: t0.elapsed(),
             })

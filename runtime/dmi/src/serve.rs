@@ -294,9 +294,10 @@ fn serve(
                     Ok(m) => {
                         report(&format!(
                             "dmi: node {rank}: instance {id} moved at yield {yields}: pid {from} -> {} \
-                             ({} bytes, stopped {} us, move {} us)",
+                             ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
                             m.member.pid(),
                             m.bytes,
+                            m.dump.as_micros(),
                             m.frozen.as_micros(),
                             m.total.as_micros()
                         ));
