@@ -13,6 +13,7 @@
  *                                        socket (so it cannot be moved)
  *   dmi run -n 1 ./yield 1 bench         ns per DMI_yield without a move
  */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 static int64_t region; /* set by main() before DMI_create */
 static int ninst, hold_socket, bench;
 static uint64_t global_state[WORDS];
+static int program_fd = -1; /* opened by main() before DMI_create */
 
 static uint64_t mix(uint64_t x)
 {
@@ -71,6 +73,9 @@ int64_t DMI_thread(int64_t g)
 		return run_bench();
 	if (!heap)
 		return 2;
+	if (fcntl(program_fd, F_GETFD) < 0)
+		return 5; /* DMI_create closed the program's descriptor */
+	close(program_fd); /* not to be moved */
 	if (hold_socket && g % ninst == 0)
 		sock = socket(AF_INET, SOCK_STREAM, 0);
 	for (int j = 0; j < WORDS; j++) {
@@ -119,6 +124,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	hold_socket = argc > 2 && !strcmp(argv[2], "socket");
+	/* the program's own descriptor (not close-on-exec): every instance
+	 * must still have it (DMI_create closes only the runtime's) */
+	program_fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+	if (program_fd < 0)
+		return 1;
 	bench = argc > 2 && !strcmp(argv[2], "bench") ? (argc > 3 ? atoi(argv[3]) : 1) : 0;
 	if (DMI_init())
 		return 1;

@@ -158,6 +158,11 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
         let _ = set_home(pid, home + state, &[HOME_STAYED]);
         e
     };
+    if set.backend().kind() == halfproc::BackendKind::Kernel {
+        return Err(stay(DmiError::Setup(
+            "moving an instance needs the portable backend (Member::adopt)".into(),
+        )));
+    }
     let range = (set.base() as u64, set.base() as u64 + set.size());
     let stdio = stdio_pipes(pid);
     let inos: Vec<u64> = stdio.iter().map(|&(_, i)| i).collect();

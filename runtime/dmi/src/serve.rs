@@ -237,9 +237,11 @@ pub fn detach(id: i64) -> Result<(), DmiError> {
 }
 
 /// In a new instance: closes the descriptors of the node's runtime that the
-/// fork copied (sockets, epoll/event/pid fds, memfds): the instance uses
-/// none of them, and the migration engine could not carry them at
-/// `DMI_yield`. Files, pipes and terminals of the program stay.
+/// fork copied (sockets, epoll/event/pid fds, memfds, all close-on-exec as
+/// the runtime makes them): the instance uses none of them, and the
+/// migration engine could not carry them at `DMI_yield`. Files, pipes and
+/// terminals stay, and so do the program's own sockets unless it made
+/// them close-on-exec.
 fn close_node_fds() {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;
@@ -256,7 +258,9 @@ fn close_node_fds() {
         let runtime = target.starts_with("socket:")
             || target.starts_with("anon_inode:")
             || target.starts_with("/memfd:");
-        if fd > 2 && runtime {
+        // SAFETY: F_GETFD on a descriptor number; no memory is passed.
+        let cloexec = unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC != 0;
+        if fd > 2 && runtime && cloexec {
             // SAFETY: closing a descriptor of the node's runtime, which
             // nothing in this single-threaded instance uses.
             unsafe { libc::close(fd) };
