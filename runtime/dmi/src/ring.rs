@@ -485,6 +485,19 @@ impl Link {
             match HOME.state.load(Ordering::SeqCst) {
                 HOME_MOVED => {
                     halfproc::member::resumed_after_restore();
+                    // Die with the node that restored this copy (its
+                    // parent), like a created instance dies with its node.
+                    // SAFETY: prctl and getppid with integer arguments.
+                    let parent = unsafe {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                        libc::getppid()
+                    };
+                    if parent != self.node_pid() {
+                        return Err(DmiError::Setup(format!(
+                            "the node (pid {}) that moved this instance is gone",
+                            self.node_pid()
+                        )));
+                    }
                     HOME.state.store(HOME_RUNNING, Ordering::SeqCst);
                     return Ok(true);
                 }
