@@ -11,7 +11,9 @@
  *       instance G: sum HEX moves M pid P0 -> P1
  *   dmi run -n N ./yield NINST socket    instance 0 of each node holds a
  *                                        socket (so it cannot be moved)
- *   dmi run -n 1 ./yield 1 bench         ns per DMI_yield without a move
+ *   dmi run -n 1 ./yield 1 bench [N]     ns per DMI_yield without a move
+ *   dmi run -n N ./yield NINST linger    an instance sleeps 5 s after each
+ *                                        move before its next DMI call
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -28,7 +30,7 @@
 #define WORDS 4096
 
 static int64_t region; /* set by main() before DMI_create */
-static int ninst, hold_socket, bench;
+static int ninst, hold_socket, bench, linger;
 static uint64_t global_state[WORDS];
 static int program_fd = -1; /* opened by main() before DMI_create */
 
@@ -98,6 +100,8 @@ int64_t DMI_thread(int64_t g)
 			return 3;
 		}
 		moves += r;
+		if (r == 1 && linger)
+			sleep(5);
 		uint64_t back = 0;
 		if (DMI_write(region + g * 8, 8, &sum, DMI_EXCLUSIVE) ||
 		    DMI_read(region + g * 8, 8, &back, DMI_GET) || back != sum) {
@@ -124,6 +128,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	hold_socket = argc > 2 && !strcmp(argv[2], "socket");
+	linger = argc > 2 && !strcmp(argv[2], "linger");
 	/* the program's own descriptor (not close-on-exec): every instance
 	 * must still have it (DMI_create closes only the runtime's) */
 	program_fd = socket(AF_UNIX, SOCK_DGRAM, 0);

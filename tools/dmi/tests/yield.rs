@@ -4,12 +4,15 @@
 //! as another process (its pid changed, its node reported the move) and
 //! every checksum over its globals, heap and stack equals the run without
 //! moves; without a schedule nothing moves; an instance that cannot be
-//! moved (it holds a socket) stays where it was and finishes correctly.
+//! moved (it holds a socket) stays where it was and finishes correctly; a
+//! moved instance dies with its node.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn text(o: &Output) -> String {
     format!(
@@ -56,6 +59,10 @@ fn build() -> PathBuf {
 
 /// `dmi run -n N yield ARGS` with `DMI_MOVE_AT=moves` (if any).
 fn run(n: u32, args: &[&str], moves: Option<&str>) -> Output {
+    command(n, args, moves).output().unwrap()
+}
+
+fn command(n: u32, args: &[&str], moves: Option<&str>) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dmi"));
     c.args(["run", "-n", &n.to_string(), "--grace", "2", "--"])
         .arg(program())
@@ -74,7 +81,7 @@ fn run(n: u32, args: &[&str], moves: Option<&str>) -> Output {
             Ok(())
         })
     };
-    c.output().unwrap()
+    c
 }
 
 #[derive(Debug, PartialEq)]
@@ -173,4 +180,50 @@ fn a_bad_schedule_is_refused_with_its_reason() {
         "{}",
         text(&o)
     );
+}
+
+/// The third field after the command of /proc/PID/stat: (state, ppid).
+fn state_ppid(pid: i32) -> Option<(char, i32)> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &st[st.rfind(')')? + 2..];
+    let mut f = rest.split(' ');
+    let state = f.next()?.chars().next()?;
+    Some((state, f.next()?.parse().ok()?))
+}
+
+#[test]
+fn a_moved_instance_dies_with_its_node() {
+    // The instance sleeps 5 s after its move before it calls the node
+    // again: only its death signal can end it sooner.
+    let mut child = command(1, &["1", "linger"], Some("2:0"))
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains(" moved at yield 2: pid "))
+        .expect("the instance moved");
+    let pid: i32 = line
+        .split(" -> ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no new pid in {line:?}"));
+    let (_, node) = state_ppid(pid).expect("the moved instance runs");
+    // SAFETY: kill(2) of the node process this test started (via dmi run).
+    assert_eq!(unsafe { libc::kill(node, libc::SIGKILL) }, 0);
+    let t = Instant::now();
+    while state_ppid(pid).is_some_and(|(s, _)| s != 'Z') {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "moved instance {pid} outlived its node {node} by 2 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(lines);
+    let st = child.wait().unwrap();
+    assert!(!st.success(), "dmi run succeeded without its node");
 }
