@@ -166,6 +166,12 @@ static inline int DMI_create(DMI_instance_t *handle, int64_t arg_addr)
 }
 int DMI_join(DMI_instance_t handle);
 int DMI_detach(DMI_instance_t handle);
+/* In a compute instance: the point where its node may move it (it holds
+ * no DMI call then). Returns 1 when it was moved (it runs on as another
+ * process with the same globals, heap and stack), 0 when not (always in
+ * the node's own program), -1 on error. Moves are scheduled with
+ * DMI_MOVE_AT (docs/dmi.md, "DMI_yield"). */
+int DMI_yield(void);
 
 #ifdef __cplusplus
 }

@@ -75,3 +75,12 @@ pub extern "C" fn DMI_join(handle: DMI_instance_t) -> c_int {
 pub extern "C" fn DMI_detach(handle: DMI_instance_t) -> c_int {
     serve::detach(handle.id).map_or_else(fail, |_| 0)
 }
+
+/// Where the node may move the calling compute instance (`docs/dmi.md`,
+/// "DMI_yield"): 1 when it was moved (it now runs as another process,
+/// served by its new mailbox), 0 when not (also in the node's own
+/// program), -1 on error.
+#[no_mangle]
+pub extern "C" fn DMI_yield() -> c_int {
+    with(-1, |d| d.yield_now().map(c_int::from))
+}

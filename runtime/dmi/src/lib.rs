@@ -33,6 +33,7 @@ pub mod node;
 mod owner;
 pub mod reconf;
 mod reconf_ctl;
+pub mod relocate;
 pub mod ring;
 pub mod rmw;
 pub mod runtime;

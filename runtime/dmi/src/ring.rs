@@ -17,6 +17,7 @@
 //!
 //! Lock order: only one mailbox lock is ever held at a time.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use halfproc::sync::{Condvar, LockError, Mutex, MutexGuard};
@@ -28,6 +29,9 @@ use crate::node::{CallReq, Outcome};
 
 /// How often a waiting side checks that the other one still runs.
 pub const POLL: Duration = Duration::from_millis(20);
+
+/// How often a parked instance looks whether its move is done.
+const PARK_POLL: Duration = Duration::from_millis(1);
 
 /// Room every staging buffer has for an error message.
 const ERR_ROOM: usize = 4096;
@@ -100,6 +104,12 @@ enum Req {
         addr: i64,
     },
     Barrier,
+    /// `DMI_yield`: may the instance move? `home` is the address of its
+    /// [`HOME`] (private memory, written by the node with `dmwrite`).
+    Yield {
+        home: usize,
+        n: u64,
+    },
 }
 
 impl TryFrom<CallReq> for Req {
@@ -142,9 +152,13 @@ impl TryFrom<CallReq> for Req {
     }
 }
 
-impl From<Req> for CallReq {
-    fn from(r: Req) -> CallReq {
-        match r {
+impl TryFrom<Req> for CallReq {
+    type Error = (usize, u64);
+
+    /// A call for the engine, or (`Err`) a yield: its home address and its
+    /// number.
+    fn try_from(r: Req) -> Result<CallReq, (usize, u64)> {
+        Ok(match r {
             Req::Read { items, mode } => CallReq::Read { items, mode },
             Req::Write { items, mode } => CallReq::Write { items, mode },
             Req::Rmw {
@@ -169,7 +183,8 @@ impl From<Req> for CallReq {
             Req::Lock { addr } => CallReq::Lock { addr },
             Req::Unlock { addr } => CallReq::Unlock { addr },
             Req::Barrier => CallReq::Barrier,
-        }
+            Req::Yield { home, n } => return Err((home, n)),
+        })
     }
 }
 
@@ -202,6 +217,9 @@ struct Slot {
 
 /// One instance's mailbox; lives in the shared range.
 pub struct Mailbox {
+    /// The number of the instance's yield at which it is to ask its node
+    /// whether to move (0: none): a yield before that costs no round trip.
+    move_at: AtomicU64,
     slot: Mutex<Slot>,
     to_node: Condvar,
     to_instance: Condvar,
@@ -215,6 +233,9 @@ pub enum Taken {
     Nothing,
     /// The request could not be decoded (answered with an error already).
     Bad,
+    /// `DMI_yield` (answer with [`Mailbox::answer_yield`]): the address of
+    /// the instance's [`Home`] and the yield's number (from 1).
+    Yield(usize, u64),
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, DmiError> {
@@ -254,6 +275,7 @@ impl Mailbox {
     /// A new, idle mailbox in the shared range.
     pub fn new() -> Result<&'static Mailbox, DmiError> {
         let b = halfproc::alloc::shared_box(Mailbox {
+            move_at: AtomicU64::new(0),
             slot: Mutex::new(Slot {
                 state: IDLE,
                 status: OK_STAGED,
@@ -318,7 +340,10 @@ impl Mailbox {
         // answers; the instance wrote `len` bytes of it.
         let bytes = unsafe { staged(&g) };
         match bincode::deserialize::<Req>(bytes) {
-            Ok(r) => Ok(Taken::Call(r.into(), g.dest)),
+            Ok(r) => Ok(match CallReq::try_from(r) {
+                Ok(c) => Taken::Call(c, g.dest),
+                Err((home, n)) => Taken::Yield(home, n),
+            }),
             Err(e) => {
                 drop(g);
                 self.answer(
@@ -364,17 +389,133 @@ impl Mailbox {
     }
 }
 
-/// The instance's end of its mailbox.
+impl Mailbox {
+    /// Node: answers a `DMI_yield`: `true` when the instance is to park
+    /// and be moved.
+    pub fn answer_yield(&self, go: bool) {
+        self.answer(&Ok(vec![u8::from(go)]), None);
+    }
+
+    /// Node: the instance asks at its `n`-th yield (`None`: never).
+    pub fn set_move_at(&self, n: Option<u64>) {
+        self.move_at.store(n.unwrap_or(0), Ordering::SeqCst);
+    }
+}
+
+/// [`Home::state`]: the instance runs; it waits to be moved (its node may
+/// checkpoint it now: it holds no lock and uses no shared memory); it was
+/// restored elsewhere (`mailbox` and `node_pid` are new); the move failed
+/// and it stays.
+pub const HOME_RUNNING: u64 = 0;
+pub const HOME_PARKED: u64 = 1;
+pub const HOME_MOVED: u64 = 2;
+pub const HOME_STAYED: u64 = 3;
+
+/// Where an instance finds its mailbox and its node: private memory of the
+/// instance (a static: one per process, and an instance has one mailbox),
+/// so a copy restored by another node finds the values that node wrote
+/// into it with `dmwrite` before letting it go on.
+#[repr(C)]
+pub struct Home {
+    /// Yields so far (private: a copy carries it).
+    pub yields: AtomicU64,
+    pub state: AtomicU64,
+    pub mailbox: AtomicU64,
+    pub node_pid: AtomicU64,
+}
+
+/// The instance's [`Home`] (unused in the node process).
+pub static HOME: Home = Home {
+    yields: AtomicU64::new(0),
+    state: AtomicU64::new(HOME_RUNNING),
+    mailbox: AtomicU64::new(0),
+    node_pid: AtomicU64::new(0),
+};
+
+/// Instance: records the instance function's return value in its current
+/// mailbox (the one of the node it runs on now).
+pub fn set_return_home(v: i64) {
+    let mb = HOME.mailbox.load(Ordering::SeqCst) as *const Mailbox;
+    if !mb.is_null() {
+        // SAFETY: as in `Link::mb`: a live mailbox of this instance's set.
+        unsafe { &*mb }.set_return(v);
+    }
+}
+
+/// The instance's end of its mailbox (which, with its node, is in [`HOME`]).
 pub struct Link {
-    mb: &'static Mailbox,
-    /// The node process, to tell a dead node from a slow one.
-    node_pid: i32,
     path: ReplyPath,
 }
 
 impl Link {
     pub fn new(mb: &'static Mailbox, node_pid: i32, path: ReplyPath) -> Link {
-        Link { mb, node_pid, path }
+        HOME.mailbox
+            .store(mb as *const Mailbox as u64, Ordering::SeqCst);
+        HOME.node_pid.store(node_pid as u64, Ordering::SeqCst);
+        Link { path }
+    }
+
+    fn mb(&self) -> &'static Mailbox {
+        // SAFETY: HOME.mailbox is set by `new` (at the start of the instance)
+        // or by the node that restored this process, to a live mailbox of
+        // its set, before the instance runs on.
+        unsafe { &*(HOME.mailbox.load(Ordering::SeqCst) as *const Mailbox) }
+    }
+
+    fn node_pid(&self) -> i32 {
+        HOME.node_pid.load(Ordering::SeqCst) as i32
+    }
+
+    /// `DMI_yield`: asks the node whether to move; if so, parks until the
+    /// node has moved this process (the copy returns `true` here, talking
+    /// to its new mailbox) or given up (`false`, here, nothing lost).
+    pub fn yield_now(&self) -> Result<bool, DmiError> {
+        let n = HOME.yields.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.mb().move_at.load(Ordering::Relaxed) != n {
+            return Ok(false);
+        }
+        HOME.state.store(HOME_RUNNING, Ordering::SeqCst);
+        let home = &HOME as *const Home as usize;
+        let out = self.exchange(Req::Yield { home, n }, None)?;
+        if out.first() != Some(&1) {
+            return Ok(false);
+        }
+        HOME.state.store(HOME_PARKED, Ordering::SeqCst);
+        loop {
+            match HOME.state.load(Ordering::SeqCst) {
+                HOME_MOVED => {
+                    halfproc::member::resumed_after_restore();
+                    // Die with the node that restored this copy (its
+                    // parent), like a created instance dies with its node.
+                    // SAFETY: prctl and getppid with integer arguments.
+                    let parent = unsafe {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                        libc::getppid()
+                    };
+                    if parent != self.node_pid() {
+                        return Err(DmiError::Setup(format!(
+                            "the node (pid {}) that moved this instance is gone",
+                            self.node_pid()
+                        )));
+                    }
+                    HOME.state.store(HOME_RUNNING, Ordering::SeqCst);
+                    return Ok(true);
+                }
+                HOME_STAYED => {
+                    HOME.state.store(HOME_RUNNING, Ordering::SeqCst);
+                    return Ok(false);
+                }
+                _ => {
+                    std::thread::sleep(PARK_POLL);
+                    if !halfproc_sys::task::task_alive(self.node_pid()) {
+                        return Err(DmiError::Setup(format!(
+                            "the node (pid {}) is gone while moving this instance",
+                            self.node_pid()
+                        )));
+                    }
+                }
+            }
+        }
     }
 
     /// Sends `req`, waits for the reply; with `dest` set, a read's bytes go
@@ -383,7 +524,7 @@ impl Link {
         let enc = bincode::serialize(&req)
             .map_err(|e| DmiError::BadArgument(format!("unencodable request: {e}")))?;
         let need = enc.len().max(req.reply_bound()).max(ERR_ROOM);
-        let mut g = lock(&self.mb.slot)?;
+        let mut g = lock(&self.mb().slot)?;
         if g.cap < need {
             let cap = need.next_power_of_two();
             let p = halfproc::alloc::malloc(cap);
@@ -408,10 +549,10 @@ impl Link {
         };
         g.state = REQUEST;
         drop(g);
-        self.mb.to_node.notify_one();
-        let mut g = lock(&self.mb.slot)?;
+        self.mb().to_node.notify_one();
+        let mut g = lock(&self.mb().slot)?;
         while g.state != REPLY {
-            let (ng, timed_out) = match self.mb.to_instance.wait_timeout(g, POLL) {
+            let (ng, timed_out) = match self.mb().to_instance.wait_timeout(g, POLL) {
                 Ok((g, r)) => (g, r.timed_out()),
                 Err(e) => e
                     .into_inner()
@@ -419,10 +560,10 @@ impl Link {
                     .ok_or(DmiError::NotInitialized)?,
             };
             g = ng;
-            if timed_out && g.state != REPLY && !halfproc_sys::task::task_alive(self.node_pid) {
+            if timed_out && g.state != REPLY && !halfproc_sys::task::task_alive(self.node_pid()) {
                 return Err(DmiError::Setup(format!(
                     "the node (pid {}) is gone",
-                    self.node_pid
+                    self.node_pid()
                 )));
             }
         }

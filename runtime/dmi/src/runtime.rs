@@ -276,6 +276,15 @@ impl Dmi {
         self.rmw.clone()
     }
 
+    /// `DMI_yield`: in a compute instance, the point where its node may move
+    /// it (`true` when it was moved); the node's own program never moves.
+    pub fn yield_now(&self) -> Result<bool, DmiError> {
+        match &self.link {
+            Some(l) => l.yield_now(),
+            None => Ok(false),
+        }
+    }
+
     /// A submitter for other threads of the node process.
     pub fn caller(&self) -> Result<Caller, DmiError> {
         if self.link.is_some() {

@@ -21,6 +21,7 @@ use halfproc::{ExitStatus, Member, Set};
 use crate::addr::NodeId;
 use crate::error::DmiError;
 use crate::node::{CallReq, Outcome};
+use crate::relocate::{relocate, MoveSchedule};
 use crate::ring::{Link, Mailbox, ReplyPath, Taken, POLL};
 use crate::rmw::RmwTable;
 use crate::runtime::{Caller, Dmi, PEER_FAILED_EXIT};
@@ -66,6 +67,7 @@ struct Registry {
     changed: Condvar,
     set: &'static Set,
     path: ReplyPath,
+    moves: MoveSchedule,
 }
 
 static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
@@ -79,11 +81,13 @@ fn registry() -> Result<Arc<Registry>, DmiError> {
         .map_err(|e| DmiError::Setup(format!("half-process set: {e}")))?;
     let kernel = set.backend().kind() == halfproc::BackendKind::Kernel;
     let path = ReplyPath::from_env(kernel)?;
+    let moves = MoveSchedule::from_env()?;
     let r = Arc::new(Registry {
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
         set,
         path,
+        moves,
     });
     Ok(REGISTRY.get_or_init(|| r).clone())
 }
@@ -148,10 +152,11 @@ pub fn create(
         s.next - 1
     };
     let spawned = Member::spawn(reg.set, move || {
+        close_node_fds();
         let link = || Link::new(mb, node_pid, path);
         crate::capi::become_instance(Dmi::instance(rank, size, rmw.clone(), link()));
         let v = body(&Dmi::instance(rank, size, rmw, link()), arg);
-        mb.set_return(v);
+        crate::ring::set_return_home(v);
         0
     });
     let member = match spawned {
@@ -231,21 +236,89 @@ pub fn detach(id: i64) -> Result<(), DmiError> {
     }
 }
 
+/// In a new instance: closes the descriptors of the node's runtime that the
+/// fork copied (sockets, epoll/event/pid fds, memfds, all close-on-exec as
+/// the runtime makes them): the instance uses none of them, and the
+/// migration engine could not carry them at `DMI_yield`. Files, pipes and
+/// terminals stay, and so do the program's own sockets unless it made
+/// them close-on-exec.
+fn close_node_fds() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<(i32, String)> = dir
+        .flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            let l = std::fs::read_link(e.path()).ok()?;
+            Some((fd, l.to_string_lossy().into_owned()))
+        })
+        .collect();
+    for (fd, target) in fds {
+        let runtime = target.starts_with("socket:")
+            || target.starts_with("anon_inode:")
+            || target.starts_with("/memfd:");
+        // SAFETY: F_GETFD on a descriptor number; no memory is passed.
+        let cloexec = unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC != 0;
+        if fd > 2 && runtime && cloexec {
+            // SAFETY: closing a descriptor of the node's runtime, which
+            // nothing in this single-threaded instance uses.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 /// The instance's receiver: serves its calls until it ends, then records how.
 fn serve(
     reg: &Registry,
     id: i64,
-    member: Member,
-    mb: &'static Mailbox,
+    mut member: Member,
+    mut mb: &'static Mailbox,
     caller: Caller,
     rank: NodeId,
     fatal: bool,
 ) {
+    mb.set_move_at(reg.moves.next_after(0, id));
     let status = loop {
         match mb.take(POLL) {
             Ok(Taken::Call(req, dest)) => {
                 let (out, written) = run(reg, &caller, req, dest, member.pid());
                 mb.answer(&out, written);
+            }
+            Ok(Taken::Yield(home, yields)) => {
+                let go = reg.moves.moves(yields, id);
+                let next = reg.moves.next_after(yields, id);
+                mb.set_move_at(next);
+                mb.answer_yield(go);
+                if !go {
+                    continue;
+                }
+                let from = member.pid();
+                match relocate(reg.set, member, home) {
+                    Ok(m) => {
+                        report(&format!(
+                            "dmi: node {rank}: instance {id} moved at yield {yields}: pid {from} -> {} \
+                             ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
+                            m.member.pid(),
+                            m.bytes,
+                            m.dump.as_micros(),
+                            m.frozen.as_micros(),
+                            m.total.as_micros()
+                        ));
+                        // SAFETY: the original is dead (killed by the move);
+                        // the old mailbox is not used any more.
+                        unsafe { mb.release() };
+                        member = m.member;
+                        mb = m.mailbox;
+                        mb.set_move_at(next);
+                        if let Some(e) = locked(reg).entries.get_mut(&id) {
+                            e.pid = member.pid();
+                        }
+                    }
+                    Err(e) => report(&format!(
+                        "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
+                    )),
+                }
             }
             Ok(Taken::Bad) => {}
             r @ (Ok(Taken::Nothing) | Err(_)) => match member.join_timeout(Some(Duration::ZERO)) {

@@ -63,7 +63,7 @@ pub fn checkpoint_relayed(
     );
     let frozen = Frozen::seize(pid)?;
     let t0 = Instant::now();
-    let result = dump_frozen(&frozen, relayed, &mut out).and_then(|m| {
+    let result = dump_frozen(&frozen, relayed, None, &mut out).and_then(|m| {
         out.flush().map_err(|e| Error::io("write pages.img", e))?;
         image::write_manifest(dir, &m)?;
         Ok(m)
@@ -122,11 +122,23 @@ impl Dumped {
 /// Refuses (without stopping anything) or stops `pid` and dumps it into
 /// memory, leaving it stopped. `relayed` as in [`checkpoint_relayed`].
 pub fn freeze_and_dump(pid: i32, relayed: &[u64]) -> Result<Dumped> {
-    refuse::check_relayed(pid, relayed)?;
+    freeze_and_dump_member(pid, relayed, None)
+}
+
+/// [`freeze_and_dump`] of a member of a half-process set whose shared range
+/// is `set_range` (`[start, end)`): that range is not carried (the manifest
+/// records it; [`crate::restore_from`] leaves it to the restoring process,
+/// whose own set range the copy then shares).
+pub fn freeze_and_dump_member(
+    pid: i32,
+    relayed: &[u64],
+    set_range: Option<(u64, u64)>,
+) -> Result<Dumped> {
+    refuse::check_member(pid, relayed, set_range)?;
     let frozen = Frozen::seize(pid)?;
     let since = Instant::now();
     let mut pages = Vec::new();
-    let manifest = dump_frozen(&frozen, relayed, &mut pages)?;
+    let manifest = dump_frozen(&frozen, relayed, set_range, &mut pages)?;
     Ok(Dumped {
         frozen,
         manifest,
@@ -136,7 +148,12 @@ pub fn freeze_and_dump(pid: i32, relayed: &[u64]) -> Result<Dumped> {
     })
 }
 
-fn dump_frozen(f: &Frozen, relayed: &[u64], out: &mut dyn Write) -> Result<image::Manifest> {
+fn dump_frozen(
+    f: &Frozen,
+    relayed: &[u64],
+    set_range: Option<(u64, u64)>,
+    out: &mut dyn Write,
+) -> Result<image::Manifest> {
     let pid = f.pid();
     let st = procfs::status(pid)?;
     let threads: u32 = procfs::field(&st, "Threads")?.parse().unwrap_or(0);
@@ -153,7 +170,7 @@ fn dump_frozen(f: &Frozen, relayed: &[u64], out: &mut dyn Write) -> Result<image
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
-    let (vmas, pages_len, pages_crc) = dump_memory(pid, &reader, &maps, out)?;
+    let (vmas, pages_len, pages_crc) = dump_memory(pid, &reader, &maps, set_range, out)?;
     let s = procfs::stat_fields(pid)?;
     let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
     let start_brk = at(47);
@@ -203,6 +220,7 @@ fn dump_frozen(f: &Frozen, relayed: &[u64], out: &mut dyn Write) -> Result<image
         rseq,
         pages_len,
         pages_crc,
+        set_range,
     };
     Ok(manifest)
 }
@@ -473,6 +491,7 @@ fn dump_memory(
     pid: i32,
     reader: &dyn MemoryReader,
     maps: &[procfs::MapsEntry],
+    set_range: Option<(u64, u64)>,
     out: &mut dyn Write,
 ) -> Result<(Vec<Vma>, u64, u32)> {
     let ps = procfs::page_size();
@@ -483,7 +502,10 @@ fn dump_memory(
     let mut vmas = Vec::new();
     let skip = restorer_regions(reader, maps);
     for m in maps {
-        if m.path == "[vsyscall]" || skip.iter().any(|&(s, e)| s <= m.start && m.end <= e) {
+        if m.path == "[vsyscall]"
+            || skip.iter().any(|&(s, e)| s <= m.start && m.end <= e)
+            || refuse::in_range(m, set_range)
+        {
             continue;
         }
         refuse::classify_mapping(m)?;

@@ -70,6 +70,11 @@ pub struct Manifest {
     pub rseq: Option<Rseq>,
     pub pages_len: u64,
     pub pages_crc: u32,
+    /// A member's half-process set range `[start, end)`, left out of the
+    /// image: the restoring process must have its own set's range there
+    /// (absent in images of plain processes).
+    #[serde(default)]
+    pub set_range: Option<(u64, u64)>,
 }
 
 /// One signal disposition (`struct kernel_sigaction`).

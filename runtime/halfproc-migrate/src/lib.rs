@@ -24,9 +24,13 @@ mod sigframe;
 
 mod dump;
 mod restore;
+mod restore_check;
 
 pub use creds::Creds;
-pub use dump::{checkpoint, checkpoint_relayed, freeze_and_dump, CheckpointStats, Dumped, Leave};
+pub use dump::{
+    checkpoint, checkpoint_relayed, freeze_and_dump, freeze_and_dump_member, CheckpointStats,
+    Dumped, Leave,
+};
 pub use error::{Error, Refusal, Result};
 pub use mem::{MemoryReader, PortableReader};
 pub use precopy::{probe_soft_dirty, DirtyTracker};

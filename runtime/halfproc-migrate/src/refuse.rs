@@ -124,6 +124,11 @@ pub fn is_self_pipe(pid: i32, target: &str) -> bool {
     true
 }
 
+/// Whether the mapping lies inside `range` (`[start, end)`).
+pub(crate) fn in_range(m: &procfs::MapsEntry, range: Option<(u64, u64)>) -> bool {
+    range.is_some_and(|(s, e)| s <= m.start && m.end <= e)
+}
+
 /// Whether this mapping can be carried.
 pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusal> {
     let bad = |shared: bool| {
@@ -207,6 +212,13 @@ pub fn check(pid: i32) -> Result<()> {
 
 /// [`check`], accepting pipes whose inode is in `relayed` (see [`classify_fd`]).
 pub fn check_relayed(pid: i32, relayed: &[u64]) -> Result<()> {
+    check_member(pid, relayed, None)
+}
+
+/// [`check_relayed`] of a member of a half-process set: mappings inside
+/// `set_range` (the set's shared range, `[start, end)`) belong to the set,
+/// not to the process; they are left out instead of refused.
+pub fn check_member(pid: i32, relayed: &[u64], set_range: Option<(u64, u64)>) -> Result<()> {
     let st = procfs::status(pid)?;
     let state = procfs::field(&st, "State")?.to_string();
     if state.starts_with('Z') || state.starts_with('X') {
@@ -229,7 +241,9 @@ pub fn check_relayed(pid: i32, relayed: &[u64]) -> Result<()> {
         classify_fd(pid, fd, &target, relayed)?;
     }
     for m in procfs::maps(pid)? {
-        classify_mapping(&m)?;
+        if !in_range(&m, set_range) {
+            classify_mapping(&m)?;
+        }
     }
     // Last, so a pipe to a child is named as the pipe it is.
     let kids = children(pid);

@@ -12,6 +12,7 @@ use crate::creds::Creds;
 use crate::error::{Error, Result};
 use crate::image::{self, reg, Backing, Manifest};
 use crate::procfs;
+use crate::restore_check::{check_files, check_set_range, match_specials, overlaps, unmap_ranges};
 use crate::restorer::{self, Op, ANY_OK, CODE_SIZE, IGNORE};
 use crate::sigframe;
 use std::collections::BTreeMap;
@@ -141,6 +142,7 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
             .map_err(|e| Error::io("read /proc/self/maps", e))?,
     )?;
     let specials = match_specials(m, &own)?;
+    check_set_range(m, &own)?;
     let helpers = open_helpers(pages, m, opts)?;
     let scratch_len: u64 = specials.iter().map(|s| s.2).sum();
     // SAFETY: getpid has no preconditions.
@@ -223,49 +225,6 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
     Ok(Restored { pid })
 }
 
-/// Mapped files must be the same files (size, mtime, CRC) as at checkpoint.
-fn check_files(m: &Manifest) -> Result<()> {
-    let mut seen = BTreeMap::new();
-    for v in &m.vmas {
-        if let Backing::File { path, id, .. } = &v.backing {
-            if !seen.contains_key(path) {
-                seen.insert(path.clone(), procfs::file_id(path)?);
-            }
-            if &seen[path] != id {
-                return Err(Error::Restore(format!(
-                    "mapped file {path} changed since the checkpoint"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// vdso/vvar: each special mapping of the image must exist here with the
-/// same size; the blob moves ours to the old addresses with `mremap`.
-/// Returns (our start, old start, len).
-fn match_specials(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<Vec<(u64, u64, u64)>> {
-    let mut out = Vec::new();
-    for v in &m.vmas {
-        if let Backing::Special { name } = &v.backing {
-            let mine = own.iter().find(|o| &o.path == name).ok_or_else(|| {
-                Error::Restore(format!(
-                    "image has {name} but this process has none (vdso disabled?)"
-                ))
-            })?;
-            if mine.end - mine.start != v.end - v.start {
-                return Err(Error::Restore(format!(
-                    "{name} is {:#x} bytes here, {:#x} in the image (other kernel)",
-                    mine.end - mine.start,
-                    v.end - v.start
-                )));
-            }
-            out.push((mine.start, v.start, v.end - v.start));
-        }
-    }
-    Ok(out)
-}
-
 fn open_helpers(pages: File, m: &Manifest, opts: &RestoreOptions) -> Result<Helpers> {
     let mut files = BTreeMap::new();
     for v in &m.vmas {
@@ -303,10 +262,6 @@ fn open_helpers(pages: File, m: &Manifest, opts: &RestoreOptions) -> Result<Help
         status_r,
         base: own_max.max(image_max) + 1,
     })
-}
-
-fn overlaps(a: u64, alen: u64, b: u64, bend: u64) -> bool {
-    a < bend && b < a + alen
 }
 
 fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u64> {
@@ -456,18 +411,13 @@ fn plan(
     let r_end = scratch + specials.iter().map(|s| s.2).sum::<u64>();
     // Also pushed in the sizing pass (base 0): both passes must have the
     // same ops, the region is sized from the first.
-    op(
-        SYS_munmap,
-        &[0, r_start],
-        0,
-        "unmap below the restorer".into(),
-    );
-    op(
-        SYS_munmap,
-        &[r_end, TASK_SIZE.wrapping_sub(r_end)],
-        0,
-        "unmap above the restorer".into(),
-    );
+    // A member's set range stays: the copy shares the restoring process's.
+    for (a, len) in unmap_ranges(0, r_start, m.set_range) {
+        op(SYS_munmap, &[a, len], 0, "unmap below the restorer".into());
+    }
+    for (a, len) in unmap_ranges(r_end, TASK_SIZE, m.set_range) {
+        op(SYS_munmap, &[a, len], 0, "unmap above the restorer".into());
+    }
     let mut at = scratch;
     for (_, old, len) in specials {
         op(

@@ -67,6 +67,37 @@ int main(int argc, char **argv)
 		if (p == MAP_FAILED)
 			return 1;
 		p[0] = 1;
+	} else if (!strcmp(mode, "member")) {
+		/* Like a member of a half-process set: a shared memfd range at
+		 * argv[2] (hex) of 1 MiB, fd closed; private heap state. Waits
+		 * for word 1 of the range (the "mailbox"), then writes into the
+		 * range the checksum of its private state plus that word. */
+		unsigned long at = strtoul(argv[2], NULL, 16);
+		int fd = memfd_create("set", 0);
+		if (fd < 0 || ftruncate(fd, 1 << 20))
+			return 1;
+		volatile unsigned long *w = mmap((void *)at, 1 << 20, PROT_READ | PROT_WRITE,
+						 MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+		if (w != (void *)at)
+			return 2;
+		close(fd);
+		unsigned long *heap = malloc(4096 * sizeof(*heap));
+		unsigned long sum = 0;
+		for (int i = 0; i < 4096; i++) {
+			heap[i] = (unsigned long)i * 2654435761u;
+			sum += heap[i];
+		}
+		w[0] = getpid();
+		printf("ready %lu\n", sum);
+		fflush(stdout);
+		while (!w[1])
+			spin++;
+		unsigned long again = 0;
+		for (int i = 0; i < 4096; i++)
+			again += heap[i];
+		w[2] = again + w[1];
+		w[3] = getpid();
+		return 9;
 	} else if (!strcmp(mode, "signals")) {
 		/* handler, blocked mask, cwd, umask: all must survive a restore */
 		struct sigaction sa;

@@ -10,6 +10,16 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+/// One line on stderr in one `write` (Rust's stderr is unbuffered, so
+/// `eprintln!` may split a line into several writes, and the nodes write
+/// to the same stderr: their lines cut ours).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let line = format!("{}\n", format_args!($($t)*));
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }};
+}
+
 /// Start N nodes on this machine, each running PROG as a compute instance.
 ///
 /// Every node is a process running PROG ARGS with DMI_RANK (0..N-1),
@@ -106,7 +116,7 @@ pub fn run(a: RunArgs) -> i32 {
         match TcpListener::bind("127.0.0.1:0") {
             Ok(l) => listeners.push(l),
             Err(e) => {
-                eprintln!("dmi run: cannot listen on 127.0.0.1: {e}");
+                say!("dmi run: cannot listen on 127.0.0.1: {e}");
                 return 1;
             }
         }
@@ -149,7 +159,7 @@ pub fn run(a: RunArgs) -> i32 {
         match cmd.spawn() {
             Ok(mut c) => {
                 if a.verbose {
-                    eprintln!("dmi run: node {rank} pid {}", c.id());
+                    say!("dmi run: node {rank} pid {}", c.id());
                 }
                 if let Some(o) = c.stdout.take() {
                     pipes.push(pipe_lines(rank as u32, o, false));
@@ -160,7 +170,7 @@ pub fn run(a: RunArgs) -> i32 {
                 children.push(Some(c));
             }
             Err(e) => {
-                eprintln!("dmi run: cannot start {:?} for node {rank}: {e}", a.prog[0]);
+                say!("dmi run: cannot start {:?} for node {rank}: {e}", a.prog[0]);
                 for c in children.iter_mut().flatten() {
                     let _ = c.kill();
                     let _ = c.wait();
@@ -179,7 +189,7 @@ pub fn run(a: RunArgs) -> i32 {
             match c.try_wait() {
                 Ok(Some(s)) => {
                     if !s.success() {
-                        eprintln!("dmi run: node {rank} (pid {}) {}", c.id(), describe(s));
+                        say!("dmi run: node {rank} (pid {}) {}", c.id(), describe(s));
                         failed.push(rank);
                         first_failure.get_or_insert_with(Instant::now);
                     }
@@ -187,7 +197,7 @@ pub fn run(a: RunArgs) -> i32 {
                 }
                 Ok(None) => running += 1,
                 Err(e) => {
-                    eprintln!("dmi run: waiting for node {rank}: {e}");
+                    say!("dmi run: waiting for node {rank}: {e}");
                     failed.push(rank);
                     *slot = None;
                 }
@@ -199,7 +209,7 @@ pub fn run(a: RunArgs) -> i32 {
         if first_failure.is_some_and(|t| t.elapsed() > Duration::from_secs(a.grace)) {
             for (rank, slot) in children.iter_mut().enumerate() {
                 if let Some(c) = slot {
-                    eprintln!(
+                    say!(
                         "dmi run: node {rank} still running {} s after a failure: killing it",
                         a.grace
                     );
@@ -221,7 +231,7 @@ pub fn run(a: RunArgs) -> i32 {
     } else {
         failed.sort_unstable();
         failed.dedup();
-        eprintln!(
+        say!(
             "dmi run: FAILED: node(s) {failed:?} of {} did not succeed",
             total
         );

@@ -73,6 +73,44 @@ pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Resu
     })
 }
 
+/// Makes `pid`, a child of the calling process that already shares the set
+/// range (it was forked from a member, e.g. a restored checkpoint of a
+/// member of a set at the same address), a member of `set`.
+pub(super) fn adopt_child(set: &'static Set, pid: i32) -> Result<Member> {
+    identity::check_member_for(set.base() as usize)?;
+    if set.backend().kind() == BackendKind::Kernel {
+        return Err(Error::Unsupported(
+            "adopting a process as a member needs the portable backend",
+        ));
+    }
+    let table: &'static MemberTable = &set.header().members;
+    let (index, slot) = table.claim(task::getpid())?;
+    let generation = slot.generation.load(core::sync::atomic::Ordering::Relaxed);
+    table.publish(slot, pid);
+    if let Err(e) = reaper::watch(pid, table, slot, generation) {
+        table.record_exit(slot, generation, None);
+        table.release(slot, generation);
+        return Err(e);
+    }
+    register_exit_handler();
+    Ok(Member {
+        index: index as u32,
+        generation,
+        pid,
+    })
+}
+
+/// In a process restored from a checkpoint of a member (a new process, with
+/// the old one's private memory): forget the per-thread caches that belong
+/// to the old process, as a fork child does, and let the set's creator
+/// trace it again.
+pub fn resumed_after_restore() {
+    crate::set::reset_after_fork();
+    if let Ok(set) = Set::get() {
+        task::allow_ptrace_from(set.creator_pid());
+    }
+}
+
 /// First steps of a new member, before its body runs.
 fn start_in_child(set: &Set, parent: i32, main_thread: bool) {
     crate::set::reset_after_fork();

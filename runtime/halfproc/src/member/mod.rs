@@ -37,7 +37,7 @@ mod reaper;
 
 pub use crate::slots::MAX_MEMBERS;
 use crate::slots::{MemberSlot, EXITED, LOST, RUNNING};
-pub use create::exit_member;
+pub use create::{exit_member, resumed_after_restore};
 
 /// How a member ended.
 ///
@@ -155,6 +155,16 @@ impl Member {
     ) -> Result<Member> {
         let arg = arg as usize;
         create::fork_member(set, move || entry(arg as *mut libc::c_void))
+    }
+
+    /// Makes `pid` a member of `set`: a child of the calling process that
+    /// already shares the set's range because it was forked from a member
+    /// (a checkpoint of a member restored here by the migration engine,
+    /// which leaves the set range to the restoring process). The reaper
+    /// watches it like a created member. Portable backend only; the child
+    /// calls [`resumed_after_restore`] before using the set.
+    pub fn adopt(set: &'static Set, pid: i32) -> Result<Member> {
+        create::adopt_child(set, pid)
     }
 
     /// The member's process id.

@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! Moving a compute instance at `DMI_yield` (`docs/dmi.md`, "DMI_yield"):
+//! the policy ([`MoveSchedule`], `DMI_MOVE_AT`) and the move itself
+//! ([`relocate`]): the parked instance is checkpointed with the migration
+//! engine (its set range left out), restored as a child of this node that
+//! shares this node's set range, adopted as a member, given a fresh
+//! mailbox through its private [`Home`], and the original is killed. Any
+//! failure before the copy is told to go on resumes the original, which
+//! stays where it was (nothing lost).
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::time::{Duration, Instant};
+
+use halfproc::{Member, Set};
+use halfproc_migrate::{freeze_and_dump_member, restore_from, RestoreOptions};
+
+use crate::error::DmiError;
+use crate::ring::{Home, Mailbox, HOME_MOVED, HOME_PARKED, HOME_STAYED};
+
+/// How long an instance may take to park after being told to move.
+const PARK_LIMIT: Duration = Duration::from_secs(10);
+
+/// Which yields move an instance: `DMI_MOVE_AT=N:ID[,N:ID...]` moves
+/// instance `ID` (as `DMI_create` numbered it on its node, from 0) at its
+/// `N`-th `DMI_yield` (from 1).
+#[derive(Debug, Default, Clone)]
+pub struct MoveSchedule {
+    at: HashSet<(u64, i64)>,
+}
+
+impl MoveSchedule {
+    pub fn parse(spec: &str) -> Result<MoveSchedule, DmiError> {
+        let bad = |what: &str| {
+            DmiError::Setup(format!(
+                "DMI_MOVE_AT={spec:?}: {what} (expected YIELD:INSTANCE[,YIELD:INSTANCE...], \
+                 YIELD counted from 1)"
+            ))
+        };
+        let mut at = HashSet::new();
+        for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
+            let (n, id) = item
+                .trim()
+                .split_once(':')
+                .ok_or_else(|| bad(&format!("{item:?} has no ':'")))?;
+            let n: u64 = n
+                .parse()
+                .map_err(|_| bad(&format!("bad yield number {n:?}")))?;
+            let id: i64 = id
+                .parse()
+                .map_err(|_| bad(&format!("bad instance {id:?}")))?;
+            if n == 0 || id < 0 {
+                return Err(bad(&format!("{item:?} is out of range")));
+            }
+            at.insert((n, id));
+        }
+        Ok(MoveSchedule { at })
+    }
+
+    pub fn from_env() -> Result<MoveSchedule, DmiError> {
+        match std::env::var("DMI_MOVE_AT") {
+            Ok(s) => MoveSchedule::parse(&s),
+            Err(_) => Ok(MoveSchedule::default()),
+        }
+    }
+
+    /// Whether instance `id` moves at its `n`-th yield.
+    pub fn moves(&self, n: u64, id: i64) -> bool {
+        self.at.contains(&(n, id))
+    }
+
+    /// The first yield after the `n`-th at which instance `id` moves.
+    pub fn next_after(&self, n: u64, id: i64) -> Option<u64> {
+        self.at
+            .iter()
+            .filter(|&&(m, i)| i == id && m > n)
+            .map(|&(m, _)| m)
+            .min()
+    }
+}
+
+/// A done move.
+pub struct Moved {
+    pub member: Member,
+    pub mailbox: &'static Mailbox,
+    /// Bytes of the image (private memory carried).
+    pub bytes: u64,
+    /// How long the checkpoint took (the instance stopped), how long the
+    /// instance was stopped in all, and the whole move (from its yield).
+    pub dump: Duration,
+    pub frozen: Duration,
+    pub total: Duration,
+}
+
+fn home_word(pid: i32, addr: usize) -> Result<u64, DmiError> {
+    let mut b = [0u8; 8];
+    halfproc::dmread(pid, addr, 8, &mut b)
+        .map_err(|e| DmiError::Setup(format!("reading instance pid {pid}'s home: {e}")))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn set_home(pid: i32, addr: usize, words: &[u64]) -> Result<(), DmiError> {
+    let b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    halfproc::dmwrite(pid, addr, b.len(), &b)
+        .map(drop)
+        .map_err(|e| DmiError::Setup(format!("writing instance pid {pid}'s home: {e}")))
+}
+
+/// The stdio fds of `pid` that are pipes (`dmi run` relays the node's
+/// stdio; an instance shares it): (fd, inode).
+fn stdio_pipes(pid: i32) -> Vec<(i32, u64)> {
+    (0..3)
+        .filter_map(|fd| {
+            let l = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+            let l = l.to_string_lossy();
+            let ino = l.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok()?;
+            Some((fd, ino))
+        })
+        .collect()
+}
+
+fn memfd_with(bytes: &[u8]) -> Result<std::fs::File, DmiError> {
+    // SAFETY: memfd_create with a valid C string.
+    let fd = unsafe { libc::memfd_create(c"dmi-move".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(DmiError::Setup(format!(
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.write_all(bytes)
+        .map_err(|e| DmiError::Setup(format!("writing the image: {e}")))?;
+    Ok(f)
+}
+
+/// Moves the instance `old`, which was told to move at a yield and parks
+/// with its [`Home`] at `home`, into a new process of this node's `set`.
+/// On error the original runs on where it was (told so through its home).
+pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, DmiError> {
+    let t0 = Instant::now();
+    let pid = old.pid();
+    let state = std::mem::offset_of!(Home, state);
+    loop {
+        match home_word(pid, home + state)? {
+            HOME_PARKED => break,
+            _ if t0.elapsed() > PARK_LIMIT => {
+                return Err(DmiError::Setup(format!(
+                    "instance pid {pid} did not park within {PARK_LIMIT:?}"
+                )))
+            }
+            _ => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+    let stay = |e: DmiError| {
+        let _ = set_home(pid, home + state, &[HOME_STAYED]);
+        e
+    };
+    if set.backend().kind() == halfproc::BackendKind::Kernel {
+        return Err(stay(DmiError::Setup(
+            "moving an instance needs the portable backend (Member::adopt)".into(),
+        )));
+    }
+    let range = (set.base() as u64, set.base() as u64 + set.size());
+    let stdio = stdio_pipes(pid);
+    let inos: Vec<u64> = stdio.iter().map(|&(_, i)| i).collect();
+    let dumped = freeze_and_dump_member(pid, &inos, Some(range)).map_err(|e| {
+        stay(DmiError::Setup(format!(
+            "checkpoint of instance pid {pid}: {e}"
+        )))
+    })?;
+    let dump = dumped.frozen_for();
+    let attempt = || -> Result<(Member, &'static Mailbox), DmiError> {
+        let pages = memfd_with(&dumped.pages)?;
+        let opts = RestoreOptions {
+            inherit: stdio.iter().map(|&(fd, _)| (fd, fd)).collect(),
+            stopped: false,
+            // the instance is the node's own child, restored with its credentials
+            creds: None,
+        };
+        let r = restore_from(&dumped.manifest, pages, &opts)
+            .map_err(|e| DmiError::Setup(format!("restore of instance pid {pid}: {e}")))?;
+        let member = Member::adopt(set, r.pid).map_err(|e| {
+            // SAFETY: kill and reap our own child, which waits parked.
+            unsafe {
+                libc::kill(r.pid, libc::SIGKILL);
+                libc::waitpid(r.pid, std::ptr::null_mut(), 0);
+            }
+            DmiError::Setup(format!("adopting the restored instance pid {}: {e}", r.pid))
+        })?;
+        let mb = match Mailbox::new() {
+            Ok(mb) => mb,
+            Err(e) => {
+                let _ = member.kill(libc::SIGKILL);
+                let _ = member.join();
+                return Err(e);
+            }
+        };
+        Ok((member, mb))
+    };
+    match attempt() {
+        Ok((member, mb)) => {
+            let bytes = dumped.manifest.pages_len;
+            let me = std::process::id() as u64;
+            let words = [mb as *const Mailbox as u64, me];
+            let told = set_home(
+                member.pid(),
+                home + std::mem::offset_of!(Home, mailbox),
+                &words,
+            )
+            .and_then(|_| set_home(member.pid(), home + state, &[HOME_MOVED]));
+            if let Err(e) = told {
+                let _ = member.kill(libc::SIGKILL);
+                let _ = member.join();
+                // SAFETY: nobody else has the new mailbox.
+                unsafe { mb.release() };
+                dumped.resume();
+                return Err(stay(e));
+            }
+            let frozen = dumped.kill();
+            // The original's slot: its exit (SIGKILL) is recorded by the reaper.
+            let _ = old.join();
+            Ok(Moved {
+                member,
+                mailbox: mb,
+                bytes,
+                dump,
+                frozen,
+                total: t0.elapsed(),
+            })
+        }
+        Err(e) => {
+            dumped.resume();
+            Err(stay(e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MoveSchedule;
+
+    #[test]
+    fn schedule_parses_and_finds_the_next_move() {
+        let s = MoveSchedule::parse("3:0, 7:0,5:1").unwrap();
+        assert!(s.moves(3, 0) && s.moves(5, 1) && !s.moves(3, 1) && !s.moves(4, 0));
+        assert_eq!(s.next_after(0, 0), Some(3));
+        assert_eq!(s.next_after(3, 0), Some(7));
+        assert_eq!(s.next_after(7, 0), None);
+        assert_eq!(s.next_after(0, 2), None);
+        assert!(MoveSchedule::parse("").unwrap().next_after(0, 0).is_none());
+    }
+
+    #[test]
+    fn bad_schedules_name_the_item() {
+        for (spec, want) in [
+            ("3-0", "has no ':'"),
+            ("x:0", "bad yield number"),
+            ("3:y", "bad instance"),
+            ("0:1", "out of range"),
+            ("2:-1", "out of range"),
+        ] {
+            let e = MoveSchedule::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("DMI_MOVE_AT"), "{spec}: {e}");
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! What an image asks of the process that restores it, checked before
+//! anything is forked: the same mapped files, the same special mappings
+//! (vdso/vvar), and for an image taken from a set member, the set's range
+//! mapped here; plus the address arithmetic the restore plan shares.
+
+use crate::error::{Error, Result};
+use crate::image::{Backing, Manifest};
+use crate::procfs;
+use std::collections::BTreeMap;
+
+/// An image that leaves a set range out is restored only by a process with
+/// that whole range mapped shared (its own set's range, which the copy then
+/// inherits), and no VMA of the image may reach into it.
+pub(crate) fn check_set_range(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<()> {
+    let Some((start, end)) = m.set_range else {
+        return Ok(());
+    };
+    if let Some(v) = m
+        .vmas
+        .iter()
+        .find(|v| overlaps(start, end - start, v.start, v.end))
+    {
+        return Err(Error::Image(format!(
+            "VMA {:#x}-{:#x} lies in the set range {start:#x}-{end:#x}",
+            v.start, v.end
+        )));
+    }
+    let mut at = start;
+    for o in own.iter().filter(|o| o.end > start && o.start < end) {
+        if o.start > at || !o.shared {
+            break;
+        }
+        at = o.end;
+    }
+    if at < end {
+        return Err(Error::Restore(format!(
+            "the image leaves {start:#x}-{end:#x} to its half-process set, but this process \
+             has no shared mapping covering it (restore it from a member of a set)"
+        )));
+    }
+    Ok(())
+}
+
+/// `[lo, hi)` without `[s, e)`, as exactly two `munmap` ranges (the blob's
+/// op count must not depend on addresses); an empty one becomes page 0,
+/// which is never mapped, so unmapping it succeeds and changes nothing.
+pub(crate) fn unmap_ranges(lo: u64, hi: u64, keep: Option<(u64, u64)>) -> [(u64, u64); 2] {
+    let empty = (0, 4096);
+    let range = |a: u64, b: u64| if b > a { (a, b - a) } else { empty };
+    match keep {
+        None => [range(lo, hi), empty],
+        Some((s, e)) => [range(lo, hi.min(s)), range(lo.max(e), hi)],
+    }
+}
+
+/// Mapped files must be the same files (size, mtime, CRC) as at checkpoint.
+pub(crate) fn check_files(m: &Manifest) -> Result<()> {
+    let mut seen = BTreeMap::new();
+    for v in &m.vmas {
+        if let Backing::File { path, id, .. } = &v.backing {
+            if !seen.contains_key(path) {
+                seen.insert(path.clone(), procfs::file_id(path)?);
+            }
+            if &seen[path] != id {
+                return Err(Error::Restore(format!(
+                    "mapped file {path} changed since the checkpoint"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// vdso/vvar: each special mapping of the image must exist here with the
+/// same size; the blob moves ours to the old addresses with `mremap`.
+/// Returns (our start, old start, len).
+pub(crate) fn match_specials(
+    m: &Manifest,
+    own: &[procfs::MapsEntry],
+) -> Result<Vec<(u64, u64, u64)>> {
+    let mut out = Vec::new();
+    for v in &m.vmas {
+        if let Backing::Special { name } = &v.backing {
+            let mine = own.iter().find(|o| &o.path == name).ok_or_else(|| {
+                Error::Restore(format!(
+                    "image has {name} but this process has none (vdso disabled?)"
+                ))
+            })?;
+            if mine.end - mine.start != v.end - v.start {
+                return Err(Error::Restore(format!(
+                    "{name} is {:#x} bytes here, {:#x} in the image (other kernel)",
+                    mine.end - mine.start,
+                    v.end - v.start
+                )));
+            }
+            out.push((mine.start, v.start, v.end - v.start));
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn overlaps(a: u64, alen: u64, b: u64, bend: u64) -> bool {
+    a < bend && b < a + alen
+}
