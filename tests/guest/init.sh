@@ -71,6 +71,23 @@ mm_selftests() {
 	echo 2 >/proc/sys/kernel/randomize_va_space
 }
 
+# with_reclaim CMD...: run CMD with a zram swap device and a hugetlb pool
+# (hp_reclaim), then take both away again: elsewhere swap would turn
+# hp_memcg's memcg OOM into swapping.
+with_reclaim() {
+	if [ -e /sys/block/zram0/disksize ]; then
+		echo 1 >/sys/block/zram0/reset 2>/dev/null
+		echo 256M >/sys/block/zram0/disksize && mkswap /dev/zram0 >/dev/null &&
+			swapon /dev/zram0 && echo "# reclaim: zram0 swap, 256 MiB"
+	fi
+	echo 4 >/proc/sys/vm/nr_hugepages 2>/dev/null
+	"$@"
+	r=$?
+	swapoff /dev/zram0 2>/dev/null
+	echo 0 >/proc/sys/vm/nr_hugepages 2>/dev/null
+	return $r
+}
+
 case "$mode" in
 mm)	# The unpatched kernel (scripts/stock-compare.sh): the mm selftests only.
 	rc=0; mm_selftests; status $rc ;;
@@ -130,8 +147,8 @@ if [ "$mode" = test ] && [ -n "$only" ]; then
 		for o in $only; do
 			t="${o%%:*}"
 			echo "# run $i of $repeat: $t"
-			if [ "$t" != "$o" ]; then prog "$t" "/tests/$t" -r "global.${o#*:}"; r=$?
-			else prog "$t" "/tests/$t"; r=$?; fi
+			if [ "$t" != "$o" ]; then with_reclaim prog "$t" "/tests/$t" -r "global.${o#*:}"; r=$?
+			else with_reclaim prog "$t" "/tests/$t"; r=$?; fi
 			tap $r "run_${i}_of_${repeat}_$t"
 		done
 	done
@@ -157,6 +174,7 @@ if [ "$mode" = test ]; then
 	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg hp_switch hp_layout rt/guest_tests; do
 		prog "$t" "/tests/$t" || rc=1
 	done
+	with_reclaim prog hp_reclaim /tests/hp_reclaim || rc=1
 	halfproc info --probe; tap $? runtime_info_probe
 	# The copy benchmark's strategy tests (checksummed transfers).
 	/tests/rt/bench_strategies --test-threads=1; tap $? bench_strategies
