@@ -8,6 +8,8 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp
+# The module's counters (hp_counters, halfproc bench mm).
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
 # cgroup v2 (hp_memcg); absent without CONFIG_CGROUPS, and hp_memcg skips.
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
@@ -171,7 +173,7 @@ if [ "$mode" = demo ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg hp_switch hp_layout rt/guest_tests; do
+	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg hp_switch hp_layout hp_counters rt/guest_tests; do
 		prog "$t" "/tests/$t" || rc=1
 	done
 	with_reclaim prog hp_reclaim /tests/hp_reclaim || rc=1
