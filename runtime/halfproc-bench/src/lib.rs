@@ -32,6 +32,7 @@
 //! | `report.rs` | the copy report: table, ratios, JSON |
 //! | `plot/` | log-log charts to SVG and PNG |
 //! | `mm.rs` | `bench mm` |
+//! | `mmcount.rs` | `bench mm`'s counts (switches, flushes, IPIs) |
 //! | `os.rs` | the benchmarks' own system calls (clock, affinity, pipes, children); the rest is `halfproc-sys` |
 //!
 //! # Examples
@@ -50,6 +51,7 @@ pub mod copy;
 pub mod error;
 pub mod harness;
 pub mod mm;
+pub mod mmcount;
 pub mod opts;
 pub mod os;
 pub mod pattern;
