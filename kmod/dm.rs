@@ -42,6 +42,8 @@
 //! are handled before the module is called.
 
 use crate::mm::{Mm, MmGuard, TaskRef};
+use crate::set::Set;
+use crate::stats::Counters;
 use kernel::{bindings, page::PAGE_SIZE, prelude::*};
 
 /// Pages pinned at a time: bounds the pinned memory of one call to 256 KiB
@@ -68,6 +70,7 @@ pub(crate) unsafe fn copy(
     if set.is_null() || target.halfproc() != set || !target.dumpable() {
         return Err(EPERM);
     }
+    let counters = Set::of(me).ok_or(EPERM)?;
     // SAFETY: `iter` is valid (caller).
     let mut left = unsafe { iter_count(iter) };
     let mut total = 0usize;
@@ -80,7 +83,7 @@ pub(crate) unsafe fn copy(
             continue;
         }
         // SAFETY: `iter` is valid (caller).
-        match unsafe { copy_range(&target, v.iov_base as usize, len, iter, write) } {
+        match unsafe { copy_range(&target, v.iov_base as usize, len, iter, write, &counters.stats) } {
             Ok(n) => {
                 total += n;
                 left -= n;
@@ -141,6 +144,7 @@ unsafe fn copy_range(
     len: usize,
     iter: *mut bindings::iov_iter,
     write: bool,
+    stats: &Counters,
 ) -> Result<usize> {
     let gup_flags = if write { bindings::FOLL_WRITE } else { 0 };
     let mut done = 0usize;
@@ -183,6 +187,7 @@ unsafe fn copy_range(
             };
         }
         pinned.n = got as usize;
+        stats.pinned(pinned.n);
         let mut off = offset;
         for &page in &pinned.pages[..pinned.n] {
             let n = (PAGE_SIZE - off).min(len - done);

@@ -10,6 +10,7 @@
 //! - `set`: sets, membership, lifecycle and member TLB coherence;
 //! - `dm`: `dmread()`/`dmwrite()`;
 //! - `mm`: typed wrappers over the C structures it touches;
+//! - `stats`: per-set counters in debugfs (switches, flushes, IPIs, pins);
 //! - this file: the hook entry points and the `prctl()` operations.
 //!
 //! The line between the two sides: every rule about addresses (where shared
@@ -30,6 +31,7 @@ use kernel::{bindings, error::to_result, ffi::c_int, ffi::c_long, ffi::c_ulong, 
 mod dm;
 mod mm;
 mod set;
+mod stats;
 
 use mm::{current_signal, current_tid, task_mm, task_signal, Mm};
 use set::{Join, Set};
@@ -75,6 +77,7 @@ impl kernel::Module for HalfProc {
         )?;
         // SAFETY: `ops` lives until `drop`, which unregisters it first.
         to_result(unsafe { bindings::halfproc_register(&*ops) })?;
+        stats::init();
         if set::SKIP_MEMBER_FLUSH {
             pr_warn!(
                 "TEST BUILD: member TLB flushes are disabled; stale translations will survive\n"
@@ -90,6 +93,7 @@ impl Drop for HalfProc {
         // SAFETY: registered in `init`; returns after an RCU grace period, so
         // no hook can start afterwards, and a running one pins the module.
         unsafe { bindings::halfproc_unregister(&*self.ops.0) };
+        stats::exit();
         pr_info!(
             "half-process support unloaded ({} live sets)\n",
             set::LIVE_SETS.load(Ordering::Relaxed)
@@ -200,6 +204,7 @@ unsafe extern "C" fn hook_enter(sw: *mut bindings::halfproc_switch, create: bool
     // SAFETY: `sw` is the caller's switch record; current is a member of
     // `set`, whose set mm lives as long as current's mm.
     unsafe { bindings::halfproc_switch_mm(sw, set.mm().as_raw()) };
+    set.stats.switched();
     0
 }
 

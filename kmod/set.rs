@@ -39,7 +39,8 @@
 //! 4. [`Set::members`] (a spinlock; TLB flush IPIs are sent under it).
 
 use crate::mm::{current_signal, Mm};
-use core::sync::atomic::{AtomicU64, Ordering};
+use crate::stats::{self, Counters, Dentry};
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use kernel::{
     bindings,
     error::{from_err_ptr, to_result},
@@ -145,6 +146,10 @@ pub(crate) struct Set {
     #[pin]
     members: SpinLock<KVec<Member>>,
     id: u64,
+    /// What the set did (debugfs `halfproc/<id>/`, see `stats`).
+    pub(crate) stats: Counters,
+    /// Its debugfs directory, from `create` to `destroy`.
+    dir: AtomicPtr<Dentry>,
 }
 
 // SAFETY: the opaque C parts are only touched under the locks described in
@@ -231,6 +236,8 @@ impl Set {
                 notifier: Opaque::uninit(),
                 members <- new_spinlock!(KVec::new(), "halfproc_set_members"),
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                stats: Counters::new(),
+                dir: AtomicPtr::new(core::ptr::null_mut()),
             }),
             GFP_KERNEL,
         )?;
@@ -261,6 +268,10 @@ impl Set {
             return Err(Error::from_errno(ret));
         }
         LIVE_SETS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the set is pinned in its `Arc`, and `destroy` removes the
+        // directory before the set can be freed.
+        let dir = unsafe { set.stats.publish_set(set.id) };
+        set.dir.store(dir, Ordering::Release);
         pr_debug!("set {} created\n", set.id);
         Ok(set)
     }
@@ -399,6 +410,7 @@ impl Set {
 
     /// Release the set mm once no member is left.
     fn destroy(&self) {
+        stats::remove_dir(self.dir.swap(core::ptr::null_mut(), Ordering::AcqRel));
         let mm = self.mm().as_raw();
         // SAFETY: registered in `create` on this mm; unregistering waits for
         // running callbacks.
@@ -415,10 +427,14 @@ impl Set {
         if SKIP_MEMBER_FLUSH {
             return;
         }
+        self.stats.flushed();
         for m in self.members.lock().iter() {
             // SAFETY: `m.mm` stays allocated while listed (type invariant),
             // and the lock is held.
-            unsafe { bindings::halfproc_flush_tlb_range(m.mm, start as _, end as _) };
+            unsafe {
+                self.stats.member_flush(m.mm);
+                bindings::halfproc_flush_tlb_range(m.mm, start as _, end as _)
+            };
         }
     }
 }

@@ -8,6 +8,8 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp
+# The module's counters (hp_counters, halfproc bench mm).
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
 # cgroup v2 (hp_memcg); absent without CONFIG_CGROUPS, and hp_memcg skips.
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
@@ -71,6 +73,23 @@ mm_selftests() {
 	echo 2 >/proc/sys/kernel/randomize_va_space
 }
 
+# with_reclaim CMD...: run CMD with a zram swap device and a hugetlb pool
+# (hp_reclaim), then take both away again: elsewhere swap would turn
+# hp_memcg's memcg OOM into swapping.
+with_reclaim() {
+	if [ -e /sys/block/zram0/disksize ]; then
+		echo 1 >/sys/block/zram0/reset 2>/dev/null
+		echo 256M >/sys/block/zram0/disksize && mkswap /dev/zram0 >/dev/null &&
+			swapon /dev/zram0 && echo "# reclaim: zram0 swap, 256 MiB"
+	fi
+	echo 4 >/proc/sys/vm/nr_hugepages 2>/dev/null
+	"$@"
+	r=$?
+	swapoff /dev/zram0 2>/dev/null
+	echo 0 >/proc/sys/vm/nr_hugepages 2>/dev/null
+	return $r
+}
+
 case "$mode" in
 mm)	# The unpatched kernel (scripts/stock-compare.sh): the mm selftests only.
 	rc=0; mm_selftests; status $rc ;;
@@ -130,8 +149,8 @@ if [ "$mode" = test ] && [ -n "$only" ]; then
 		for o in $only; do
 			t="${o%%:*}"
 			echo "# run $i of $repeat: $t"
-			if [ "$t" != "$o" ]; then prog "$t" "/tests/$t" -r "global.${o#*:}"; r=$?
-			else prog "$t" "/tests/$t"; r=$?; fi
+			if [ "$t" != "$o" ]; then with_reclaim prog "$t" "/tests/$t" -r "global.${o#*:}"; r=$?
+			else with_reclaim prog "$t" "/tests/$t"; r=$?; fi
 			tap $r "run_${i}_of_${repeat}_$t"
 		done
 	done
@@ -154,9 +173,10 @@ if [ "$mode" = demo ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg hp_switch hp_layout rt/guest_tests; do
+	for t in hp_sets hp_fork hp_tlb hp_dm hp_memcg hp_switch hp_layout hp_counters rt/guest_tests; do
 		prog "$t" "/tests/$t" || rc=1
 	done
+	with_reclaim prog hp_reclaim /tests/hp_reclaim || rc=1
 	halfproc info --probe; tap $? runtime_info_probe
 	# The copy benchmark's strategy tests (checksummed transfers).
 	/tests/rt/bench_strategies --test-threads=1; tap $? bench_strategies

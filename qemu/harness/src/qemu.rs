@@ -49,7 +49,9 @@ pub fn command(o: &RunOpts, status_file: &std::path::Path) -> Vec<String> {
         "-cpu".into(),
         o.cpu.clone(),
         "-smp".into(),
-        o.cpus.to_string(),
+        // One socket per vCPU: a socket split over two NUMA nodes makes
+        // the kernel warn (topology_sane()).
+        format!("{},sockets={}", o.cpus, o.cpus),
         "-m".into(),
         format!("{}M", o.memory_mb),
         "-nodefaults".into(),
@@ -69,12 +71,34 @@ pub fn command(o: &RunOpts, status_file: &std::path::Path) -> Vec<String> {
             .trim()
             .to_string(),
     ];
+    c.extend(numa(o.memory_mb, o.cpus));
     if let Some(dir) = &o.share {
         c.push("-virtfs".into());
         c.push(format!(
             "local,path={},mount_tag=hostshare,security_model=none,id=hs",
             dir.display()
         ));
+    }
+    c
+}
+
+/// Two NUMA nodes, memory split in half: node 0 has vCPU 0, node 1 the
+/// rest (or none with one vCPU), so page migration between nodes is
+/// exercised in the guest (tests/guest/hp_reclaim.c).
+fn numa(memory_mb: u32, cpus: u32) -> Vec<String> {
+    let half = memory_mb / 2;
+    let mut c = Vec::new();
+    for (id, size) in [(0, half), (1, memory_mb - half)] {
+        c.push("-object".into());
+        c.push(format!("memory-backend-ram,id=mem{id},size={size}M"));
+        let cpu = match (id, cpus) {
+            (0, _) => ",cpus=0".to_string(),
+            (_, 1) => String::new(),
+            (_, 2) => ",cpus=1".to_string(),
+            (_, n) => format!(",cpus=1-{}", n - 1),
+        };
+        c.push("-numa".into());
+        c.push(format!("node,nodeid={id}{cpu},memdev=mem{id}"));
     }
     c
 }
@@ -178,6 +202,9 @@ mod tests {
             "file:/tmp/x.status",
             "mount_tag=hostshare",
             "-cpu max,la57=off",
+            "-numa node,nodeid=0,cpus=0,memdev=mem0",
+            "-numa node,nodeid=1,cpus=1,memdev=mem1",
+            "memory-backend-ram,id=mem1,size=256M",
         ] {
             assert!(c.contains(want), "{want} missing from {c}");
         }

@@ -35,7 +35,9 @@
 //! | `report.rs` | the copy report: table, ratios, JSON |
 //! | `plot/` | log-log charts to SVG and PNG |
 //! | `mm.rs` | `bench mm` |
+//! | `mmcount.rs` | `bench mm`'s counts (switches, flushes, IPIs) |
 //! | `apps/` | `bench apps`: runs, report, figure |
+//! | `migrate_bench.rs` | `bench migrate`: checkpoint+restore throughput against memcpy |
 //! | `os.rs` | the benchmarks' own system calls (clock, affinity, pipes, children); the rest is `halfproc-sys` |
 //!
 //! # Examples
@@ -56,6 +58,7 @@ pub mod error;
 pub mod harness;
 pub mod migrate_bench;
 pub mod mm;
+pub mod mmcount;
 pub mod opts;
 pub mod os;
 pub mod pattern;

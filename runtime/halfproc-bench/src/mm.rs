@@ -21,6 +21,7 @@
 //! alternate in every repetition.
 
 use crate::error::{Error, Result};
+use crate::mmcount::{self, CountRow};
 use crate::opts::MmOpts;
 use crate::os;
 use crate::report::{write_grid, Machine};
@@ -70,6 +71,9 @@ pub struct MmReport {
     pub mmap: Pair,
     /// First-touch faults.
     pub fault: Pair,
+    /// Counts per operation (kernel backend with the module's debugfs
+    /// counters; empty elsewhere), see [`crate::mmcount`].
+    pub counts: Vec<CountRow>,
     /// Files written.
     pub files: Vec<PathBuf>,
 }
@@ -250,8 +254,12 @@ pub fn run_mm(opts: &MmOpts) -> Result<MmReport> {
             private: col(reps),
             shared: col(3 * reps),
         },
+        counts: Vec::new(),
         files: Vec::new(),
     };
+    if backend == BackendKind::Kernel && mmcount::available() {
+        report.counts = mmcount::sweep()?;
+    }
     if let Some(dir) = &opts.out {
         report.files = report.write_files(dir)?;
     }
@@ -293,6 +301,9 @@ impl MmReport {
             row("page fault", self.faults, &self.fault, "1.008 (+0.8%)"),
         ];
         write_grid(&mut t, &head, &rows);
+        if !self.counts.is_empty() {
+            t.push_str(&mmcount::table(&self.counts));
+        }
         t
     }
 
@@ -319,6 +330,7 @@ impl MmReport {
             "machine": self.machine.json(),
             "mmap": pair(&self.mmap, self.mmaps, 2.654 / 2.531),
             "fault": pair(&self.fault, self.faults, 1.327 / 1.316),
+            "counts": mmcount::json(&self.counts),
         })
     }
 

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The module's counters (debugfs /sys/kernel/debug/halfproc/<set>/ and
+ * total/, kmod/stats.rs) count what they say: one address-space switch per
+ * meta-operation on the range, one member flush per member for every unmap
+ * in the set mm, an IPI for a member whose CPU has its tables loaded, and
+ * the pages dmread() pins.  The suite runs one program at a time, so a set's
+ * counts move only by what the test does.
+ */
+#include "../lib/halfproc_test.h"
+#include <dirent.h>
+#include <stdatomic.h>
+#include "kselftest_harness.h"
+
+#define DIR_ "/sys/kernel/debug/halfproc/"
+
+#define REQUIRE_COUNTERS() do {						\
+	if (!hp_supported())						\
+		SKIP(return, "halfproc module not loaded");		\
+	if (access(DIR_ "total/switches", R_OK))			\
+		SKIP(return, "no debugfs counters");			\
+} while (0)
+
+static long counter(const char *set, const char *name)
+{
+	char path[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), DIR_ "%s/%s", set, name);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+/* The highest set id with a directory: the newest set. */
+static long newest_set(void)
+{
+	DIR *d = opendir(DIR_);
+	struct dirent *e;
+	long id = -1;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] >= '1' && e->d_name[0] <= '9' &&
+		    atol(e->d_name) > id)
+			id = atol(e->d_name);
+	closedir(d);
+	return id;
+}
+
+/*
+ * Each range mmap and each munmap switches once to the set mm, no more;
+ * a private mmap does not switch.  The set's first mmap (which creates it)
+ * counts too.
+ */
+TEST(one_switch_per_meta_operation)
+{
+	const int n = 50;
+	char set[32];
+	long s0, t0;
+	char *p;
+
+	REQUIRE_COUNTERS();
+	p = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, p);
+	snprintf(set, sizeof(set), "%ld", newest_set());
+	s0 = counter(set, "switches");
+	t0 = counter("total", "switches");
+	EXPECT_EQ(1, s0) TH_LOG("the creating mmap of set %s", set);
+	for (int i = 0; i < n; i++) {
+		char *q = hp_anon(PAGE);
+
+		ASSERT_NE(MAP_FAILED, q);
+		ASSERT_EQ(0, munmap(q, PAGE));
+		q = mmap(NULL, PAGE, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		ASSERT_NE(MAP_FAILED, q);
+		ASSERT_EQ(0, munmap(q, PAGE));
+	}
+	ASSERT_EQ(0, mprotect(p, PAGE, PROT_READ));
+	EXPECT_EQ(s0 + 2 * n + 1, counter(set, "switches"));
+	EXPECT_EQ(t0 + 2 * n + 1, counter("total", "switches"));
+	ASSERT_EQ(0, munmap(p, PAGE));
+}
+
+/*
+ * Unmapping a touched page flushes every member once: with a second
+ * member spinning on the other CPU over the range (its tables loaded
+ * there), each flush reaches that CPU by IPI.
+ */
+TEST(member_flushes_and_ipis)
+{
+	const int n = 20;
+	long f0, m0, c0, i0, f1, m1, c1, i1;
+	_Atomic int *stop;
+	struct chan ch;
+	char set[32];
+	char *p;
+	pid_t m;
+
+	REQUIRE_COUNTERS();
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		SKIP(return, "one CPU");
+	stop = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, stop);
+	p = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, p);
+	p[0] = 1;
+	snprintf(set, sizeof(set), "%ld", newest_set());
+	ASSERT_EQ(0, chan_open(&ch));
+	m = hp_spawn();
+	ASSERT_GE(m, 0);
+	if (m == 0) {
+		cpu_set_t cs;
+		volatile char x;
+
+		CPU_ZERO(&cs);
+		CPU_SET(1, &cs);
+		sched_setaffinity(0, sizeof(cs), &cs);
+		x = p[0];
+		tell_parent(&ch, 'r');
+		while (!atomic_load(stop))
+			x = p[0];
+		(void)x;
+		_exit(0);
+	}
+	{
+		cpu_set_t cs;
+
+		CPU_ZERO(&cs);
+		CPU_SET(0, &cs);
+		ASSERT_EQ(0, sched_setaffinity(0, sizeof(cs), &cs));
+	}
+	ASSERT_EQ('r', from_child(&ch));
+	f0 = counter(set, "flushes");
+	m0 = counter(set, "member_flushes");
+	c0 = counter(set, "flush_cpus");
+	i0 = counter(set, "ipis");
+	for (int i = 0; i < n; i++) {
+		char *q = hp_anon(PAGE);
+
+		ASSERT_NE(MAP_FAILED, q);
+		q[0] = 1;
+		ASSERT_EQ(0, munmap(q, PAGE));
+	}
+	f1 = counter(set, "flushes");
+	m1 = counter(set, "member_flushes");
+	c1 = counter(set, "flush_cpus");
+	i1 = counter(set, "ipis");
+	atomic_store(stop, 1);
+	EXPECT_EQ(0, wait_status(m));
+	TH_LOG("%d munmaps of a touched page, 2 members: flushes %ld, member "
+	       "flushes %ld, flushed CPUs %ld, IPIs %ld", n, f1 - f0, m1 - m0,
+	       c1 - c0, i1 - i0);
+	EXPECT_GE(f1 - f0, n);
+	EXPECT_EQ(2 * (f1 - f0), m1 - m0);
+	/* The spinning member's CPU is remote for every flush. */
+	EXPECT_GE(i1 - i0, f1 - f0);
+	EXPECT_GE(c1 - c0, i1 - i0);
+	ASSERT_EQ(0, munmap(p, PAGE));
+}
+
+/* dmread() of 3 pages of a member pins 3 pages. */
+TEST(dmread_pins_are_counted)
+{
+	char *buf, *p, set[32];
+	struct chan ch;
+	long p0;
+	pid_t m;
+
+	REQUIRE_COUNTERS();
+	p = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, p);
+	snprintf(set, sizeof(set), "%ld", newest_set());
+	buf = malloc(3 * PAGE);
+	ASSERT_NE(NULL, buf);
+	ASSERT_EQ(0, chan_open(&ch));
+	m = hp_spawn();
+	ASSERT_GE(m, 0);
+	if (m == 0) {
+		char *priv = aligned_alloc(PAGE, 3 * PAGE);
+
+		memset(priv, 7, 3 * PAGE);
+		if (write(ch.up[1], &priv, sizeof(priv)) != sizeof(priv))
+			_exit(1);
+		from_parent(&ch);
+		_exit(0);
+	}
+	char *remote;
+
+	ASSERT_EQ(sizeof(remote), read(ch.up[0], &remote, sizeof(remote)));
+	p0 = counter(set, "pinned");
+	ASSERT_EQ(3 * PAGE, dmread(m, remote, 3 * PAGE, buf));
+	EXPECT_EQ(7, buf[2 * PAGE + 5]);
+	EXPECT_EQ(p0 + 3, counter(set, "pinned"));
+	tell_child(&ch, 'q');
+	EXPECT_EQ(0, wait_status(m));
+	munmap(p, PAGE);
+}
+
+TEST_HARNESS_MAIN
