@@ -43,6 +43,8 @@ fn opts(dir: &Path, expected: &[&str]) -> RunOpts {
         cpus: 1,
         cpu: "max".into(),
         echo: false,
+        echo_prefix: String::new(),
+        net: None,
         expected: expected.iter().map(|e| e.to_string()).collect(),
     }
 }
