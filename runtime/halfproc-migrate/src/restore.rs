@@ -154,12 +154,9 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
     let status_fd = helpers.base as u64;
     let status_w = helpers.status_w.as_raw_fd();
 
-    // SAFETY: fork; the child only runs `child_enter`, which makes raw
-    // system calls and copies bytes (async-signal-safe), then never returns.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(Error::last("fork"));
-    }
+    // SAFETY: the child only runs `child_enter`, which makes raw system
+    // calls and copies bytes (async-signal-safe), then never returns.
+    let pid = unsafe { restorer::spawn() }?;
     if pid == 0 {
         // SAFETY: we are the freshly forked child; `r` was checked free in the
         // parent's (= our) address space; `child_enter` never returns.
@@ -283,6 +280,10 @@ fn overlaps(a: u64, alen: u64, b: u64, bend: u64) -> bool {
 fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u64> {
     let mut at = R_PREFERRED;
     while at > R_STEP {
+        // Never in or below the shared range: a member could not map R there.
+        if at < halfproc_sys::range::HALFPROC_RANGE_END {
+            break;
+        }
         let clash = m.vmas.iter().any(|v| overlaps(at, len, v.start, v.end))
             || own
                 .iter()
@@ -309,6 +310,9 @@ fn plan(
         bytes: Vec::new(),
     };
     let mut ops: Vec<(Op, String)> = Vec::new();
+    // On the kernel backend the restored process is a member of our set
+    // (see `restorer::spawn`): its shared range is the set's, left alone.
+    let keep_range = crate::mem::caller_is_member();
     let mut op = |nr: libc::c_long, args: &[u64], expect: u64, what: String| {
         ops.push((Op::new(nr, args, expect), what));
     };
@@ -427,12 +431,34 @@ fn plan(
     let r_end = scratch + specials.iter().map(|s| s.2).sum::<u64>();
     // Also pushed in the sizing pass (base 0): both passes must have the
     // same ops, the region is sized from the first.
-    op(
-        SYS_munmap,
-        &[0, r_start],
-        0,
-        "unmap below the restorer".into(),
-    );
+    if keep_range {
+        // A member may not unmap across the shared range (EINVAL), and must
+        // not unmap in it: that would take the set's memory from every
+        // member. R lies above the range (`choose_region`).
+        use halfproc_sys::range::{HALFPROC_RANGE_END, HALFPROC_RANGE_START};
+        op(
+            SYS_munmap,
+            &[0, r_start.min(HALFPROC_RANGE_START)],
+            0,
+            "unmap below the shared range".into(),
+        );
+        op(
+            SYS_munmap,
+            &[
+                HALFPROC_RANGE_END,
+                r_start.saturating_sub(HALFPROC_RANGE_END),
+            ],
+            0,
+            "unmap between the shared range and the restorer".into(),
+        );
+    } else {
+        op(
+            SYS_munmap,
+            &[0, r_start],
+            0,
+            "unmap below the restorer".into(),
+        );
+    }
     op(
         SYS_munmap,
         &[r_end, TASK_SIZE.wrapping_sub(r_end)],

@@ -9,12 +9,14 @@
 //! - [`proto`]: the framed, versioned messages;
 //! - [`daemon`]: listener, one task per connection, program and session tables, shutdown;
 //! - [`session`]: a run session at the program's origin (output order, stdin buffer);
+//! - [`member`]: the kernel backend: the daemon leads a set, `run` starts members (clone3 + execve);
 //! - [`program`]: one incarnation on a node (keeper thread, relays, link to the origin);
 //! - [`migrate`]: source and destination of a migration, checkpoint through the daemon;
 //! - [`client`]: blocking client functions for the `halfproc` command.
 
 pub mod client;
 pub mod daemon;
+pub mod member;
 pub mod migrate;
 pub mod program;
 pub mod proto;

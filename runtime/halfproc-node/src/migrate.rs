@@ -105,7 +105,8 @@ async fn migrate_acquired(
     say(
         progress,
         format!(
-            "frozen and dumped pid {pid}: {:.1} MiB of pages; streaming to {to}",
+            "frozen and dumped pid {pid} (read with {}): {:.1} MiB of pages; streaming to {to}",
+            halfproc_migrate::reader_kind(),
             bytes as f64 / 1048576.0
         ),
     );

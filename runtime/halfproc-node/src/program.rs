@@ -276,7 +276,8 @@ async fn output_loop(link: Link, gen: u64, stream: Stream, mut rx: pipe::Receive
 
 /// How to make the process.
 pub enum How {
-    /// `argv` in `cwd` with `env` (the portable backend: a plain child).
+    /// `argv` in `cwd` with `env`: a plain child on the portable backend, a
+    /// member of the daemon's set on the kernel backend (`member`).
     Spawn {
         argv: Vec<String>,
         cwd: String,
@@ -420,6 +421,18 @@ fn keeper(
 ) {
     let mut stopped = false;
     let pid = match how {
+        How::Spawn { argv, cwd, env } if crate::member::active() => {
+            // The kernel backend: a member of our set (clone3 + execve).
+            let r = crate::member::spawn(&argv, &cwd, &env, &child);
+            drop(child);
+            match r {
+                Ok(pid) => pid,
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+            }
+        }
         How::Spawn { argv, cwd, env } => {
             let mut c = std::process::Command::new(&argv[0]);
             c.args(&argv[1..]).current_dir(&cwd).env_clear().envs(env);
