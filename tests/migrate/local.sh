@@ -12,12 +12,24 @@ moves="${1:-20}" ticks="${2:-400}"
 d=/tmp/mig
 mkdir -p "$d"
 echo "TAP version 13"
-echo "1..13"
+echo "1..15"
 head -c 32 /dev/urandom >"$d/secret"
 export HALFPROC_NODE_SECRET_FILE="$d/secret"
 a=127.0.0.1:7070 b=127.0.0.1:7071
 start_node "$a" "$d/node-a.log"; tap $? node_a_leads_a_set
 start_node "$b" "$d/node-b.log"; tap $? node_b_leads_a_set
+
+# Started through clone3 + execve by the daemon: PATH search, cwd, status,
+# and a program that cannot be started (exit 127, errno named).
+out="$(cd "$d" && env PATH=/nowhere:/bin halfproc run --node "$a" -- sh -c 'pwd; exit 7' </dev/null)"
+r=$?
+echo "# sh -c 'pwd; exit 7' in $d: printed $out, exit status $r"
+[ "$out" = "$d" ] && [ $r = 7 ]; tap $? run_searches_path_keeps_cwd_and_status
+halfproc run --node "$a" -- /nonexistent/prog </dev/null 2>"$d/enoent.err"
+r=$?
+sed 's/^/# /' "$d/enoent.err"
+[ $r = 127 ] && grep -q "cannot start /nonexistent/prog: No such file" "$d/enoent.err"
+tap $? run_of_a_missing_program_exits_127_naming_it
 
 seq 1 100000 >"$d/data"
 seq 7 13 600000 | sed 's/$/ halfproc/' >>"$d/data"
