@@ -14,7 +14,8 @@
 #
 # FLAVOUR: debug|release, or stock (the unpatched kernel: guest programs
 # only, for mode mm).  MODE (tests/guest/init.sh): test, demo, bench,
-# migrate, sabotage, mm, panic, hang, fail.  Results land in out/<flavour>/<mode>.{log,
+# migrate, criu (needs Debian's criu on the host), sabotage, mm, panic,
+# hang, fail.  Results land in out/<flavour>/<mode>.{log,
 # results.json,tap}.  Environment for boot: HALFPROC_APPEND (more kernel
 # arguments, e.g. halfproc.only=hp_tlb halfproc.repeat=50), HALFPROC_PTI
 # (on|off, default on), HALFPROC_CPU (QEMU -cpu model, default max; use
@@ -24,16 +25,27 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
 
+with_libs() {	# with_libs PATH DST: SRC:DST lines of a program and its shared libraries
+	local lib
+	echo "$(readlink -f "$1"):$2"
+	# Each library (and the dynamic loader) at the path the program looks for it.
+	for lib in $(ldd "$1" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p'); do
+		echo "$(readlink -f "$lib"):$lib"
+	done
+}
+
 debian_programs() {	# SRC:DST lines: Debian's programs the migration tests run, with their libraries
-	local p path lib
+	local p path
 	for p in xz gzip bzip2 sha256sum; do
 		path="$(command -v "$p")" || die "$p is not installed (apt-get install xz-utils gzip bzip2 coreutils)"
-		echo "$(readlink -f "$path"):/opt/deb/$p"
-		# Each library (and the dynamic loader) at the path the program looks for it.
-		for lib in $(ldd "$path" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p'); do
-			echo "$(readlink -f "$lib"):$lib"
-		done
+		with_libs "$path" "/opt/deb/$p"
 	done | sort -u
+}
+
+criu_files() {	# SRC:DST lines: Debian's criu (mode criu only: apt-get install criu)
+	local path
+	path="$(PATH="$PATH:/usr/sbin:/sbin" command -v criu)" || die "criu is not installed (apt-get install criu)"
+	with_libs "$path" /usr/sbin/criu | sort -u
 }
 
 initramfs() {	# initramfs FLAVOUR MODE [SRC:DST...]: writes out/FLAVOUR/initramfs-MODE.cpio
@@ -44,6 +56,8 @@ initramfs() {	# initramfs FLAVOUR MODE [SRC:DST...]: writes out/FLAVOUR/initramf
 	local HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
 	local files=() f
 	while read -r f; do files+=(--file "$f"); done <"$OUT/files"
+	# The migration tests' scripts, as they are now (no build step).
+	for f in "$HALFPROC_ROOT"/tests/migrate/*.sh; do files+=(--file "$f:/migrate/${f##*/}"); done
 	for f in ${HALFPROC_GUEST_EXTRA:-} "$@"; do files+=(--file "$f"); done
 	# The arguments of the in-guest copy benchmark (bench and demo modes).
 	printf '%s\n' "${HALFPROC_BENCH_ARGS:---sizes 6..26:2 --reps 3 --placement both}" \
@@ -140,9 +154,6 @@ for l in sys.stdin:
 		for f in "$OUT"/guest/bench/* "$OUT"/guest/demo/* "$OUT"/guest/migrate/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/${f#"$OUT"/guest/}"
 		done
-		for f in "$HALFPROC_ROOT"/tests/migrate/*.sh; do
-			echo "$f:/migrate/${f##*/}"
-		done
 		debian_programs
 	} >"$OUT/files"
 	# The programs init.sh runs between its markers in mode test: each must
@@ -156,7 +167,9 @@ for l in sys.stdin:
 boot() {	# boot FLAVOUR MODE [TIMEOUT]
 	local flavour="$1" mode="$2" timeout="${3:-900}" OUT="$HALFPROC_ROOT/out/$1"
 	local HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
-	initramfs "$flavour" "$mode"
+	local extra=()
+	[ "$mode" = criu ] && mapfile -t extra < <(criu_files)
+	initramfs "$flavour" "$mode" "${extra[@]}"
 	phase "boot ($flavour, mode $mode, pti=${HALFPROC_PTI:-on}, cpu ${HALFPROC_CPU:-max}, timeout ${timeout}s)"
 	local rc=0 expect=()
 	# Every program of the full suite must report (not with halfproc.only).

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # /init of the test initramfs.  The mode comes from the kernel command line
-# (halfproc.mode=test|bench|demo|migrate|two|panic|hang|fail; two also
+# (halfproc.mode=test|bench|demo|migrate|criu|two|panic|hang|fail; two also
 # halfproc.role/ip/peer from halfproc-harness pair); the exit status goes to the
 # harness over the second serial port as HALFPROC_EXIT=<n>.
 /bin/busybox --install -s
@@ -151,6 +151,11 @@ if [ "$mode" = migrate ]; then
 	# Migration on the kernel backend in one guest (tests/migrate).
 	prog migrate/softdirty /migrate/softdirty || rc=1
 	prog migrate/local /migrate/local.sh "$moves" 400 || rc=1
+	mode=done
+fi
+if [ "$mode" = criu ]; then
+	# CRIU side by side with halfproc (docs/migration.md).
+	prog migrate/criu /migrate/criu.sh || rc=1
 	mode=done
 fi
 if [ "$mode" = two ]; then

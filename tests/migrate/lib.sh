@@ -52,6 +52,8 @@ migrate_run() {
 	while [ "${wait_output:-0}" = 1 ] && [ ! -s "$d/$name.out" ] && [ $i -lt 300 ]; do
 		sleep 0.1; i=$((i + 1))
 	done
+	# A caller's migrate_run_hook (if any) runs here, with $pid set.
+	[ -n "$pid" ] && command -v migrate_run_hook >/dev/null && migrate_run_hook
 	m=0
 	while [ $ok = 0 ] && [ $m -lt "$moves" ]; do
 		m=$((m + 1))
