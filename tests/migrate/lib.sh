@@ -34,12 +34,16 @@ migrate_run() {
 	name="$1" moves="$2" from="$3" to="$4"
 	shift 4
 	d=/tmp/mig
-	rm -f "$d/$name.go" "$d/$name.pid" "$d/$name.moves" "$d/$name.mlog" "$d/$name.out"
-	{
-		cat "$d/$name.in"
-		while [ ! -f "$d/$name.go" ]; do sleep 0.05; done
-	} | halfproc run --node "$from" --pid-file "$d/$name.pid" -- "$@" \
-		>"$d/$name.out" 2>"$d/$name.err" &
+	rm -f "$d/$name.go" "$d/$name.pid" "$d/$name.moves" "$d/$name.mlog" "$d/$name.out" \
+		"$d/$name.rc"
+	(
+		{
+			cat "$d/$name.in"
+			while [ ! -f "$d/$name.go" ]; do sleep 0.05; done
+		} | halfproc run --node "$from" --pid-file "$d/$name.pid" -- "$@" \
+			>"$d/$name.out" 2>"$d/$name.err"
+		echo $? >"$d/$name.rc"
+	) &
 	runner=$!
 	i=0
 	while [ ! -s "$d/$name.pid" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
@@ -71,8 +75,14 @@ migrate_run() {
 		fi
 	done
 	touch "$d/$name.go"
+	# A caller's diagnose (if any) says what is going on if the program has
+	# not finished 90 s after its stdin ended.
+	i=0
+	while [ ! -f "$d/$name.rc" ]; do
+		sleep 0.1; i=$((i + 1))
+		[ $i = 900 ] && command -v diagnose >/dev/null && diagnose
+	done
 	wait "$runner"
-	echo $? >"$d/$name.rc"
 	return $ok
 }
 

@@ -15,13 +15,33 @@ d=/tmp/mig
 mkdir -p "$d"
 export HALFPROC_NODE_SECRET_FILE=/etc/halfproc-node.secret
 echo "TAP version 13"
+diagnose() {	# what the programs of this node are doing
+	halfproc ps --node 127.0.0.1:7070 2>&1 | sed 's/^/# ps: /'
+	netstat -tn 2>&1 | sed 's/^/# netstat: /'
+	grep eth0 /proc/net/dev | sed 's/^/# dev: /'
+	for p in $(ls /proc | grep '^[0-9]*$'); do
+		[ -e "/proc/$p/exe" ] || continue # a kernel thread
+		case "$(cat "/proc/$p/comm")" in sh | init | sleep) continue ;; esac
+		echo "# pid $p: $(cut -d' ' -f2,3 "/proc/$p/stat") wchan $(cat "/proc/$p/wchan" 2>/dev/null)" \
+			"$(grep -E '^(SigPnd|ShdPnd|SigBlk|TracerPid)' "/proc/$p/status" | tr '\n\t' '  ')"
+		sed 's/^/#   /' "/proc/$p/stack" 2>/dev/null
+		ls -l "/proc/$p/fd" 2>/dev/null | sed -n 's/.* \([0-9]* -> .*\)/#   fd \1/p'
+		for t in /proc/"$p"/task/*; do
+			echo "#   task ${t##*/} $(cut -d' ' -f3 "$t/stat") $(cat "$t/wchan" 2>/dev/null)"
+		done
+	done
+}
 if [ "$role" = b ]; then
 	echo "1..2"
 	start_node "0.0.0.0:7070" "$d/node.log" --advertise "$me:7070"
 	tap $? node_b_leads_a_set
 	# A runs `touch` here through this daemon when it is done.
 	i=0
-	while [ ! -f /tmp/two-done ] && [ $i -lt 2400 ]; do sleep 0.1; i=$((i + 1)); done
+	while [ ! -f /tmp/two-done ] && [ $i -lt 2400 ]; do
+		sleep 0.1; i=$((i + 1))
+		# Still waiting after 90 s: say what this node's programs are doing.
+		[ $i = 900 ] && diagnose
+	done
 	[ -f /tmp/two-done ]; tap $? guest_a_finished_its_test_here
 	stop_nodes
 	exit $failed
