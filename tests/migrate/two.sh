@@ -18,6 +18,7 @@ echo "TAP version 13"
 diagnose() {	# what the programs of this node are doing
 	halfproc ps --node 127.0.0.1:7070 2>&1 | sed 's/^/# ps: /'
 	netstat -tn 2>&1 | sed 's/^/# netstat: /'
+	tail -n 5 "$d/node.log" | sed 's/^/# node log: /'
 	grep eth0 /proc/net/dev | sed 's/^/# dev: /'
 	for p in $(ls /proc | grep '^[0-9]*$'); do
 		[ -e "/proc/$p/exe" ] || continue # a kernel thread

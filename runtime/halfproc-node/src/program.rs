@@ -250,7 +250,12 @@ async fn stdin_loop(
                             written.fetch_add(n as u64, Ordering::SeqCst);
                         }
                         // The program closed its stdin: nothing more to relay.
-                        Err(_) => return,
+                        Err(e) => {
+                            eprintln!(
+                                "halfproc node: stdin relay stopped at offset {off}: write: {e}"
+                            );
+                            return;
+                        }
                     }
                 }
             }
@@ -259,7 +264,10 @@ async fn stdin_loop(
                 *guard = None;
                 return;
             }
-            Err(_) => return,
+            Err(e) => {
+                eprintln!("halfproc node: stdin relay stopped at offset {off}: {e}");
+                return;
+            }
         }
     }
 }
