@@ -7,10 +7,15 @@
 #                                                   programs, harness, runtime
 #   scripts/guest.sh boot FLAVOUR MODE [TIMEOUT]    one boot of what was built
 #   scripts/guest.sh FLAVOUR MODE [TIMEOUT]         both
+#   scripts/guest.sh two FLAVOUR [TIMEOUT]          two guests of what was
+#                                                   built on a virtual network
+#                                                   (halfproc-harness pair):
+#                                                   a program moves from A to B
 #
 # FLAVOUR: debug|release, or stock (the unpatched kernel: guest programs
 # only, for mode mm).  MODE (tests/guest/init.sh): test, demo, bench,
-# sabotage, mm, panic, hang, fail.  Results land in out/<flavour>/<mode>.{log,
+# migrate, criu (needs Debian's criu on the host), sabotage, mm, panic,
+# hang, fail.  Results land in out/<flavour>/<mode>.{log,
 # results.json,tap}.  Environment for boot: HALFPROC_APPEND (more kernel
 # arguments, e.g. halfproc.only=hp_tlb halfproc.repeat=50), HALFPROC_PTI
 # (on|off, default on), HALFPROC_CPU (QEMU -cpu model, default max; use
@@ -19,6 +24,66 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
+
+with_libs() {	# with_libs PATH DST: SRC:DST lines of a program and its shared libraries
+	local lib
+	echo "$(readlink -f "$1"):$2"
+	# Each library (and the dynamic loader) at the path the program looks for it.
+	for lib in $(ldd "$1" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) (.*/\1/p'); do
+		echo "$(readlink -f "$lib"):$lib"
+	done
+}
+
+debian_programs() {	# SRC:DST lines: Debian's programs the migration tests run, with their libraries
+	local p path
+	for p in xz gzip bzip2 sha256sum; do
+		path="$(command -v "$p")" || die "$p is not installed (apt-get install xz-utils gzip bzip2 coreutils)"
+		with_libs "$path" "/opt/deb/$p"
+	done | sort -u
+}
+
+criu_files() {	# SRC:DST lines: Debian's criu (mode criu only: apt-get install criu)
+	local path
+	path="$(PATH="$PATH:/usr/sbin:/sbin" command -v criu)" || die "criu is not installed (apt-get install criu)"
+	with_libs "$path" /usr/sbin/criu | sort -u
+}
+
+initramfs() {	# initramfs FLAVOUR MODE [SRC:DST...]: writes out/FLAVOUR/initramfs-MODE.cpio
+	local flavour="$1" mode="$2" OUT="$HALFPROC_ROOT/out/$1"
+	shift 2
+	[ -f "$OUT/files" ] && [ -f "$OUT/kernel" ] ||
+		die "nothing built for $flavour: run scripts/guest.sh build $flavour"
+	local HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
+	local files=() f
+	while read -r f; do files+=(--file "$f"); done <"$OUT/files"
+	# The migration tests' scripts, as they are now (no build step).
+	for f in "$HALFPROC_ROOT"/tests/migrate/*.sh; do files+=(--file "$f:/migrate/${f##*/}"); done
+	for f in ${HALFPROC_GUEST_EXTRA:-} "$@"; do files+=(--file "$f"); done
+	# The arguments of the in-guest copy benchmark (bench and demo modes).
+	printf '%s\n' "${HALFPROC_BENCH_ARGS:---sizes 6..26:2 --reps 3 --placement both}" \
+		>"$OUT/bench.args"
+	files+=(--file "$OUT/bench.args:/etc/bench.args")
+	"$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
+		--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
+}
+
+two() {	# two FLAVOUR [TIMEOUT]: two guests on a virtual network, a migration from A to B
+	local flavour="$1" timeout="${2:-240}" OUT="$HALFPROC_ROOT/out/$1"
+	# The nodes' shared secret, new for every run.
+	mkdir -p "$OUT"
+	head -c 32 /dev/urandom | base64 >"$OUT/two.secret"
+	chmod 600 "$OUT/two.secret"
+	initramfs "$flavour" two "$OUT/two.secret:/etc/halfproc-node.secret"
+	phase "two guests ($flavour, mode two, network 10.0.2.0/24 over UDP on loopback, timeout ${timeout}s)"
+	local rc=0
+	"$HALFPROC_ROOT/target/release/halfproc-harness" pair --kernel "$(cat "$OUT/kernel")" \
+		--initrd "$OUT/initramfs-two.cpio" --log-a "$OUT/two-a.log" --log-b "$OUT/two-b.log" \
+		--timeout "$timeout" --cpus 1 --memory 1024 --cpu "${HALFPROC_CPU:-max}" \
+		--append "halfproc.mode=two pti=${HALFPROC_PTI:-on} ${HALFPROC_APPEND:-}" \
+		--expect-a migrate/two-a --expect-b migrate/two-b ${HALFPROC_QUIET:+--quiet} || rc=$?
+	done_phase
+	return "$rc"
+}
 
 build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
 	local flavour="$1" OUT="$HALFPROC_ROOT/out/$1"
@@ -86,9 +151,10 @@ for l in sys.stdin:
 		for f in "$OUT"/guest/c-api/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/tests/c-api/${f##*/}"
 		done
-		for f in "$OUT"/guest/bench/* "$OUT"/guest/demo/*; do
+		for f in "$OUT"/guest/bench/* "$OUT"/guest/demo/* "$OUT"/guest/migrate/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/${f#"$OUT"/guest/}"
 		done
+		debian_programs
 	} >"$OUT/files"
 	# The programs init.sh runs between its markers in mode test: each must
 	# report, or the run fails (halfproc-harness --expect-file).  Everything
@@ -100,18 +166,10 @@ for l in sys.stdin:
 
 boot() {	# boot FLAVOUR MODE [TIMEOUT]
 	local flavour="$1" mode="$2" timeout="${3:-900}" OUT="$HALFPROC_ROOT/out/$1"
-	[ -f "$OUT/files" ] && [ -f "$OUT/kernel" ] ||
-		die "nothing built for $flavour: run scripts/guest.sh build $flavour"
 	local HARNESS="$HALFPROC_ROOT/target/release/halfproc-harness"
-	local files=() f
-	while read -r f; do files+=(--file "$f"); done <"$OUT/files"
-	for f in ${HALFPROC_GUEST_EXTRA:-}; do files+=(--file "$f"); done
-	# The arguments of the in-guest copy benchmark (bench and demo modes).
-	printf '%s\n' "${HALFPROC_BENCH_ARGS:---sizes 6..26:2 --reps 3 --placement both}" \
-		>"$OUT/bench.args"
-	files+=(--file "$OUT/bench.args:/etc/bench.args")
-	"$HARNESS" initramfs --out "$OUT/initramfs-$mode.cpio" --busybox /bin/busybox \
-		--init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
+	local extra=()
+	[ "$mode" = criu ] && mapfile -t extra < <(criu_files)
+	initramfs "$flavour" "$mode" "${extra[@]}"
 	phase "boot ($flavour, mode $mode, pti=${HALFPROC_PTI:-on}, cpu ${HALFPROC_CPU:-max}, timeout ${timeout}s)"
 	local rc=0 expect=()
 	# Every program of the full suite must report (not with halfproc.only).
@@ -130,6 +188,7 @@ boot() {	# boot FLAVOUR MODE [TIMEOUT]
 
 case "${1:-}" in
 build) [ $# = 2 ] || die "usage: scripts/guest.sh build debug|release"; build "$2" ;;
+two) [ $# -ge 2 ] || die "usage: scripts/guest.sh two debug|release [TIMEOUT]"; shift; two "$@" ;;
 boot) [ $# -ge 3 ] || die "usage: scripts/guest.sh boot debug|release MODE [TIMEOUT]"; shift; boot "$@" ;;
 debug|release|stock) build "$1" && boot "$@" ;;
 *) die "usage: scripts/guest.sh [build|boot] debug|release|stock [MODE [TIMEOUT]]" ;;

@@ -9,7 +9,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/../scripts/lib.sh"
 SRC="$1" BUILD="$2" OUT="$3"
-mkdir -p "$OUT/tests/mm" "$OUT/bench" "$OUT/demo"
+mkdir -p "$OUT/tests/mm" "$OUT/bench" "$OUT/demo" "$OUT/migrate"
 CFLAGS=(-static -pthread -O2 -g0 -Wall -Wno-unused-function -Wno-misleading-indentation -D_GNU_SOURCE
 	-isystem "$BUILD/usr/include" -I "$SRC/tools/testing/selftests")
 
@@ -19,7 +19,7 @@ for c in "$here"/guest/*.c; do
 		die "building tests/guest/$name.c failed"
 done
 
-for d in bench demo; do
+for d in bench demo migrate; do
 	for c in "$here/$d"/*.c; do
 		name="$(basename "$c" .c)"
 		gcc "${CFLAGS[@]}" -I "$here/lib" -o "$OUT/$d/$name" "$c" ||

@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # /init of the test initramfs.  The mode comes from the kernel command line
-# (halfproc.mode=test|bench|panic|hang|fail); the exit status goes to the
+# (halfproc.mode=test|bench|demo|migrate|criu|two|panic|hang|fail; two also
+# halfproc.role/ip/peer from halfproc-harness pair); the exit status goes to the
 # harness over the second serial port as HALFPROC_EXIT=<n>.
 /bin/busybox --install -s
 mount -t proc proc /proc
@@ -23,11 +24,16 @@ export HALFPROC_TEST_TIMEOUT=240
 mode=test
 only=""
 repeat=1
+role="" ipaddr="" peer="" moves=20
 for a in $(cat /proc/cmdline); do
 	case "$a" in
 	halfproc.mode=*) mode="${a#halfproc.mode=}" ;;
 	halfproc.only=*) only="$(echo "${a#halfproc.only=}" | tr , ' ')" ;;
 	halfproc.repeat=*) repeat="${a#halfproc.repeat=}" ;;
+	halfproc.role=*) role="${a#halfproc.role=}" ;;
+	halfproc.ip=*) ipaddr="${a#halfproc.ip=}" ;;
+	halfproc.peer=*) peer="${a#halfproc.peer=}" ;;
+	halfproc.moves=*) moves="${a#halfproc.moves=}" ;;
 	esac
 done
 
@@ -154,6 +160,26 @@ if [ "$mode" = test ] && [ -n "$only" ]; then
 			tap $r "run_${i}_of_${repeat}_$t"
 		done
 	done
+	mode=done
+fi
+if [ -n "$ipaddr" ]; then
+	# Two guests (halfproc-harness pair): eth0 on the link to the other.
+	ip addr add "$ipaddr" dev eth0 && ip link set eth0 up; tap $? "net_eth0_${ipaddr%/*}"
+fi
+if [ "$mode" = migrate ]; then
+	# Migration on the kernel backend in one guest (tests/migrate).
+	prog migrate/softdirty /migrate/softdirty || rc=1
+	prog migrate/local /migrate/local.sh "$moves" 400 || rc=1
+	mode=done
+fi
+if [ "$mode" = criu ]; then
+	# CRIU side by side with halfproc (docs/migration.md).
+	prog migrate/criu /migrate/criu.sh || rc=1
+	mode=done
+fi
+if [ "$mode" = two ]; then
+	# Two machines: this guest's half of tests/migrate/two.sh.
+	prog "migrate/two-$role" /migrate/two.sh "$role" "${ipaddr%/*}" "$peer" || rc=1
 	mode=done
 fi
 if [ "$mode" = demo ]; then

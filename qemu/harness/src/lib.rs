@@ -19,11 +19,13 @@
 //!   expected list;
 //! - [`verdict`]: the verdict of a run;
 //! - [`results`]: `*.results.json` and `*.tap`;
-//! - [`qemu`]: the QEMU invocation and timeout.
+//! - [`qemu`]: the QEMU invocation and timeout;
+//! - [`pair`]: two guests at once on a virtual network.
 
 pub mod breaches;
 pub mod console;
 pub mod cpio;
+pub mod pair;
 pub mod programs;
 pub mod qemu;
 pub mod results;

@@ -3,7 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use halfproc_harness::verdict::{judge, Verdict};
-use halfproc_harness::{cpio::Archive, qemu, scan};
+use halfproc_harness::{cpio::Archive, pair, qemu, scan};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -63,6 +63,11 @@ enum Cmd {
     /// passed; the summary line, `<log>.results.json` and `<log>.tap` say why.
     #[command(after_long_help = GUEST_CONTRACT)]
     Run(RunArgs),
+    /// Boot two guests of the same kernel at once, connected by a virtual
+    /// network (UDP over the host's loopback), and judge both: exit 0 only
+    /// if both passed.
+    #[command(after_long_help = PAIR_HELP)]
+    Pair(PairArgs),
     /// Judge a saved console log again (no boot, no files written): the
     /// same verdict `run` gave, e.g. after changing the expected list.
     #[command(after_long_help = GUEST_CONTRACT)]
@@ -103,6 +108,56 @@ impl ExpectArgs {
         }
         Ok(expected)
     }
+}
+
+const PAIR_HELP: &str = "\
+Each guest gets a virtio-net card (eth0) on a point-to-point link between two free
+UDP ports of 127.0.0.1 (-netdev dgram), and on its kernel command line:
+  guest A: halfproc.role=a halfproc.ip=10.0.2.1/24 halfproc.peer=10.0.2.2
+  guest B: halfproc.role=b halfproc.ip=10.0.2.2/24 halfproc.peer=10.0.2.1
+Both consoles are echoed with [a]/[b] prefixes, logged, and judged as `run` judges one.";
+
+#[derive(Args)]
+struct PairArgs {
+    /// The kernel (arch/x86/boot/bzImage), booted by both.
+    #[arg(long, value_name = "BZIMAGE")]
+    kernel: PathBuf,
+    /// The initramfs, the same for both.
+    #[arg(long, value_name = "FILE")]
+    initrd: PathBuf,
+    /// Guest A's console log (status and results files next to it).
+    #[arg(long, value_name = "FILE")]
+    log_a: PathBuf,
+    /// Guest B's console log.
+    #[arg(long, value_name = "FILE")]
+    log_b: PathBuf,
+    /// Kill a guest after this many seconds (a hang fails the run).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    timeout: u64,
+    /// More kernel command line for both.
+    #[arg(long, value_name = "ARGS", default_value = "")]
+    append: String,
+    /// Memory of each guest in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    memory: u32,
+    /// vCPUs of each guest.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    cpus: u32,
+    /// QEMU CPU model.
+    #[arg(long, value_name = "MODEL", default_value = "max")]
+    cpu: String,
+    /// The qemu binary.
+    #[arg(long, value_name = "PATH", default_value = "qemu-system-x86_64")]
+    qemu: String,
+    /// A program that must run on guest A (repeatable).
+    #[arg(long, value_name = "PROG")]
+    expect_a: Vec<String>,
+    /// A program that must run on guest B (repeatable).
+    #[arg(long, value_name = "PROG")]
+    expect_b: Vec<String>,
+    /// Do not echo the consoles while the guests run.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -241,6 +296,8 @@ fn run(a: RunArgs) -> Result<ExitCode, String> {
         cpus: a.cpus,
         cpu: a.cpu,
         echo: !a.quiet,
+        echo_prefix: String::new(),
+        net: None,
         expected,
     };
     for p in [&o.kernel, &o.initrd] {
@@ -255,6 +312,52 @@ fn run(a: RunArgs) -> Result<ExitCode, String> {
         o.log.display(),
         o.log.with_extension("results.json").display()
     );
+    Ok(code)
+}
+
+fn pair(a: PairArgs) -> Result<ExitCode, String> {
+    for p in [&a.kernel, &a.initrd] {
+        if !p.exists() {
+            return Err(format!("{} does not exist", p.display()));
+        }
+    }
+    let base = qemu::RunOpts {
+        qemu: a.qemu,
+        kernel: a.kernel,
+        initrd: a.initrd,
+        append: a.append,
+        timeout: Duration::from_secs(a.timeout),
+        log: a.log_a.clone(),
+        share: None,
+        memory_mb: a.memory,
+        cpus: a.cpus,
+        cpu: a.cpu,
+        echo: !a.quiet,
+        echo_prefix: String::new(),
+        net: None,
+        expected: Vec::new(),
+    };
+    let ports = pair::free_udp_ports().map_err(|e| format!("no free UDP port: {e}"))?;
+    let mut ga = pair::guest(&base, 'a', a.log_a, ports);
+    ga.expected = a.expect_a;
+    let mut gb = pair::guest(&base, 'b', a.log_b, ports);
+    gb.expected = a.expect_b;
+    let (va, vb) = pair::run(&ga, &gb).map_err(|e| e.to_string())?;
+    let mut code = ExitCode::SUCCESS;
+    for (name, v, o) in [("A", &va, &ga), ("B", &vb, &gb)] {
+        for c in &v.causes {
+            eprintln!("halfproc: guest {name}: FAIL: {c}");
+        }
+        println!("halfproc: guest {name}: {}", v.summary_line());
+        if !v.passed() {
+            code = ExitCode::FAILURE;
+        }
+        eprintln!(
+            "halfproc: guest {name}: console log {}, results {}",
+            o.log.display(),
+            o.log.with_extension("results.json").display()
+        );
+    }
     Ok(code)
 }
 
@@ -306,6 +409,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Initramfs(a) => initramfs(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Run(a) => run(a),
+        Cmd::Pair(a) => pair(a),
         Cmd::Judge(a) => judge_log(a),
         Cmd::Scan { log } => scan_log(&log),
     };

@@ -35,6 +35,10 @@ pub struct RunOpts {
     pub cpu: String,
     /// Echo the console to stdout while it runs.
     pub echo: bool,
+    /// Put this before every echoed line (`[a] `: two guests at once).
+    pub echo_prefix: String,
+    /// A virtual network card on a point-to-point UDP link ([`crate::pair`]).
+    pub net: Option<crate::pair::Net>,
     /// Programs that must have run (`/init` markers); one that did not is a
     /// failure, not a smaller total.
     pub expected: Vec<String>,
@@ -72,6 +76,9 @@ pub fn command(o: &RunOpts, status_file: &std::path::Path) -> Vec<String> {
             .to_string(),
     ];
     c.extend(numa(o.memory_mb, o.cpus));
+    if let Some(n) = &o.net {
+        c.extend(n.args());
+    }
     if let Some(dir) = &o.share {
         c.push("-virtfs".into());
         c.push(format!(
@@ -129,6 +136,7 @@ pub fn run(o: &RunOpts) -> io::Result<Verdict> {
         .map_err(|e| io::Error::new(e.kind(), format!("cannot start {}: {e}", o.qemu)))?;
     let stdout = child.stdout.take().expect("piped");
     let echo = o.echo;
+    let prefix = o.echo_prefix.clone();
     let mut logf = std::fs::File::create(&o.log)?;
     let reader = std::thread::spawn(move || -> io::Result<String> {
         let mut all = String::new();
@@ -142,7 +150,7 @@ pub fn run(o: &RunOpts) -> io::Result<Verdict> {
             let line = String::from_utf8_lossy(&buf);
             logf.write_all(line.as_bytes())?;
             if echo {
-                print!("{line}");
+                print!("{prefix}{line}");
                 let _ = io::stdout().flush();
             }
             all.push_str(&line);
@@ -191,6 +199,12 @@ mod tests {
             cpus: 2,
             cpu: "max,la57=off".into(),
             echo: false,
+            echo_prefix: String::new(),
+            net: Some(crate::pair::Net {
+                local_port: 40001,
+                remote_port: 40002,
+                mac: "52:54:00:12:34:01".into(),
+            }),
             expected: Vec::new(),
         };
         let c = command(&o, std::path::Path::new("/tmp/x.status")).join(" ");
@@ -205,6 +219,8 @@ mod tests {
             "-numa node,nodeid=0,cpus=0,memdev=mem0",
             "-numa node,nodeid=1,cpus=1,memdev=mem1",
             "memory-backend-ram,id=mem1,size=256M",
+            "local.port=40001,remote.type=inet,remote.host=127.0.0.1,remote.port=40002",
+            "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:01",
         ] {
             assert!(c.contains(want), "{want} missing from {c}");
         }

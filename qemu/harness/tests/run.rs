@@ -43,6 +43,8 @@ fn opts(dir: &Path, expected: &[&str]) -> RunOpts {
         cpus: 1,
         cpu: "max".into(),
         echo: false,
+        echo_prefix: String::new(),
+        net: None,
         expected: expected.iter().map(|e| e.to_string()).collect(),
     }
 }
@@ -132,5 +134,45 @@ fn a_missing_program_fails_the_run_and_the_files_say_so() {
         tap.ends_with("not ok 2 hp_sets.missing: expected program never started\n"),
         "{tap}"
     );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `pair::run` with a fake qemu per role: each guest's console is logged at
+/// its own path and judged on its own; a kernel report on B fails B only.
+/// The fake refuses to start without its `-netdev` and its role.
+#[test]
+fn a_pair_is_judged_guest_by_guest() {
+    use halfproc_harness::pair;
+    let dir = fake_qemu("pair", "", 0);
+    std::fs::write(
+        dir.join("a.console"),
+        "TAP version 13\nok 1 init.net_eth0_10.0.2.1\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("b.console"), include_str!("fixtures/oops.log")).unwrap();
+    let script = format!(
+        "#!/bin/sh\nrole=\nnet=\nfor a; do case \"$a\" in file:*) st=\"${{a#file:}}\" ;; \
+         *halfproc.role=a*) role=a ;; *halfproc.role=b*) role=b ;; dgram,*) net=1 ;; esac; done\n\
+         [ -n \"$role\" ] && [ -n \"$net\" ] || exit 3\n\
+         cat '{}'/$role.console\necho HALFPROC_EXIT=0 >\"$st\"\n",
+        dir.display()
+    );
+    std::fs::write(dir.join("qemu"), script).unwrap();
+    let base = opts(&dir, &[]);
+    let ports = pair::free_udp_ports().unwrap();
+    let a = pair::guest(&base, 'a', dir.join("a.log"), ports);
+    let b = pair::guest(&base, 'b', dir.join("b.log"), ports);
+    let (va, vb) = pair::run(&a, &b).unwrap();
+    assert!(va.passed(), "{:#?}", va.causes);
+    assert!(!vb.passed());
+    assert!(
+        vb.summary_line().contains("1 kernel report"),
+        "{}",
+        vb.summary_line()
+    );
+    assert!(std::fs::read_to_string(dir.join("a.log"))
+        .unwrap()
+        .contains("init.net_eth0_10.0.2.1"));
+    assert!(dir.join("b.results.json").exists());
     std::fs::remove_dir_all(dir).unwrap();
 }

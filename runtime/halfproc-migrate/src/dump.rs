@@ -6,7 +6,7 @@ use crate::image::{
     self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, RelayedEnd,
     Rlimit, SigAction, Vma,
 };
-use crate::mem::{MemoryReader, PortableReader};
+use crate::mem::{self, MemoryReader};
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
 use crate::refuse;
 use std::fs::{self, File};
@@ -160,17 +160,17 @@ fn dump_frozen(
     if threads != 1 {
         return Err(Refusal::MultiThreaded { threads }.into());
     }
-    let reader =
-        PortableReader::new(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let reader = mem::reader(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let reader = &*reader;
     let maps = procfs::maps(pid)?;
     let saved = f.regs()?;
     let xstate = f.xstate()?;
     let rseq = f.rseq()?;
-    let (sigactions, altstack) = query_signal_state(f, &reader, &maps, &saved)?;
+    let (sigactions, altstack) = query_signal_state(f, reader, &maps, &saved)?;
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
-    let (vmas, pages_len, pages_crc) = dump_memory(pid, &reader, &maps, set_range, out)?;
+    let (vmas, pages_len, pages_crc) = dump_memory(pid, reader, &maps, set_range, out)?;
     let s = procfs::stat_fields(pid)?;
     let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
     let start_brk = at(47);
@@ -383,7 +383,7 @@ fn find_syscall_insn(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> R
 /// bytes are put back afterwards.
 fn query_signal_state(
     f: &Frozen,
-    reader: &PortableReader,
+    reader: &dyn MemoryReader,
     maps: &[procfs::MapsEntry],
     regs: &[u64],
 ) -> Result<(Vec<SigAction>, AltStack)> {

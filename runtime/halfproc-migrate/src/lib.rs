@@ -5,7 +5,7 @@
 //!
 //! - [`refuse`]: checks run before anything is stopped;
 //! - `freeze`: ptrace seize/interrupt, registers, injected `rt_sigaction` queries;
-//! - `mem`: the [`MemoryReader`] trait (`process_vm_readv` now, `dmread` later);
+//! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
 //! - `dump`: [`checkpoint`];
 //! - [`image`]: the on-disk format (manifest + pages);
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
@@ -32,6 +32,6 @@ pub use dump::{
     Dumped, Leave,
 };
 pub use error::{Error, Refusal, Result};
-pub use mem::{MemoryReader, PortableReader};
+pub use mem::{caller_is_member, reader_kind, DmReader, MemoryReader, PortableReader};
 pub use precopy::{probe_soft_dirty, DirtyTracker};
 pub use restore::{restore, restore_from, RestoreOptions, Restored};

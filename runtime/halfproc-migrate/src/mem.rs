@@ -1,8 +1,11 @@
 //! Reading the target's memory. The portable backend uses
-//! `process_vm_readv` and falls back to `/proc/pid/mem` (which may read
-//! pages without `PROT_READ`); the kernel backend's `dmread` will be another
-//! implementation of [`MemoryReader`].
+//! `process_vm_readv`; the kernel backend (the caller is a member of a
+//! half-process set, as the node daemon is there, and so is every program it
+//! started or restored) uses `dmread`. Both fall back to `/proc/pid/mem` for
+//! pages the call refuses (no `PROT_READ`).
 
+use halfproc_sys::copy::{dm, iovec, Dir};
+use halfproc_sys::task::{halfproc_prctl, PR_HALFPROC_GET, PR_HALFPROC_IS_MEMBER};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -11,6 +14,33 @@ use std::os::unix::fs::FileExt;
 pub trait MemoryReader {
     /// Fills `buf` from `addr` in the target, all of it or an error.
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()>;
+}
+
+/// Whether the calling process is a member of a half-process set: the
+/// kernel backend. Its targets are then members of the same set (read with
+/// `dmread`, their shared range left to the set) and restored copies are
+/// made members too (`clone3(CLONE_HALFPROC)`).
+pub fn caller_is_member() -> bool {
+    halfproc_prctl(PR_HALFPROC_GET, 0).is_ok_and(|bits| bits & PR_HALFPROC_IS_MEMBER != 0)
+}
+
+/// The name of the call [`reader`] reads with: `dmread` or `process_vm_readv`.
+pub fn reader_kind() -> &'static str {
+    if caller_is_member() {
+        "dmread"
+    } else {
+        "process_vm_readv"
+    }
+}
+
+/// The reader of `pid` for this caller: [`DmReader`] on the kernel backend,
+/// [`PortableReader`] otherwise.
+pub fn reader(pid: i32) -> io::Result<Box<dyn MemoryReader>> {
+    Ok(if caller_is_member() {
+        Box::new(DmReader::new(pid)?)
+    } else {
+        Box::new(PortableReader::new(pid)?)
+    })
 }
 
 /// `process_vm_readv` first, `/proc/pid/mem` for what it refuses.
@@ -45,6 +75,43 @@ impl MemoryReader for PortableReader {
         match self.vm_readv(addr, buf) {
             Ok(()) => Ok(()),
             Err(_) => self.mem.read_exact_at(buf, addr),
+        }
+    }
+}
+
+/// `dmread` from a member of the caller's set; `/proc/pid/mem` only for a
+/// range `dmread` faults on (`EFAULT`: a page without `PROT_READ`). Any
+/// other error (`EPERM`: not a member of our set, `ESRCH`) is returned, not
+/// hidden behind the fallback.
+pub struct DmReader {
+    pid: i32,
+    mem: File,
+}
+
+impl DmReader {
+    /// A reader of member `pid`, which the caller has ptrace-stopped.
+    pub fn new(pid: i32) -> io::Result<Self> {
+        Ok(DmReader {
+            pid,
+            mem: File::open(format!("/proc/{pid}/mem"))?,
+        })
+    }
+}
+
+impl MemoryReader for DmReader {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        let local = [iovec(buf.as_mut_ptr() as usize, buf.len())];
+        let remote = [iovec(addr as usize, buf.len())];
+        // SAFETY: `local` describes `buf`, which we borrow mutably for the
+        // whole call; the kernel checks the remote side.
+        match unsafe { dm(Dir::Read, self.pid, &local, &remote) } {
+            Ok(n) if n == buf.len() => Ok(()),
+            Ok(_) => self.mem.read_exact_at(buf, addr),
+            Err(e) if e.errno() == libc::EFAULT => self.mem.read_exact_at(buf, addr),
+            Err(e) => Err(io::Error::new(
+                io::Error::from_raw_os_error(e.errno()).kind(),
+                format!("dmread of pid {} at {addr:#x}: {e}", self.pid),
+            )),
         }
     }
 }

@@ -27,8 +27,20 @@ fn hex(s: &str, what: &str) -> Result<u64> {
 }
 
 /// Parses `/proc/pid/maps`.
+///
+/// On the kernel backend (the caller is a member, and so is `pid`) the
+/// set's VMAs in the shared range are left out: they belong to the set, not
+/// to the process, and stay behind when it moves (issue 11). On the portable
+/// backend the range is ordinary memory and nothing is left out.
 pub fn maps(pid: i32) -> Result<Vec<MapsEntry>> {
-    parse_maps(&read(pid, "maps")?)
+    let all = parse_maps(&read(pid, "maps")?)?;
+    if !crate::mem::caller_is_member() {
+        return Ok(all);
+    }
+    Ok(all
+        .into_iter()
+        .filter(|m| !halfproc_sys::in_shared_range(m.start, m.end - m.start))
+        .collect())
 }
 
 /// Parses maps text (also used for `/proc/self/maps`).

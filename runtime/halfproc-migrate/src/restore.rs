@@ -166,12 +166,9 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
     let status_w = helpers.status_w.as_raw_fd();
 
     let switch = opts.creds.as_ref().filter(|c| !c.is_current());
-    // SAFETY: fork; the child only runs `child_enter`, which makes raw
-    // system calls and copies bytes (async-signal-safe), then never returns.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(Error::last("fork"));
-    }
+    // SAFETY: the child only runs `child_enter`, which makes raw system
+    // calls and copies bytes (async-signal-safe), then never returns.
+    let pid = unsafe { restorer::spawn() }?;
     if pid == 0 {
         if let Some(c) = switch {
             // SAFETY: the freshly forked, single-threaded child.
@@ -267,6 +264,10 @@ fn open_helpers(pages: File, m: &Manifest, opts: &RestoreOptions) -> Result<Help
 fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u64> {
     let mut at = R_PREFERRED;
     while at > R_STEP {
+        // Never in or below the shared range: a member could not map R there.
+        if at < halfproc_sys::range::HALFPROC_RANGE_END {
+            break;
+        }
         let clash = m.vmas.iter().any(|v| overlaps(at, len, v.start, v.end))
             || own
                 .iter()
@@ -293,6 +294,9 @@ fn plan(
         bytes: Vec::new(),
     };
     let mut ops: Vec<(Op, String)> = Vec::new();
+    // On the kernel backend the restored process is a member of our set
+    // (see `restorer::spawn`): its shared range is the set's, left alone.
+    let keep_range = crate::mem::caller_is_member();
     let mut op = |nr: libc::c_long, args: &[u64], expect: u64, what: String| {
         ops.push((Op::new(nr, args, expect), what));
     };
@@ -411,11 +415,18 @@ fn plan(
     let r_end = scratch + specials.iter().map(|s| s.2).sum::<u64>();
     // Also pushed in the sizing pass (base 0): both passes must have the
     // same ops, the region is sized from the first.
-    // A member's set range stays: the copy shares the restoring process's.
-    for (a, len) in unmap_ranges(0, r_start, m.set_range) {
+    // A member's set range stays: the copy shares the restoring process's
+    // (given by the image on the portable backend; on the kernel backend a
+    // member may not unmap across the range (EINVAL) and must not unmap in
+    // it, which would take the set's memory from every member).
+    let keep = m.set_range.or(keep_range.then_some((
+        halfproc_sys::range::HALFPROC_RANGE_START,
+        halfproc_sys::range::HALFPROC_RANGE_END,
+    )));
+    for (a, len) in unmap_ranges(0, r_start, keep) {
         op(SYS_munmap, &[a, len], 0, "unmap below the restorer".into());
     }
-    for (a, len) in unmap_ranges(r_end, TASK_SIZE, m.set_range) {
+    for (a, len) in unmap_ranges(r_end, TASK_SIZE, keep) {
         op(SYS_munmap, &[a, len], 0, "unmap above the restorer".into());
     }
     let mut at = scratch;

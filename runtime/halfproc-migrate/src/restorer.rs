@@ -192,3 +192,26 @@ pub(crate) unsafe fn child_enter(
         )
     }
 }
+
+/// Forks the process that becomes the restored one: a plain `fork` on the
+/// portable backend, `clone3(CLONE_HALFPROC)` on the kernel backend (the
+/// caller is a member), so the copy joins the caller's set like the
+/// original was, and `dmread` reaches it for the next migration.
+///
+/// # Safety
+///
+/// As for `fork` in a multi-threaded process: the child may only make raw
+/// system calls and copy bytes (`clone3` runs no `pthread_atfork` handlers).
+pub(crate) unsafe fn spawn() -> crate::error::Result<i32> {
+    if crate::mem::caller_is_member() {
+        // SAFETY: per the contract.
+        return unsafe { halfproc_sys::task::clone_member() }
+            .map_err(|e| crate::error::Error::Restore(format!("{e}")));
+    }
+    // SAFETY: per the contract.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(crate::error::Error::last("fork"));
+    }
+    Ok(pid)
+}

@@ -10,6 +10,7 @@
 //! - [`access`]: peers (control socket, TCP) and the owner check;
 //! - [`daemon`]: listener, one task per connection, program and session tables, shutdown;
 //! - [`session`]: a run session at the program's origin (output order, stdin buffer);
+//! - [`member`]: the kernel backend: the daemon leads a set, `run` starts members (clone3 + execve);
 //! - [`program`]: one incarnation on a node (keeper thread, relays, link to the origin);
 //! - [`migrate`]: source and destination of a migration, checkpoint through the daemon;
 //! - [`precopy`]: the source's pre-copy rounds (mechanism probe, dump thread);
@@ -18,6 +19,7 @@
 pub mod access;
 pub mod client;
 pub mod daemon;
+pub mod member;
 pub mod migrate;
 pub mod precopy;
 pub mod program;

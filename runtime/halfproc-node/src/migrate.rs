@@ -149,7 +149,8 @@ async fn migrate_acquired(
     say(
         progress,
         format!(
-            "frozen and dumped pid {pid}: {mode}; streaming {:.1} MiB to {to}",
+            "frozen and dumped pid {pid} (read with {}): {mode}; streaming {:.1} MiB to {to}",
+            halfproc_migrate::reader_kind(),
             bytes as f64 / 1048576.0
         ),
     );

@@ -267,7 +267,12 @@ async fn stdin_loop(
                             written.fetch_add(n as u64, Ordering::SeqCst);
                         }
                         // The program closed its stdin: nothing more to relay.
-                        Err(_) => return,
+                        Err(e) => {
+                            eprintln!(
+                                "halfproc node: stdin relay stopped at offset {off}: write: {e}"
+                            );
+                            return;
+                        }
                     }
                 }
             }
@@ -276,7 +281,10 @@ async fn stdin_loop(
                 *guard = None;
                 return;
             }
-            Err(_) => return,
+            Err(e) => {
+                eprintln!("halfproc node: stdin relay stopped at offset {off}: {e}");
+                return;
+            }
         }
     }
 }
@@ -293,7 +301,8 @@ async fn output_loop(link: Link, gen: u64, stream: Stream, mut rx: pipe::Receive
 
 /// How to make the process.
 pub enum How {
-    /// `argv` in `cwd` with `env` (the portable backend: a plain child).
+    /// `argv` in `cwd` with `env`: a plain child on the portable backend, a
+    /// member of the daemon's set on the kernel backend (`member`).
     Spawn {
         argv: Vec<String>,
         cwd: String,
@@ -441,6 +450,23 @@ fn keeper(
 ) {
     let mut stopped = false;
     let pid = match how {
+        How::Spawn {
+            argv,
+            cwd,
+            env,
+            owner,
+        } if crate::member::active() => {
+            // The kernel backend: a member of our set (clone3 + execve).
+            let r = crate::member::spawn(&argv, &cwd, &env, owner.as_ref(), &child);
+            drop(child);
+            match r {
+                Ok(pid) => pid,
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
+            }
+        }
         How::Spawn {
             argv,
             cwd,

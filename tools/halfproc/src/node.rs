@@ -8,8 +8,11 @@ use std::process::ExitCode;
 /// run` on this machine, which relays their stdio, checkpoints, restores and
 /// migrates them to and from other node daemons.
 ///
-/// Backend: portable only for now: a program is a plain child of the daemon
-/// (not yet a member of a half-process set made with clone3(CLONE_HALFPROC)).
+/// Backend ($HALFPROC_BACKEND, else detection): on the kernel backend the
+/// daemon leads a half-process set, starts programs as its members with
+/// clone3(CLONE_HALFPROC) + execve and reads their memory with dmread; on
+/// the portable backend a program is a plain child, read with
+/// process_vm_readv.
 /// Programs must be single-threaded; sockets, pipes to other processes,
 /// devices and shared writable mappings are refused by `migrate`.
 ///
@@ -47,8 +50,22 @@ pub struct NodeArgs {
 
 pub fn run(a: NodeArgs) -> ExitCode {
     let backend = match halfproc::backend::Backend::from_env() {
-        Ok(b) => b.kind().to_string(),
-        Err(e) => format!("none ({e})"),
+        Ok(b) => b.kind(),
+        Err(e) => {
+            eprintln!("halfproc node: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Kernel backend: lead this machine's set before any thread exists.
+    let how = if backend == halfproc::backend::BackendKind::Kernel {
+        if let Err(e) = halfproc_node::member::lead_set() {
+            eprintln!("halfproc node: kernel backend: {e}");
+            return ExitCode::FAILURE;
+        }
+        "programs are members of this node's set (clone3(CLONE_HALFPROC) + execve; \
+         memory read with dmread)"
+    } else {
+        "programs are started as plain children (portable migration)"
     };
     let r = halfproc_node::daemon::run_node(
         &a.listen,
@@ -60,8 +77,7 @@ pub fn run(a: NodeArgs) -> ExitCode {
             // line only and close the pipe.
             let msg = format!(
                 "halfproc node: listening on {addr} (node {id:016x})\n\
-             halfproc node: runtime backend {backend}; programs are started as plain \
-             children (portable migration)\n"
+             halfproc node: runtime backend {backend}; {how}\n"
             );
             let mut out = std::io::stdout().lock();
             let _ = std::io::Write::write_all(&mut out, msg.as_bytes());

@@ -1,0 +1,127 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# CRIU 3.17 (Debian 12's, copied into the guest with its libraries) side by
+# side with halfproc on the same programs, in the debug-kernel guest:
+# `criu check`; `criu dump` + `criu restore` (as root) against halfproc's
+# checkpoint and migration between two node daemons run by an unprivileged
+# user; times, image sizes, and whether a plain user may run each.  Both
+# restored runs must end with the output of a run that never stopped.
+# TAP on stdout; the numbers are `#` lines.
+. /migrate/lib.sh
+d=/tmp/criu
+mkdir -p "$d"
+chmod 777 "$d"
+echo "TAP version 13"
+echo "1..12"
+now() { cut -d' ' -f1 /proc/uptime; }
+ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%d", (b - a) * 1000 }'; }
+kib() { du -sk "$1" | cut -f1; }
+# An unprivileged user for halfproc and for the refused criu run.
+echo "user:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
+echo "user:x:1000:" >>/etc/group
+as_user() { su -s /bin/sh user -c "$*"; }
+
+criu check >"$d/check.log" 2>&1
+r=$?
+sed 's/^/# criu check: /' "$d/check.log" | tail -n 5
+tap $r criu_check_as_root
+
+seq 1 500000 >"$d/data"
+: >"$d/empty"
+# exited PID: the process is gone or a zombie
+exited() { ! [ -e "/proc/$1" ] || grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"; }
+
+# criu_one NAME INPUT FILTER CMD...: dump mid-run (killing it), restore
+# detached, wait, compare
+criu_one() {
+	name="$1" input="$2" filter="$3"
+	shift 3
+	"$@" <"$input" 2>/dev/null | sed "$filter" >"$d/$name.ref"
+	rm -rf "$d/$name.img"; mkdir -p "$d/$name.img"
+	"$@" <"$input" >"$d/$name.out" 2>/dev/null &
+	pid=$!
+	sleep 2
+	t0=$(now)
+	criu dump -t "$pid" -D "$d/$name.img" --shell-job -o dump.log
+	r=$?
+	t1=$(now)
+	wait "$pid" 2>/dev/null
+	[ $r = 0 ] || tail -n 5 "$d/$name.img/dump.log" | sed 's/^/#   /'
+	tap $r "criu_dumps_$name"
+	dumped=$r
+	t2=$(now)
+	r=1
+	# Only a dumped (and so killed) process is restored; otherwise the
+	# original finishes and proves nothing.
+	if [ $dumped = 0 ]; then
+		criu restore -D "$d/$name.img" --shell-job --restore-detached -o restore.log
+		r=$?
+	fi
+	t3=$(now)
+	[ $r = 0 ] || tail -n 5 "$d/$name.img/restore.log" 2>/dev/null | sed 's/^/#   /'
+	i=0
+	while ! exited "$pid" && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+	[ $r = 0 ] && sed "$filter" "$d/$name.out" | cmp -s - "$d/$name.ref"
+	tap $? "criu_restored_${name}_ends_like_an_unstopped_run"
+	echo "# criu $name: dump $(ms "$t0" "$t1") ms, restore $(ms "$t2" "$t3") ms, image $(kib "$d/$name.img") KiB (logs included)"
+}
+
+# ours_one NAME INPUT FILTER CMD...: as the user: checkpoint (size), one
+# migration between the user's daemons, compare
+ours_one() {
+	name="$1" input="$2" filter="$3"
+	shift 3
+	cp "$input" "/tmp/mig/$name.in"
+	"$@" <"$input" >"/tmp/mig/$name.raw" 2>/dev/null
+	ref_rc=$?
+	sed "$filter" "/tmp/mig/$name.raw" >"/tmp/mig/$name.ref"
+	as_user "
+		. /migrate/lib.sh
+		export HALFPROC_NODE_SECRET_FILE=/tmp/mig/secret
+		d=/tmp/mig
+		wait_output=0
+		migrate_run_hook() { sleep 2; rm -rf \$d/$name.img; halfproc checkpoint --node 127.0.0.1:7070 \$pid -o \$d/$name.img >/dev/null 2>&1; }
+		migrate_run $name 1 127.0.0.1:7070 127.0.0.1:7071 $*
+	"
+	r=$?
+	tap $r "halfproc_migrates_${name}_as_a_plain_user"
+	sed "$filter" "/tmp/mig/$name.out" | cmp -s - "/tmp/mig/$name.ref" &&
+		[ "$(cat "/tmp/mig/$name.rc")" = "$ref_rc" ]
+	tap $? "halfproc_migrated_${name}_ends_like_an_unstopped_run"
+	set -- $(cat "/tmp/mig/$name.moves")
+	echo "# halfproc $name: checkpoint image $(kib "/tmp/mig/$name.img") KiB; migration frozen $1 ms, total $2 ms"
+}
+
+criu_one ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker 150
+criu_one xz "$d/data" "" /opt/deb/xz -T1 -6 -c
+
+mkdir -p /tmp/mig
+chmod 777 /tmp/mig
+head -c 32 /dev/urandom >/tmp/mig/secret
+chown 1000:1000 /tmp/mig/secret
+as_user "
+	. /migrate/lib.sh
+	export HALFPROC_NODE_SECRET_FILE=/tmp/mig/secret
+	start_node 127.0.0.1:7070 /tmp/mig/node-a.log
+	start_node 127.0.0.1:7071 /tmp/mig/node-b.log
+" </dev/null >/dev/null 2>&1 &
+i=0
+while ! grep -q listening /tmp/mig/node-b.log 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+grep -q "members of this node's set" /tmp/mig/node-b.log
+tap $? halfproc_nodes_run_as_a_plain_user
+ours_one ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker 150
+ours_one xz "$d/data" "" /opt/deb/xz -T1 -6 -c
+
+# A plain user may not use criu at all.
+mkdir -p "$d/user"; chmod 777 "$d/user"
+as_user "criu dump -t $(pidof halfproc | cut -d" " -f1) -D $d/user -o user.log" >"$d/user.out" 2>&1
+r=$?
+cat "$d/user.out" "$d/user/user.log" 2>/dev/null | grep -E "Error|denied|not permitted" |
+	tail -n 3 | sed 's/^/# criu as user: /'
+# Refused for its privileges, not because criu cannot start at all here.
+[ $r != 0 ] && cat "$d/user.out" "$d/user/user.log" 2>/dev/null |
+	grep -q -i -E "permission denied|not permitted|root|CAP_" &&
+	! grep -q "kernel features detection" "$d/user.out" "$d/user/user.log" 2>/dev/null
+tap $? criu_refuses_a_plain_user
+killall halfproc 2>/dev/null
+exit $failed
