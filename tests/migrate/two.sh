@@ -14,11 +14,13 @@ role="$1" me="$2" peer="$3" ticks="${4:-150}"
 d=/tmp/mig
 mkdir -p "$d"
 export HALFPROC_NODE_SECRET_FILE=/etc/halfproc-node.secret
+# Every stdin request and answer in the daemons' logs (see diagnose).
+export HALFPROC_LOG=info,halfproc_node::program=debug,halfproc_node::daemon=debug
 echo "TAP version 13"
 diagnose() {	# what the programs of this node are doing
 	halfproc ps --node 127.0.0.1:7070 2>&1 | sed 's/^/# ps: /'
 	netstat -tn 2>&1 | sed 's/^/# netstat: /'
-	tail -n 5 "$d/node.log" | sed 's/^/# node log: /'
+	tail -n 40 "$d/node.log" | sed 's/^/# node log: /'
 	grep eth0 /proc/net/dev | sed 's/^/# dev: /'
 	for p in $(ls /proc | grep '^[0-9]*$'); do
 		[ -e "/proc/$p/exe" ] || continue # a kernel thread

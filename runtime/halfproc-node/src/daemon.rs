@@ -168,7 +168,7 @@ fn spawn_handler(node: Arc<Node>, s: Box<dyn proto::Io>, peer: Peer) {
     tokio::spawn(async move {
         if let Err(e) = handle(node, s, peer).await {
             if e.kind() != io::ErrorKind::UnexpectedEof {
-                eprintln!("halfproc node: connection: {e}");
+                tracing::warn!("connection: {e}");
             }
         }
     });
@@ -195,7 +195,7 @@ pub async fn serve(
                 let (s, _) = r?;
                 match access::local_peer(&s) {
                     Ok(c) => spawn_handler(node.clone(), Box::new(s), Peer::Local(c)),
-                    Err(e) => eprintln!("halfproc node: control socket peer: {e}"),
+                    Err(e) => tracing::warn!("control socket peer: {e}"),
                 }
             }
             () = &mut shutdown => break,
@@ -205,15 +205,15 @@ pub async fn serve(
     drop(control);
     node.migrations.close();
     if !node.migrations.is_empty() {
-        eprintln!(
-            "halfproc node: shutting down after {} migration(s) in flight",
+        tracing::info!(
+            "shutting down after {} migration(s) in flight",
             node.migrations.len()
         );
     }
     node.migrations.wait().await;
     let left = lock(&node.programs).len();
     if left > 0 {
-        eprintln!("halfproc node: {left} program(s) keep running without their stdio relay");
+        tracing::warn!("{left} program(s) keep running without their stdio relay");
     }
     Ok(())
 }
@@ -535,6 +535,7 @@ async fn attach(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> {
                 ended = true;
             }
             Ok(Some(Msg::StdinReq { offset })) => {
+                tracing::debug!(session, gen, offset, "stdin request from {place}");
                 if let Some(t) = stdin_task.take() {
                     t.abort();
                 }
@@ -545,13 +546,16 @@ async fn attach(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> {
                         Ok(StdinChunk::Eof) => (Vec::new(), true, None),
                         Err(e) => (Vec::new(), false, Some(e)),
                     };
+                    tracing::debug!(offset, len = data.len(), eof, ?error, "stdin answer");
                     let m = Msg::StdinData {
                         offset,
                         data,
                         eof,
                         error,
                     };
-                    let _ = tx2.send(m);
+                    if tx2.send(m).is_err() {
+                        tracing::warn!(offset, "stdin answer: the connection's writer is gone");
+                    }
                 }));
             }
             Ok(Some(_)) => {}

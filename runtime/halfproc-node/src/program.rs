@@ -68,6 +68,7 @@ impl Link {
                 let m = match r.recv().await {
                     Ok(Some(m)) => m,
                     Ok(None) | Err(_) => {
+                        tracing::debug!("origin connection closed");
                         let _ = stx.send((u64::MAX, Err("origin connection closed".into())));
                         return;
                     }
@@ -79,6 +80,7 @@ impl Link {
                     error,
                 } = m
                 else {
+                    tracing::warn!("origin sent {m:?} on an attach connection; ignored");
                     continue;
                 };
                 let chunk = match (error, eof) {
@@ -125,7 +127,10 @@ impl Link {
                         None => return Err("origin connection closed".into()),
                         Some((at, chunk)) if at == offset || at == u64::MAX => return chunk,
                         // The answer to a request abandoned before.
-                        Some(_) => continue,
+                        Some((at, _)) => {
+                            tracing::debug!(at, offset, "stale stdin answer skipped");
+                            continue;
+                        }
                     }
                 }
             }
@@ -257,7 +262,16 @@ async fn stdin_loop(
     loop {
         let Some(tx) = guard.as_mut() else { return };
         let off = written.load(Ordering::SeqCst);
-        match link.stdin(off).await {
+        let chunk = link.stdin(off).await;
+        tracing::debug!(
+            off,
+            got = ?chunk.as_ref().map(|c| match c {
+                StdinChunk::Data(d) => d.len(),
+                StdinChunk::Eof => 0,
+            }),
+            "stdin relay"
+        );
+        match chunk {
             Ok(StdinChunk::Data(d)) => {
                 let mut at = 0;
                 while at < d.len() {
@@ -268,9 +282,7 @@ async fn stdin_loop(
                         }
                         // The program closed its stdin: nothing more to relay.
                         Err(e) => {
-                            eprintln!(
-                                "halfproc node: stdin relay stopped at offset {off}: write: {e}"
-                            );
+                            tracing::warn!("stdin relay stopped at offset {off}: write: {e}");
                             return;
                         }
                     }
@@ -282,7 +294,7 @@ async fn stdin_loop(
                 return;
             }
             Err(e) => {
-                eprintln!("halfproc node: stdin relay stopped at offset {off}: {e}");
+                tracing::warn!("stdin relay stopped at offset {off}: {e}");
                 return;
             }
         }

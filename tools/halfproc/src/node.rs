@@ -20,6 +20,10 @@ use std::process::ExitCode;
 /// connect to the same TCP port. SIGINT/SIGTERM: stop accepting, finish
 /// every migration in flight (commit or abort), then exit; programs keep
 /// running, without their stdio relay.
+///
+/// Log on stderr: $HALFPROC_LOG filters it (RUST_LOG syntax, default
+/// `info`); `HALFPROC_LOG=info,halfproc_node::program=debug` follows every
+/// stdin request and answer of the relay.
 #[derive(Args)]
 #[command(
     after_help = "Prints `halfproc node: listening on ADDR (node ID)` and the detected runtime \
@@ -49,6 +53,7 @@ pub struct NodeArgs {
 }
 
 pub fn run(a: NodeArgs) -> ExitCode {
+    init_log();
     let backend = match halfproc::backend::Backend::from_env() {
         Ok(b) => b.kind(),
         Err(e) => {
@@ -91,4 +96,17 @@ pub fn run(a: NodeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The daemon's log on stderr: `HALFPROC_LOG` is a filter in `RUST_LOG`
+/// syntax (default `info`; `halfproc_node::program=debug` follows every
+/// stdin request and answer of the relay).
+fn init_log() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("HALFPROC_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
 }
