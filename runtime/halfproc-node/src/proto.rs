@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::io;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_util::codec::{Framed, FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::codec::{Framed, FramedParts, FramedWrite, LengthDelimitedCodec};
 
 /// A byte stream a [`Conn`] runs on: TCP (nodes, remote clients) or the
 /// node's unix control socket (local clients, identified by SO_PEERCRED).
@@ -476,11 +476,20 @@ impl Conn {
     }
 
     /// Splits into a reading and a writing half.
+    ///
+    /// Frames already read from the stream stay first in line: the reader
+    /// is made with `Framed::from_parts`, which decodes a non-empty carried
+    /// buffer before it reads again. (A `FramedRead::new` given the same
+    /// buffer reads the stream first, and a frame that arrived with the one
+    /// before waits there until the peer sends more: an `Attach` followed
+    /// at once by a `StdinReq` left the request unanswered, and the
+    /// program's stdin relay with it, whenever both came in one read.)
     pub fn split(self) -> (Reader, Writer) {
         let parts = self.inner.into_parts();
         let (r, w) = tokio::io::split(parts.io);
-        let mut reader = FramedRead::new(r, codec());
-        reader.read_buffer_mut().extend_from_slice(&parts.read_buf);
+        let mut rp = FramedParts::new::<Bytes>(r, codec());
+        rp.read_buf = parts.read_buf;
+        let reader = Framed::from_parts(rp);
         (
             Reader { inner: reader },
             Writer {
@@ -492,7 +501,7 @@ impl Conn {
 
 /// Reading half of a [`Conn`].
 pub struct Reader {
-    inner: FramedRead<ReadHalf<BoxIo>, LengthDelimitedCodec>,
+    inner: Framed<ReadHalf<BoxIo>, LengthDelimitedCodec>,
 }
 
 impl Reader {
@@ -527,4 +536,35 @@ pub fn writer_task(mut w: Writer) -> tokio::sync::mpsc::UnboundedSender<Msg> {
         }
     });
     tx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Two frames that came in one read: the second comes out of the
+    /// reader of `split()` without the peer sending anything more (the
+    /// two-guest test's hang: `Attach` then `StdinReq`).
+    #[tokio::test]
+    async fn split_keeps_the_frames_already_read() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let mut peer = Framed::new(theirs, codec());
+        let mut c = Conn {
+            inner: Framed::new(Box::new(ours) as BoxIo, codec()),
+            peer: 0,
+        };
+        peer.send(encode(&Msg::StdinEof).unwrap()).await.unwrap();
+        peer.send(encode(&Msg::StdinReq { offset: 7 }).unwrap())
+            .await
+            .unwrap();
+        assert!(matches!(c.recv().await.unwrap(), Msg::StdinEof));
+        let (mut r, _w) = c.split();
+        let second = tokio::time::timeout(Duration::from_secs(2), r.recv())
+            .await
+            .expect("the frame read with the first one stayed in the buffer")
+            .unwrap();
+        assert!(matches!(second, Some(Msg::StdinReq { offset: 7 })));
+        drop(peer);
+    }
 }
