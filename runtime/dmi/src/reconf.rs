@@ -171,6 +171,27 @@ fn thread_join(dmi: &Dmi, vars: i64, tid: usize) -> Result<(), DmiError> {
     Ok(())
 }
 
+/// Test-only (`DMI_TEST_LEAVE_LATE=1`): the leaving nodes freeze only
+/// after the next itergroup ended. The leave overlaps that itergroup, so
+/// its EXCLUSIVE writes may take pages from a leaving node before the node
+/// freezes; this makes it take every page it writes (`tools/dmi/tests/
+/// reconf.rs`).
+fn leave_late() -> bool {
+    std::env::var_os("DMI_TEST_LEAVE_LATE").is_some_and(|v| v == "1")
+}
+
+/// Waits until the `pnum` threads of the running itergroup arrived at
+/// barrier B: the last to arrive at barrier A reset the counter before
+/// releasing it, and barrier B waits for the controller too.
+fn itergroup_done(dmi: &Dmi, vars: i64, pnum: i64) -> Result<(), DmiError> {
+    let mut pause = Duration::from_micros(50);
+    while get(dmi, vars, Var::BarrierCount)? < pnum {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 /// What the process knows about the run (set once by [`run`]).
 struct Shared {
     program: Box<dyn Program>,
@@ -490,6 +511,9 @@ impl Controller {
             for &tid in &deleted {
                 thread_join(dmi, vars, tid)?;
                 put(dmi, vars, Var::Flags(tid), 0)?;
+            }
+            if !self.leave.is_empty() && leave_late() {
+                itergroup_done(dmi, vars, pnum)?;
             }
             let t_leave = Instant::now();
             let ls = dmi.rescale_nodes(Vec::new(), self.leave.clone())?;
