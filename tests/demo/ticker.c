@@ -7,10 +7,15 @@
  * status derived from the digest.  Whatever node it ends on, the lines must
  * run 0..N-1 without a gap or a repeat and the digest and status must equal
  * those of a run that never moved (`ticker N` prints them too).
+ *
+ * `ticker N stdin` then reads its stdin to the end before the last line: a
+ * test that holds stdin open until its moves are done cannot see it finish
+ * before them, however slow the moves.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +48,12 @@ int main(int argc, char **argv)
 		nanosleep(&tick, NULL);
 	}
 	free(table);
+	if (argc > 2 && !strcmp(argv[2], "stdin")) {
+		char buf[4096];
+
+		while (read(0, buf, sizeof(buf)) > 0)
+			;
+	}
 	printf("done digest %016llx\n", (unsigned long long)digest);
 	return (int)(digest % 200) + 1;
 }

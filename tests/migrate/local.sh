@@ -73,7 +73,7 @@ one xz "$d/data" "" /opt/deb/xz -T1 -6 -c
 one gzip "$d/data" "" /opt/deb/gzip -9 -n -c
 one bzip2 "$d/data" "" /opt/deb/bzip2 -9 -c
 one sha256sum "$d/data" "" /opt/deb/sha256sum "$d/data" -
-one ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker "$ticks"
+one ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker "$ticks" stdin
 # Each move read the program with dmread (the daemon said so), none with
 # process_vm_readv: the restored copies were members too.
 dumps="$(cat "$d"/*.mlog | grep -c "frozen and dumped")"

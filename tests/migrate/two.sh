@@ -82,7 +82,7 @@ move() {
 
 : >"$d/empty"
 wait_output=1
-move ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker "$ticks"
+move ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker "$ticks" stdin
 # The ticker's first line came from the original on A, its last from the
 # copy on B (pids as `halfproc run` and `halfproc migrate` reported them).
 first="$(sed -n '1s/.* pid //p' "$d/ticker.out")"

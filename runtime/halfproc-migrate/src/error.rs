@@ -77,6 +77,8 @@ pub enum Error {
     Image(String),
     /// The restore environment does not allow restoring this image.
     Restore(String),
+    /// The process ended (or was reaped) before it could be frozen.
+    Gone(i32),
 }
 
 impl Error {
@@ -100,6 +102,7 @@ impl fmt::Display for Error {
             Error::Io { what, source } => write!(f, "{what}: {source}"),
             Error::Image(m) => write!(f, "bad image: {m}"),
             Error::Restore(m) => write!(f, "cannot restore: {m}"),
+            Error::Gone(pid) => write!(f, "pid {pid} ended before it could be frozen"),
         }
     }
 }

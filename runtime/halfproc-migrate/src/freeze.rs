@@ -93,8 +93,13 @@ fn wait_stop(pid: i32) -> Result<i32> {
 impl Frozen {
     /// Seizes `pid` and stops it in a `PTRACE_EVENT_STOP`.
     pub fn seize(pid: i32) -> Result<Frozen> {
-        ptrace(libc::PTRACE_SEIZE, pid, 0, 0)
-            .map_err(|e| Error::io(format!("PTRACE_SEIZE pid {pid}"), e))?;
+        ptrace(libc::PTRACE_SEIZE, pid, 0, 0).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                Error::Gone(pid)
+            } else {
+                Error::io(format!("PTRACE_SEIZE pid {pid}"), e)
+            }
+        })?;
         let mut f = Frozen {
             pid,
             attached: true,

@@ -143,7 +143,13 @@ async fn migrate_acquired(
     let image = dump_rx
         .await
         .map_err(|_| "dump thread died".to_string())?
-        .map_err(|e| format!("pid {pid}: {e}; it keeps running here"))?;
+        .map_err(|e| {
+            if ended(pid) {
+                format!("pid {pid}: {e}; it has ended here, nothing was moved")
+            } else {
+                format!("pid {pid}: {e}; it keeps running here")
+            }
+        })?;
     let bytes = image.pages.len() as u64;
     let mode = image.mode.clone();
     say(
@@ -591,6 +597,18 @@ async fn receive_and_restore(
     Ok(())
 }
 
+/// Whether `pid` has ended (a zombie not yet reaped counts): a failed
+/// freeze then says so instead of "it keeps running".
+fn ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(st) => st
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
 /// Waits (at most 2 s) until the copy runs: no longer stopped, and the
 /// SIGCONT that woke it delivered (a migration right after would otherwise
 /// see it pending).
@@ -676,5 +694,24 @@ pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> M
                 "checkpoint of pid {pid} failed: {e}; it keeps running"
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ended;
+
+    #[test]
+    fn ended_sees_zombies_and_reaped_children() {
+        assert!(!ended(std::process::id() as i32));
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Until it is reaped, the exited child is a zombie.
+        while !ended(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut child = child;
+        child.wait().unwrap();
+        assert!(ended(pid));
     }
 }
