@@ -104,6 +104,16 @@ impl MmapWriteGuard<'_> {
         // SAFETY: the mmap lock is held, as `halfproc_range_has_vmas` asserts.
         unsafe { bindings::halfproc_range_has_vmas(self.0.as_raw()) }
     }
+
+    /// Whether a secondary MMU ever subscribed to the mm's invalidations
+    /// (`mm_has_notifiers()`: the subscription list, once allocated, stays
+    /// until the mm is freed).
+    pub(crate) fn has_notifiers(&self) -> bool {
+        // SAFETY: the mm is live, and `notifier_subscriptions` is set only
+        // under the mmap write lock, which is held; the pointer is compared,
+        // never dereferenced.
+        unsafe { !(*self.0.as_raw()).__bindgen_anon_1.notifier_subscriptions.is_null() }
+    }
 }
 
 impl Drop for MmapWriteGuard<'_> {

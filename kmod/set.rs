@@ -203,7 +203,7 @@ impl Set {
     /// member) if it has none.
     ///
     /// Errors: `EBUSY` if current already has private mappings in the
-    /// shared range, `ENOMEM`.
+    /// shared range or an mmu notifier (a secondary MMU), `ENOMEM`.
     pub(crate) fn of_current_or_create() -> Result<Arc<Set>> {
         let mm = Mm::current().ok_or(EINVAL)?;
         if let Some(set) = Set::of(mm) {
@@ -217,6 +217,10 @@ impl Set {
             // Another thread of this process won the race.
             Ok(set)
         } else if guard.range_has_vmas() {
+            Err(EBUSY)
+        } else if guard.has_notifiers() {
+            // A secondary MMU mirrors this mm: it would never hear of the
+            // set's invalidations (patch 0021 refuses new ones on members).
             Err(EBUSY)
         } else {
             new.add(mm, current_signal()).map(|()| new.clone())

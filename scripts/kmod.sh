@@ -12,26 +12,32 @@ flavour="$1"
 variant="${2:-}"
 SRC="$HALFPROC_CACHE/src/linux"
 BUILD="$HALFPROC_CACHE/build-$flavour"
+SRCDIR="$HALFPROC_ROOT/kmod" KO=halfproc.ko
 case "$variant" in
 "") DIR="$HALFPROC_CACHE/kmod-$flavour" skip=0 ;;
 --sabotage) DIR="$HALFPROC_CACHE/kmod-$flavour-sabotage" skip=1 ;;
-*) die "usage: scripts/kmod.sh debug|release [--sabotage]" ;;
+# Test-only C module for hp_notifier: a counting stand-in for a secondary MMU.
+--notifier-test)
+	DIR="$HALFPROC_CACHE/kmod-$flavour-notifier-test" skip=0
+	SRCDIR="$HALFPROC_ROOT/tests/guest/mn_test" KO=hp_mn_test.ko
+	;;
+*) die "usage: scripts/kmod.sh debug|release [--sabotage|--notifier-test]" ;;
 esac
 [ -f "$BUILD/.halfproc-key" ] || die "kernel ($flavour) is not built: run scripts/kernel.sh $flavour"
 mkdir -p "$DIR"
 rsync -a --delete --exclude '*.o' --exclude '*.ko' --exclude '.*.cmd' \
 	--exclude '*.mod*' --exclude Module.symvers --exclude modules.order \
-	"$HALFPROC_ROOT/kmod/" "$DIR/src/"
+	"$SRCDIR/" "$DIR/src/"
 RUSTUP_TOOLCHAIN="$RUST_TOOLCHAIN"
 export RUSTUP_TOOLCHAIN
 phase "build kmod ($flavour${variant:+ $variant})"
 if ! make -C "$SRC" O="$BUILD" M="$DIR/src" CLIPPY="${CLIPPY:-1}" \
 	HALFPROC_SKIP_MEMBER_FLUSH="$skip" modules >"$DIR/build.log" 2>&1; then
 	cat "$DIR/build.log" >&2
-	die "building kmod/ failed"
+	die "building ${SRCDIR#"$HALFPROC_ROOT"/} failed"
 fi
 if grep -E "^(warning|error)" -A8 "$DIR/build.log" >&2; then
-	die "building kmod/ printed warnings (clippy is a gate)"
+	die "building ${SRCDIR#"$HALFPROC_ROOT"/} printed warnings (clippy is a gate)"
 fi
 done_phase
-echo "$DIR/src/halfproc.ko"
+echo "$DIR/src/$KO"
