@@ -13,25 +13,30 @@
 //! and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
 //! between two pre-faulted buffers, same number of reps. Reported: min and
 //! median of each, throughput = image bytes / (dump + restore), and the
-//! ratio to memcpy.
+//! ratio to memcpy. `--phases` also prints, per size, the min and median
+//! of each phase of the engine ([`halfproc_migrate::phases`]) and of the
+//! memfd write.
 
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
-const HELP: &str = "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3]\n\
+const HELP: &str = "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--phases]\n\
   checkpoint+restore (in memory) of a process with SIZE MiB of private memory,\n\
-  min/median over REPS, throughput vs memcpy bandwidth measured in the same run\n";
+  min/median over REPS, throughput vs memcpy bandwidth measured in the same run;\n\
+  --phases: also min/median time of each phase (freeze, pagemap, read, crc, restore fill, ...)\n";
 
 struct Opts {
     sizes: Vec<usize>,
     reps: usize,
+    phases: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         sizes: vec![64, 256, 1024],
         reps: 3,
+        phases: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -50,6 +55,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--reps" => {
                 o.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?;
             }
+            "--phases" => o.phases = true,
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -153,7 +159,9 @@ fn one(pid: i32) -> Result<(Duration, Duration, u64), String> {
     }
     // SAFETY: a fresh fd we own.
     let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let tw = Instant::now();
     f.write_all(&d.pages).map_err(|e| e.to_string())?;
+    halfproc_migrate::phases::add("memfd", tw.elapsed());
     let copy = halfproc_migrate::restore_from(
         &d.manifest,
         f,
@@ -200,7 +208,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7}",
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9}",
         "MiB",
         "image MiB",
         "c+r min ms",
@@ -209,7 +217,8 @@ pub fn main(args: &[String]) -> i32 {
         "c+r MiB/s",
         "memcpy med",
         "memcpy MiB/s",
-        "ratio"
+        "ratio",
+        "ratio min"
     );
     for &mib in &o.sizes {
         let pid = match spawn_holder(mib) {
@@ -222,8 +231,19 @@ pub fn main(args: &[String]) -> i32 {
         let mut times = Vec::new();
         let mut dumps = Vec::new();
         let mut bytes = 0;
+        let mut phases: Vec<(&'static str, Vec<Duration>)> = Vec::new();
         for _ in 0..o.reps {
-            match one(pid) {
+            if o.phases {
+                halfproc_migrate::phases::start();
+            }
+            let r = one(pid);
+            for (name, d) in halfproc_migrate::phases::take() {
+                match phases.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, v)) => v.push(d),
+                    None => phases.push((name, vec![d])),
+                }
+            }
+            match r {
                 Ok((t, dt, b)) => {
                     times.push(t);
                     dumps.push(dt);
@@ -240,18 +260,28 @@ pub fn main(args: &[String]) -> i32 {
         let mut mc = memcpy_times(mib, o.reps);
         let (cmin, cmed) = min_median(&mut times);
         let (_, dmed) = min_median(&mut dumps);
-        let (_, mmed) = min_median(&mut mc);
+        let (mmin, mmed) = min_median(&mut mc);
         let img = bytes as f64 / 1048576.0;
         let cr_bw = img / (cmed / 1e3);
         let mc_bw = mib as f64 / (mmed / 1e3);
+        // Best against best: image bytes / min(c+r) over MiB / min(memcpy).
+        let best = (img / cmin) / (mib as f64 / mmin);
         println!(
-            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3}",
+            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3}",
             cr_bw / mc_bw
         );
+        for (name, v) in &mut phases {
+            let (min, med) = min_median(v);
+            println!(
+                "{:>8}phase {name:<12} min {min:>9.2} ms  median {med:>9.2} ms",
+                ""
+            );
+        }
     }
     println!(
         "c+r = freeze + dump into memory + memfd + restore (the original is stopped \
-         throughout: a local stop-and-copy migration's frozen time)"
+         throughout: a local stop-and-copy migration's frozen time); ratio: medians, \
+         ratio min: minima"
     );
     0
 }

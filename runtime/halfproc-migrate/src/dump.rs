@@ -7,6 +7,7 @@ use crate::image::{
     Rlimit, SigAction, Vma,
 };
 use crate::mem::{self, MemoryReader};
+use crate::phases::time;
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
 use crate::refuse;
 use std::fs::{self, File};
@@ -134,8 +135,8 @@ pub fn freeze_and_dump_member(
     relayed: &[u64],
     set_range: Option<(u64, u64)>,
 ) -> Result<Dumped> {
-    refuse::check_member(pid, relayed, set_range)?;
-    let frozen = Frozen::seize(pid)?;
+    time("refuse", || refuse::check_member(pid, relayed, set_range))?;
+    let frozen = time("seize", || Frozen::seize(pid))?;
     let since = Instant::now();
     let mut pages = Vec::new();
     let manifest = dump_frozen(&frozen, relayed, set_range, &mut pages)?;
@@ -155,6 +156,7 @@ fn dump_frozen(
     out: &mut dyn Write,
 ) -> Result<image::Manifest> {
     let pid = f.pid();
+    let t = std::time::Instant::now();
     let st = procfs::status(pid)?;
     let threads: u32 = procfs::field(&st, "Threads")?.parse().unwrap_or(0);
     if threads != 1 {
@@ -166,11 +168,13 @@ fn dump_frozen(
     let saved = f.regs()?;
     let xstate = f.xstate()?;
     let rseq = f.rseq()?;
-    let (sigactions, altstack) = query_signal_state(f, reader, &maps, &saved)?;
+    crate::phases::add("procfs+regs", t.elapsed());
+    let (sigactions, altstack) = time("signals", || query_signal_state(f, reader, &maps, &saved))?;
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
     let (vmas, pages_len, pages_crc) = dump_memory(pid, reader, &maps, set_range, out)?;
+    let t = std::time::Instant::now();
     let s = procfs::stat_fields(pid)?;
     let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
     let start_brk = at(47);
@@ -222,6 +226,7 @@ fn dump_frozen(
         pages_crc,
         set_range,
     };
+    crate::phases::add("fds+mm", t.elapsed());
     Ok(manifest)
 }
 
@@ -518,7 +523,7 @@ fn dump_memory(
             Backing::File {
                 path: m.path.clone(),
                 offset: m.offset,
-                id: procfs::file_id(&m.path)?,
+                id: time("file_id", || procfs::file_id(&m.path))?,
                 shared: m.shared,
             }
         } else {
@@ -526,7 +531,7 @@ fn dump_memory(
         };
         let wanted: Vec<bool> = match &backing {
             Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
-            _ => procfs::pagemap(&pm, m.start, m.end)?
+            _ => time("pagemap", || procfs::pagemap(&pm, m.start, m.end))?
                 .iter()
                 .map(|&e| {
                     let cow = e & PM_PRESENT != 0 && e & PM_FILE == 0;
@@ -547,13 +552,12 @@ fn dump_memory(
             }
             let addr = m.start + first as u64 * ps;
             let len = (i - first) as u64 * ps;
-            let mut buf = vec![0u8; len as usize];
-            reader.read(addr, &mut buf).map_err(|e| {
+            let mut buf = time("alloc", || vec![0u8; len as usize]);
+            time("read", || reader.read(addr, &mut buf)).map_err(|e| {
                 Error::io(format!("read memory {addr:#x}+{len:#x} ({})", m.path), e)
             })?;
-            out.write_all(&buf)
-                .map_err(|e| Error::io("write pages.img", e))?;
-            crc.update(&buf);
+            time("store", || out.write_all(&buf)).map_err(|e| Error::io("write pages.img", e))?;
+            time("crc", || crc.update(&buf));
             pages.push(PageRun {
                 addr,
                 len,

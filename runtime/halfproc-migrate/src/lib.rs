@@ -9,6 +9,7 @@
 //! - `dump`: [`checkpoint`];
 //! - [`image`]: the on-disk format (manifest + pages);
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
+//! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
 //! - `restore`, `restorer`, `sigframe`: [`restore`], the blob, the `rt_sigreturn` frame.
 
 pub mod creds;
@@ -16,6 +17,7 @@ pub mod error;
 mod freeze;
 pub mod image;
 mod mem;
+pub mod phases;
 pub mod precopy;
 mod procfs;
 pub mod refuse;

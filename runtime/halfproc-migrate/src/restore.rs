@@ -125,7 +125,8 @@ pub fn restore(dir: &Path) -> Result<Restored> {
 /// (a file, memfd, ... read with `pread`; the caller has checked it, e.g.
 /// with [`image::verify_pages`]). See [`RestoreOptions`].
 pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<Restored> {
-    check_files(m)?;
+    crate::phases::time("check_files", || check_files(m))?;
+    let t = std::time::Instant::now();
     for f in &m.fds {
         if f.relayed.is_some()
             && f.dup_of.is_none()
@@ -166,6 +167,8 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
     let status_w = helpers.status_w.as_raw_fd();
 
     let switch = opts.creds.as_ref().filter(|c| !c.is_current());
+    crate::phases::add("plan", t.elapsed());
+    let t = std::time::Instant::now();
     // SAFETY: the child only runs `child_enter`, which makes raw system
     // calls and copies bytes (async-signal-safe), then never returns.
     let pid = unsafe { restorer::spawn() }?;
@@ -189,10 +192,13 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
         // parent's (= our) address space; `child_enter` never returns.
         unsafe { restorer::child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
     }
+    crate::phases::add("fork", t.elapsed());
+    let t = std::time::Instant::now();
     drop(helpers.status_w);
     let mut status_r = helpers.status_r;
     let mut buf = Vec::new();
     let _ = status_r.read_to_end(&mut buf);
+    crate::phases::add("blob", t.elapsed());
     if buf.len() >= 16 {
         let idx = u64::from_le_bytes(buf[0..8].try_into().unwrap_or([0; 8]));
         let ret = i64::from_le_bytes(buf[8..16].try_into().unwrap_or([0; 8]));
