@@ -6,7 +6,7 @@
 //! - [`refuse`]: checks run before anything is stopped;
 //! - `freeze`: ptrace seize/interrupt, registers, injected `rt_sigaction` queries;
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
-//! - `dump`: [`checkpoint`];
+//! - `dump`: [`checkpoint`]; `dump_mem`: which pages are carried, and reading them;
 //! - [`image`]: the on-disk format (manifest + pages);
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
@@ -25,6 +25,7 @@ mod restorer;
 mod sigframe;
 
 mod dump;
+mod dump_mem;
 mod restore;
 mod restore_check;
 

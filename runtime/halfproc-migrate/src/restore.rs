@@ -493,6 +493,14 @@ fn plan(
             }
         }
         for r in &v.pages {
+            // Fault the run in with one call (Linux 5.14; ignored where
+            // missing) rather than page by page inside the pread.
+            op(
+                SYS_madvise,
+                &[r.addr, r.len, MADV_POPULATE_WRITE as u64],
+                IGNORE,
+                what("populate pages of"),
+            );
             op(
                 SYS_pread64,
                 &[pages_fd, r.addr, r.len, r.file_off],
