@@ -5,9 +5,10 @@
 //! For each size: fork a child that maps and fills N MiB (distinct bytes
 //! per page), points its stdio at /dev/null and waits; then, `--reps`
 //! times: [`halfproc_migrate::freeze_and_dump`] (ptrace seize, every page
-//! read into memory), the pages written into a memfd, and
-//! [`halfproc_migrate::restore_from`] rebuilding a new process from them
-//! (returns once the copy is rebuilt); the original is stopped from the
+//! read into memory) and [`halfproc_migrate::restore_from_memory`]
+//! rebuilding a new process from them (returns once the copy is rebuilt;
+//! with `--memfd`, the pages are first written into a memfd and restored
+//! with [`halfproc_migrate::restore_from`], as from a received image file); the original is stopped from the
 //! seize until the copy exists, which is the frozen time of a local
 //! stop-and-copy migration. The copy is checked (a page read back from it)
 //! and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
@@ -21,15 +22,18 @@ use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
-const HELP: &str = "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--phases]\n\
+const HELP: &str =
+    "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--phases] [--memfd]\n\
   checkpoint+restore (in memory) of a process with SIZE MiB of private memory,\n\
   min/median over REPS, throughput vs memcpy bandwidth measured in the same run;\n\
-  --phases: also min/median time of each phase (freeze, pagemap, read, crc, restore fill, ...)\n";
+  --phases: also min/median time of each phase (freeze, pagemap, read, crc, restore fill, ...)\n\
+  --memfd: restore from a memfd the pages are written into (as from a file), not from memory\n";
 
 struct Opts {
     sizes: Vec<usize>,
     reps: usize,
     phases: bool,
+    memfd: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -37,6 +41,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         sizes: vec![64, 256, 1024],
         reps: 3,
         phases: false,
+        memfd: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -56,6 +61,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 o.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?;
             }
             "--phases" => o.phases = true,
+            "--memfd" => o.memfd = true,
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -148,25 +154,26 @@ fn kill_reap(pid: i32) {
 }
 
 /// One checkpoint+restore of `pid`: (time, of which dump, image bytes).
-fn one(pid: i32) -> Result<(Duration, Duration, u64), String> {
+fn one(pid: i32, memfd: bool) -> Result<(Duration, Duration, u64), String> {
     let t = Instant::now();
     let d = halfproc_migrate::freeze_and_dump(pid, &[]).map_err(|e| e.to_string())?;
     let dumped = t.elapsed();
-    // SAFETY: memfd_create with a static NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"bench-pages".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    let opts = halfproc_migrate::RestoreOptions::default();
+    let copy = if memfd {
+        // SAFETY: memfd_create with a static NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"bench-pages".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let tw = Instant::now();
+        f.write_all(&d.pages).map_err(|e| e.to_string())?;
+        halfproc_migrate::phases::add("memfd", tw.elapsed());
+        halfproc_migrate::restore_from(&d.manifest, f, &opts)
+    } else {
+        halfproc_migrate::restore_from_memory(&d.manifest, &d.pages, &opts)
     }
-    // SAFETY: a fresh fd we own.
-    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-    let tw = Instant::now();
-    f.write_all(&d.pages).map_err(|e| e.to_string())?;
-    halfproc_migrate::phases::add("memfd", tw.elapsed());
-    let copy = halfproc_migrate::restore_from(
-        &d.manifest,
-        f,
-        &halfproc_migrate::RestoreOptions::default(),
-    )
     .map_err(|e| e.to_string())?;
     let took = t.elapsed();
     let bytes = d.pages.len() as u64;
@@ -236,7 +243,7 @@ pub fn main(args: &[String]) -> i32 {
             if o.phases {
                 halfproc_migrate::phases::start();
             }
-            let r = one(pid);
+            let r = one(pid, o.memfd);
             for (name, d) in halfproc_migrate::phases::take() {
                 match phases.iter_mut().find(|(n, _)| *n == name) {
                     Some((_, v)) => v.push(d),
@@ -279,7 +286,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     println!(
-        "c+r = freeze + dump into memory + memfd + restore (the original is stopped \
+        "c+r = freeze + dump into memory (+ memfd) + restore (the original is stopped \
          throughout: a local stop-and-copy migration's frozen time); ratio: medians, \
          ratio min: minima"
     );

@@ -10,7 +10,8 @@
 //! - [`image`]: the on-disk format (manifest + pages);
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
-//! - `restore`, `restorer`, `sigframe`: [`restore`], the blob, the `rt_sigreturn` frame.
+//! - `restore`, `restore_plan`, `restorer`, `sigframe`: [`restore`], the blob's op
+//!   table, the blob, the `rt_sigreturn` frame.
 
 pub mod creds;
 pub mod error;
@@ -28,6 +29,7 @@ mod dump;
 mod dump_mem;
 mod restore;
 mod restore_check;
+mod restore_plan;
 
 pub use creds::Creds;
 pub use dump::{
@@ -37,4 +39,4 @@ pub use dump::{
 pub use error::{Error, Refusal, Result};
 pub use mem::{caller_is_member, reader_kind, DmReader, MemoryReader, PortableReader};
 pub use precopy::{probe_soft_dirty, DirtyTracker};
-pub use restore::{restore, restore_from, RestoreOptions, Restored};
+pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};

@@ -130,7 +130,7 @@ pub(crate) unsafe fn child_enter(
     r: u64,
     r_len: u64,
     code: &[u8],
-    p: &crate::restore::Plan,
+    p: &crate::restore_plan::Plan,
     data_base: u64,
     status_fd: u64,
     status_w: i32,
@@ -165,6 +165,12 @@ pub(crate) unsafe fn child_enter(
     unsafe {
         std::ptr::copy_nonoverlapping(code.as_ptr(), r as *mut u8, code.len());
         std::ptr::copy_nonoverlapping(p.data.as_ptr(), data_base as *mut u8, p.data.len());
+        // SAFETY (of the writes): each slot is an op argument inside the
+        // table just copied to `R`; the value is our own pid.
+        let me = libc::getpid() as u64;
+        for &slot in &p.self_pid_slots {
+            (slot as *mut u64).write(me);
+        }
         let marker = (r + CODE_SIZE) as *mut u64;
         marker.write(REGION_MAGIC);
         marker.add(1).write(r_len);
