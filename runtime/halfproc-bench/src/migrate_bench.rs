@@ -10,8 +10,8 @@
 //! with `--memfd`, the pages are first written into a memfd and restored
 //! with [`halfproc_migrate::restore_from`], as from a received image file); the original is stopped from the
 //! seize until the copy exists, which is the frozen time of a local
-//! stop-and-copy migration. The copy is checked (a page read back from it)
-//! and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
+//! stop-and-copy migration. The copy is checked (its first, middle and last
+//! page of the N MiB read back and compared) and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
 //! between two pre-faulted buffers, same number of reps. Reported: min and
 //! median of each, throughput = image bytes / (dump + restore), and the
 //! ratio to memcpy. `--phases` also prints, per size, the min and median
@@ -78,8 +78,9 @@ fn min_median(v: &mut [Duration]) -> (f64, f64) {
     (v[0].as_secs_f64() * 1e3, v[v.len() / 2].as_secs_f64() * 1e3)
 }
 
-/// A child holding `mib` MiB of filled private memory, waiting.
-fn spawn_holder(mib: usize) -> Result<i32, String> {
+/// A child holding `mib` MiB of filled private memory, waiting: its pid
+/// and the address of that memory.
+fn spawn_holder(mib: usize) -> Result<(i32, u64), String> {
     let mut p = [0i32; 2];
     // SAFETY: `p` is a valid out array of two fds.
     if unsafe { libc::pipe(p.as_mut_ptr()) } != 0 {
@@ -139,10 +140,10 @@ fn spawn_holder(mib: usize) -> Result<i32, String> {
     // Until EOF: the child has closed its end too.
     let mut b = Vec::new();
     std::io::Read::read_to_end(&mut r, &mut b).map_err(|e| format!("holder of {mib} MiB: {e}"))?;
-    if b.len() != 8 {
+    let Ok(addr) = b.as_slice().try_into().map(u64::from_ne_bytes) else {
         return Err(format!("holder of {mib} MiB did not start"));
-    }
-    Ok(pid)
+    };
+    Ok((pid, addr))
 }
 
 fn kill_reap(pid: i32) {
@@ -154,7 +155,29 @@ fn kill_reap(pid: i32) {
 }
 
 /// One checkpoint+restore of `pid`: (time, of which dump, image bytes).
-fn one(pid: i32, memfd: bool) -> Result<(Duration, Duration, u64), String> {
+/// Checks pages `first`, middle and last of the copy's `mib` MiB at `addr`
+/// hold what the holder wrote there.
+fn check_copy(pid: i32, addr: u64, mib: usize) -> Result<(), String> {
+    let pages = (mib << 20) / 4096;
+    for pg in [0, pages / 2, pages - 1] {
+        let mut buf = vec![0u8; 4096];
+        let at = addr as usize + pg * 4096;
+        let n = halfproc_sys::copy::vm_read(pid, at, &mut buf)
+            .map_err(|e| format!("reading the copy at {at:#x}: {e}"))?;
+        let ok = n == 4096
+            && buf.chunks_exact(8).enumerate().all(|(w, c)| {
+                u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])) == (pg as u64) << 16 | w as u64
+            });
+        if !ok {
+            return Err(format!(
+                "page {pg} of the restored copy differs from the original"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn one(pid: i32, addr: u64, mib: usize, memfd: bool) -> Result<(Duration, Duration, u64), String> {
     let t = Instant::now();
     let d = halfproc_migrate::freeze_and_dump(pid, &[]).map_err(|e| e.to_string())?;
     let dumped = t.elapsed();
@@ -178,13 +201,16 @@ fn one(pid: i32, memfd: bool) -> Result<(Duration, Duration, u64), String> {
     let took = t.elapsed();
     let bytes = d.pages.len() as u64;
     d.resume();
-    // The copy exists and runs (it waits in pause() like the original).
+    // The copy exists and runs (it waits in pause() like the original),
+    // with the original's contents.
     // SAFETY: kill(pid, 0) probes our own child.
     let alive = unsafe { libc::kill(copy.pid, 0) } == 0;
+    let same = check_copy(copy.pid, addr, mib);
     kill_reap(copy.pid);
     if !alive {
         return Err("the restored copy is not running".into());
     }
+    same?;
     Ok((took, dumped, bytes))
 }
 
@@ -267,7 +293,7 @@ pub fn main(args: &[String]) -> i32 {
         "fault-in med"
     );
     for &mib in &o.sizes {
-        let pid = match spawn_holder(mib) {
+        let (pid, addr) = match spawn_holder(mib) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("halfproc-bench migrate: {e}");
@@ -282,7 +308,7 @@ pub fn main(args: &[String]) -> i32 {
             if o.phases {
                 halfproc_migrate::phases::start();
             }
-            let r = one(pid, o.memfd);
+            let r = one(pid, addr, mib, o.memfd);
             for (name, d) in halfproc_migrate::phases::take() {
                 match phases.iter_mut().find(|(n, _)| *n == name) {
                     Some((_, v)) => v.push(d),

@@ -96,8 +96,8 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
 /// [`restore_from`] with the page contents in the caller's memory (as
 /// [`crate::Dumped::pages`] holds them; checked by the caller). Nothing is
 /// written to a file: the forked child, which inherits `pages`, copies each
-/// run into place itself (one copy instead of a write into a file and a
-/// read back). Another thread of the caller must not unmap or split the
+/// run into place itself (one memory copy instead of a write into a file
+/// and a read back). Another thread of the caller must not unmap or split the
 /// memory of `pages` meanwhile (it is borrowed, so it cannot be freed).
 pub fn restore_from_memory(m: &Manifest, pages: &[u8], opts: &RestoreOptions) -> Result<Restored> {
     if pages.len() as u64 != m.pages_len {
