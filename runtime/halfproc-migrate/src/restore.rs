@@ -110,9 +110,12 @@ pub fn restore_from_memory(m: &Manifest, pages: &[u8], opts: &RestoreOptions) ->
     restore_with(m, None, Some(pages), opts)
 }
 
-/// The VMA pieces of our own memory that cover the pages around `data`
-/// (page-aligned `[start, end)`).
-fn memory_pieces(data: &[u8]) -> Result<((u64, u64), Vec<(u64, u64)>)> {
+/// A page-aligned range `[start, end)` and the (start, len) pieces of it
+/// that lie in distinct VMAs.
+type Pieces = ((u64, u64), Vec<(u64, u64)>);
+
+/// The VMA pieces of our own memory that cover the pages around `data`.
+fn memory_pieces(data: &[u8]) -> Result<Pieces> {
     if data.is_empty() {
         return Ok(((0, 0), Vec::new()));
     }
