@@ -131,6 +131,16 @@ fn memory_pieces(data: &[u8]) -> Result<Pieces> {
         if o.start > at {
             break;
         }
+        // The child moves these pages: a shared mapping (a half-process
+        // set's range above all) would move for its other users too.
+        let in_set = crate::mem::caller_is_member()
+            && halfproc_sys::overlaps_shared_range(o.start, o.end - o.start);
+        if o.shared || in_set {
+            return Err(Error::Restore(format!(
+                "page contents at {start:#x}-{end:#x} must be private memory, not in {:#x}-{:#x} ({})",
+                o.start, o.end, if o.shared { "shared" } else { "the set's range" }
+            )));
+        }
         let to = o.end.min(end);
         pieces.push((at, to - at));
         at = to;

@@ -110,6 +110,39 @@ fn restore_from_memory_refuses_contents_of_another_length() {
 }
 
 #[test]
+fn restore_from_memory_refuses_shared_memory() {
+    // The restorer moves the contents' pages: never those of a shared mapping.
+    let tmp = tempfile::tempdir().unwrap();
+    let pid = spawn(prog(), &["40000"], None, &tmp.path().join("out"));
+    sleep_ms(50);
+    let d = freeze_and_dump(pid, &[]).expect("freeze_and_dump");
+    let len = d.pages.len();
+    // SAFETY: a new shared anonymous mapping of `len` bytes, unmapped below.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(m, libc::MAP_FAILED);
+    // SAFETY: `m` is `len` writable bytes that nothing else refers to.
+    let shared = unsafe { std::slice::from_raw_parts_mut(m.cast::<u8>(), len) };
+    shared.copy_from_slice(&d.pages);
+    let r = restore_from_memory(&d.manifest, shared, &RestoreOptions::default());
+    // SAFETY: unmapping the mapping made above; `shared` is not used again.
+    unsafe { libc::munmap(m, len) };
+    match r {
+        Err(halfproc_migrate::Error::Restore(m)) => assert!(m.contains("private memory"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    d.kill();
+}
+
+#[test]
 fn checkpoints_right_after_exec() {
     // Early stops land in ld.so, libc start-up and the first mallocs.
     let tmp = tempfile::tempdir().unwrap();
