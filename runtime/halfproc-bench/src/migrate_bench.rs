@@ -5,33 +5,43 @@
 //! For each size: fork a child that maps and fills N MiB (distinct bytes
 //! per page), points its stdio at /dev/null and waits; then, `--reps`
 //! times: [`halfproc_migrate::freeze_and_dump`] (ptrace seize, every page
-//! read into memory), the pages written into a memfd, and
-//! [`halfproc_migrate::restore_from`] rebuilding a new process from them
-//! (returns once the copy is rebuilt); the original is stopped from the
+//! read into memory) and [`halfproc_migrate::restore_from_memory`]
+//! rebuilding a new process from them (returns once the copy is rebuilt;
+//! with `--memfd`, the pages are first written into a memfd and restored
+//! with [`halfproc_migrate::restore_from`], as from a received image file); the original is stopped from the
 //! seize until the copy exists, which is the frozen time of a local
-//! stop-and-copy migration. The copy is checked (a page read back from it)
-//! and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
+//! stop-and-copy migration. The copy is checked (its first, middle and last
+//! page of the N MiB read back and compared) and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
 //! between two pre-faulted buffers, same number of reps. Reported: min and
 //! median of each, throughput = image bytes / (dump + restore), and the
-//! ratio to memcpy.
+//! ratio to memcpy. `--phases` also prints, per size, the min and median
+//! of each phase of the engine ([`halfproc_migrate::phases`]) and of the
+//! memfd write.
 
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
-const HELP: &str = "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3]\n\
+const HELP: &str =
+    "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--phases] [--memfd]\n\
   checkpoint+restore (in memory) of a process with SIZE MiB of private memory,\n\
-  min/median over REPS, throughput vs memcpy bandwidth measured in the same run\n";
+  min/median over REPS, throughput vs memcpy bandwidth measured in the same run;\n\
+  --phases: also min/median time of each phase (freeze, pagemap, read, crc, restore fill, ...)\n\
+  --memfd: restore from a memfd the pages are written into (as from a file), not from memory\n";
 
 struct Opts {
     sizes: Vec<usize>,
     reps: usize,
+    phases: bool,
+    memfd: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         sizes: vec![64, 256, 1024],
         reps: 3,
+        phases: false,
+        memfd: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -50,6 +60,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--reps" => {
                 o.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?;
             }
+            "--phases" => o.phases = true,
+            "--memfd" => o.memfd = true,
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -66,8 +78,9 @@ fn min_median(v: &mut [Duration]) -> (f64, f64) {
     (v[0].as_secs_f64() * 1e3, v[v.len() / 2].as_secs_f64() * 1e3)
 }
 
-/// A child holding `mib` MiB of filled private memory, waiting.
-fn spawn_holder(mib: usize) -> Result<i32, String> {
+/// A child holding `mib` MiB of filled private memory, waiting: its pid
+/// and the address of that memory.
+fn spawn_holder(mib: usize) -> Result<(i32, u64), String> {
     let mut p = [0i32; 2];
     // SAFETY: `p` is a valid out array of two fds.
     if unsafe { libc::pipe(p.as_mut_ptr()) } != 0 {
@@ -127,10 +140,10 @@ fn spawn_holder(mib: usize) -> Result<i32, String> {
     // Until EOF: the child has closed its end too.
     let mut b = Vec::new();
     std::io::Read::read_to_end(&mut r, &mut b).map_err(|e| format!("holder of {mib} MiB: {e}"))?;
-    if b.len() != 8 {
+    let Ok(addr) = b.as_slice().try_into().map(u64::from_ne_bytes) else {
         return Err(format!("holder of {mib} MiB did not start"));
-    }
-    Ok(pid)
+    };
+    Ok((pid, addr))
 }
 
 fn kill_reap(pid: i32) {
@@ -142,35 +155,101 @@ fn kill_reap(pid: i32) {
 }
 
 /// One checkpoint+restore of `pid`: (time, of which dump, image bytes).
-fn one(pid: i32) -> Result<(Duration, Duration, u64), String> {
+/// Checks pages `first`, middle and last of the copy's `mib` MiB at `addr`
+/// hold what the holder wrote there.
+fn check_copy(pid: i32, addr: u64, mib: usize) -> Result<(), String> {
+    let pages = (mib << 20) / 4096;
+    for pg in [0, pages / 2, pages - 1] {
+        let mut buf = vec![0u8; 4096];
+        let at = addr as usize + pg * 4096;
+        let n = halfproc_sys::copy::vm_read(pid, at, &mut buf)
+            .map_err(|e| format!("reading the copy at {at:#x}: {e}"))?;
+        let ok = n == 4096
+            && buf.chunks_exact(8).enumerate().all(|(w, c)| {
+                u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])) == (pg as u64) << 16 | w as u64
+            });
+        if !ok {
+            return Err(format!(
+                "page {pg} of the restored copy differs from the original"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn one(pid: i32, addr: u64, mib: usize, memfd: bool) -> Result<(Duration, Duration, u64), String> {
     let t = Instant::now();
     let d = halfproc_migrate::freeze_and_dump(pid, &[]).map_err(|e| e.to_string())?;
     let dumped = t.elapsed();
-    // SAFETY: memfd_create with a static NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"bench-pages".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    let opts = halfproc_migrate::RestoreOptions::default();
+    let copy = if memfd {
+        // SAFETY: memfd_create with a static NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"bench-pages".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let tw = Instant::now();
+        f.write_all(&d.pages).map_err(|e| e.to_string())?;
+        halfproc_migrate::phases::add("memfd", tw.elapsed());
+        halfproc_migrate::restore_from(&d.manifest, f, &opts)
+    } else {
+        halfproc_migrate::restore_from_memory(&d.manifest, &d.pages, &opts)
     }
-    // SAFETY: a fresh fd we own.
-    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-    f.write_all(&d.pages).map_err(|e| e.to_string())?;
-    let copy = halfproc_migrate::restore_from(
-        &d.manifest,
-        f,
-        &halfproc_migrate::RestoreOptions::default(),
-    )
     .map_err(|e| e.to_string())?;
     let took = t.elapsed();
     let bytes = d.pages.len() as u64;
     d.resume();
-    // The copy exists and runs (it waits in pause() like the original).
+    // The copy exists and runs (it waits in pause() like the original),
+    // with the original's contents.
     // SAFETY: kill(pid, 0) probes our own child.
     let alive = unsafe { libc::kill(copy.pid, 0) } == 0;
+    let same = check_copy(copy.pid, addr, mib);
     kill_reap(copy.pid);
     if !alive {
         return Err("the restored copy is not running".into());
     }
+    same?;
     Ok((took, dumped, bytes))
+}
+
+/// Faulting in `mib` MiB of fresh private anonymous memory (4 KiB pages,
+/// no huge page advice, as the restored copy's VMAs): `MADV_POPULATE_WRITE`
+/// of a new mapping. Every restore pays at least this for its pages.
+fn fault_in_times(mib: usize, reps: usize) -> Result<Vec<Duration>, String> {
+    let len = mib << 20;
+    let mut out = Vec::new();
+    for _ in 0..reps {
+        // SAFETY: a new private anonymous mapping, unmapped below.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if m == libc::MAP_FAILED {
+            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+        }
+        let t = Instant::now();
+        // SAFETY: populating our own fresh mapping of `len` bytes.
+        let r = unsafe { libc::madvise(m, len, libc::MADV_POPULATE_WRITE) };
+        let d = t.elapsed();
+        // SAFETY: unmapping the mapping made above; nothing refers to it.
+        unsafe { libc::munmap(m, len) };
+        if r != 0 {
+            return Err(format!(
+                "MADV_POPULATE_WRITE: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        out.push(d);
+    }
+    Ok(out)
 }
 
 fn memcpy_times(mib: usize, reps: usize) -> Vec<Duration> {
@@ -200,7 +279,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7}",
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>12}",
         "MiB",
         "image MiB",
         "c+r min ms",
@@ -209,10 +288,12 @@ pub fn main(args: &[String]) -> i32 {
         "c+r MiB/s",
         "memcpy med",
         "memcpy MiB/s",
-        "ratio"
+        "ratio",
+        "ratio min",
+        "fault-in med"
     );
     for &mib in &o.sizes {
-        let pid = match spawn_holder(mib) {
+        let (pid, addr) = match spawn_holder(mib) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("halfproc-bench migrate: {e}");
@@ -222,8 +303,19 @@ pub fn main(args: &[String]) -> i32 {
         let mut times = Vec::new();
         let mut dumps = Vec::new();
         let mut bytes = 0;
+        let mut phases: Vec<(&'static str, Vec<Duration>)> = Vec::new();
         for _ in 0..o.reps {
-            match one(pid) {
+            if o.phases {
+                halfproc_migrate::phases::start();
+            }
+            let r = one(pid, addr, mib, o.memfd);
+            for (name, d) in halfproc_migrate::phases::take() {
+                match phases.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, v)) => v.push(d),
+                    None => phases.push((name, vec![d])),
+                }
+            }
+            match r {
                 Ok((t, dt, b)) => {
                     times.push(t);
                     dumps.push(dt);
@@ -238,20 +330,39 @@ pub fn main(args: &[String]) -> i32 {
         }
         kill_reap(pid);
         let mut mc = memcpy_times(mib, o.reps);
+        let mut fault = match fault_in_times(mib, o.reps) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("halfproc-bench migrate: {e}");
+                return 1;
+            }
+        };
+        let (_, fmed) = min_median(&mut fault);
         let (cmin, cmed) = min_median(&mut times);
         let (_, dmed) = min_median(&mut dumps);
-        let (_, mmed) = min_median(&mut mc);
+        let (mmin, mmed) = min_median(&mut mc);
         let img = bytes as f64 / 1048576.0;
         let cr_bw = img / (cmed / 1e3);
         let mc_bw = mib as f64 / (mmed / 1e3);
+        // Best against best: image bytes / min(c+r) over MiB / min(memcpy).
+        let best = (img / cmin) / (mib as f64 / mmin);
         println!(
-            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3}",
+            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {fmed:>10.1}ms",
             cr_bw / mc_bw
         );
+        for (name, v) in &mut phases {
+            let (min, med) = min_median(v);
+            println!(
+                "{:>8}phase {name:<12} min {min:>9.2} ms  median {med:>9.2} ms",
+                ""
+            );
+        }
     }
     println!(
-        "c+r = freeze + dump into memory + memfd + restore (the original is stopped \
-         throughout: a local stop-and-copy migration's frozen time)"
+        "c+r = freeze + dump into memory (+ memfd) + restore (the original is stopped \
+         throughout: a local stop-and-copy migration's frozen time); ratio: medians, \
+         ratio min: minima; fault-in: MADV_POPULATE_WRITE of SIZE MiB of fresh 4 KiB pages, \
+         which any restore pays"
     );
     0
 }

@@ -1,13 +1,14 @@
 //! `checkpoint`: refuse, freeze, collect every carried resource, write the image.
 
+use crate::dump_mem::{dump_memory, Sink};
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
-    self, reg, AltStack, Backing, FdEntry, Manifest, MmFields, PageRun, PipeEnd, RelayedEnd,
-    Rlimit, SigAction, Vma,
+    self, reg, AltStack, FdEntry, Manifest, MmFields, PipeEnd, RelayedEnd, Rlimit, SigAction,
 };
 use crate::mem::{self, MemoryReader};
-use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
+use crate::phases::time;
+use crate::procfs;
 use crate::refuse;
 use std::fs::{self, File};
 use std::io::Write;
@@ -63,7 +64,7 @@ pub fn checkpoint_relayed(
     );
     let frozen = Frozen::seize(pid)?;
     let t0 = Instant::now();
-    let result = dump_frozen(&frozen, relayed, None, &mut out).and_then(|m| {
+    let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut out)).and_then(|m| {
         out.flush().map_err(|e| Error::io("write pages.img", e))?;
         image::write_manifest(dir, &m)?;
         Ok(m)
@@ -134,11 +135,11 @@ pub fn freeze_and_dump_member(
     relayed: &[u64],
     set_range: Option<(u64, u64)>,
 ) -> Result<Dumped> {
-    refuse::check_member(pid, relayed, set_range)?;
-    let frozen = Frozen::seize(pid)?;
+    time("refuse", || refuse::check_member(pid, relayed, set_range))?;
+    let frozen = time("seize", || Frozen::seize(pid))?;
     let since = Instant::now();
     let mut pages = Vec::new();
-    let manifest = dump_frozen(&frozen, relayed, set_range, &mut pages)?;
+    let manifest = dump_frozen(&frozen, relayed, set_range, Sink::Memory(&mut pages))?;
     Ok(Dumped {
         frozen,
         manifest,
@@ -152,9 +153,10 @@ fn dump_frozen(
     f: &Frozen,
     relayed: &[u64],
     set_range: Option<(u64, u64)>,
-    out: &mut dyn Write,
+    out: Sink,
 ) -> Result<image::Manifest> {
     let pid = f.pid();
+    let t = std::time::Instant::now();
     let st = procfs::status(pid)?;
     let threads: u32 = procfs::field(&st, "Threads")?.parse().unwrap_or(0);
     if threads != 1 {
@@ -166,11 +168,13 @@ fn dump_frozen(
     let saved = f.regs()?;
     let xstate = f.xstate()?;
     let rseq = f.rseq()?;
-    let (sigactions, altstack) = query_signal_state(f, reader, &maps, &saved)?;
+    crate::phases::add("procfs+regs", t.elapsed());
+    let (sigactions, altstack) = time("signals", || query_signal_state(f, reader, &maps, &saved))?;
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
     let (vmas, pages_len, pages_crc) = dump_memory(pid, reader, &maps, set_range, out)?;
+    let t = std::time::Instant::now();
     let s = procfs::stat_fields(pid)?;
     let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
     let start_brk = at(47);
@@ -222,6 +226,7 @@ fn dump_frozen(
         pages_crc,
         set_range,
     };
+    crate::phases::add("fds+mm", t.elapsed());
     Ok(manifest)
 }
 
@@ -480,116 +485,4 @@ fn query_signal_state(
         Some(e) => Err(e),
         None => Ok((out, alt)),
     }
-}
-
-fn is_special(path: &str) -> bool {
-    refuse::SPECIAL_MAPPINGS.contains(&path)
-}
-
-/// Writes the contents of every carried VMA to `out` (as `pages.img`).
-fn dump_memory(
-    pid: i32,
-    reader: &dyn MemoryReader,
-    maps: &[procfs::MapsEntry],
-    set_range: Option<(u64, u64)>,
-    out: &mut dyn Write,
-) -> Result<(Vec<Vma>, u64, u32)> {
-    let ps = procfs::page_size();
-    let pm_path = format!("/proc/{pid}/pagemap");
-    let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
-    let mut crc = crc32fast::Hasher::new();
-    let mut off = 0u64;
-    let mut vmas = Vec::new();
-    let skip = restorer_regions(reader, maps);
-    for m in maps {
-        if m.path == "[vsyscall]"
-            || skip.iter().any(|&(s, e)| s <= m.start && m.end <= e)
-            || refuse::in_range(m, set_range)
-        {
-            continue;
-        }
-        refuse::classify_mapping(m)?;
-        let deleted = m.path.ends_with(" (deleted)");
-        let backing = if is_special(&m.path) {
-            Backing::Special {
-                name: m.path.clone(),
-            }
-        } else if m.path.starts_with('/') && !deleted {
-            Backing::File {
-                path: m.path.clone(),
-                offset: m.offset,
-                id: procfs::file_id(&m.path)?,
-                shared: m.shared,
-            }
-        } else {
-            Backing::Anon
-        };
-        let wanted: Vec<bool> = match &backing {
-            Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
-            _ => procfs::pagemap(&pm, m.start, m.end)?
-                .iter()
-                .map(|&e| {
-                    let cow = e & PM_PRESENT != 0 && e & PM_FILE == 0;
-                    deleted || cow || e & PM_SWAP != 0
-                })
-                .collect(),
-        };
-        let mut pages = Vec::new();
-        let mut i = 0;
-        while i < wanted.len() {
-            if !wanted[i] {
-                i += 1;
-                continue;
-            }
-            let first = i;
-            while i < wanted.len() && wanted[i] {
-                i += 1;
-            }
-            let addr = m.start + first as u64 * ps;
-            let len = (i - first) as u64 * ps;
-            let mut buf = vec![0u8; len as usize];
-            reader.read(addr, &mut buf).map_err(|e| {
-                Error::io(format!("read memory {addr:#x}+{len:#x} ({})", m.path), e)
-            })?;
-            out.write_all(&buf)
-                .map_err(|e| Error::io("write pages.img", e))?;
-            crc.update(&buf);
-            pages.push(PageRun {
-                addr,
-                len,
-                file_off: off,
-            });
-            off += len;
-        }
-        vmas.push(Vma {
-            grows_down: m.path == "[stack]",
-            start: m.start,
-            end: m.end,
-            prot: m.prot,
-            backing,
-            pages,
-        });
-    }
-    Ok((vmas, off, crc.finalize()))
-}
-
-/// Regions left behind by an earlier restore (see `restorer::REGION_MAGIC`).
-fn restorer_regions(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> Vec<(u64, u64)> {
-    use crate::restorer::{CODE_SIZE, REGION_MAGIC};
-    let mut out = Vec::new();
-    for m in maps
-        .iter()
-        .filter(|m| m.path.is_empty() && m.prot == libc::PROT_READ | libc::PROT_WRITE)
-    {
-        let mut b = [0u8; 16];
-        if m.start < CODE_SIZE || reader.read(m.start, &mut b).is_err() {
-            continue;
-        }
-        let magic = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-        let len = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
-        if magic == REGION_MAGIC {
-            out.push((m.start - CODE_SIZE, m.start - CODE_SIZE + len));
-        }
-    }
-    out
 }

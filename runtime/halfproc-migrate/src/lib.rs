@@ -6,16 +6,19 @@
 //! - [`refuse`]: checks run before anything is stopped;
 //! - `freeze`: ptrace seize/interrupt, registers, injected `rt_sigaction` queries;
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
-//! - `dump`: [`checkpoint`];
+//! - `dump`: [`checkpoint`]; `dump_mem`: which pages are carried, and reading them;
 //! - [`image`]: the on-disk format (manifest + pages);
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
-//! - `restore`, `restorer`, `sigframe`: [`restore`], the blob, the `rt_sigreturn` frame.
+//! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
+//! - `restore`, `restore_plan`, `restorer`, `sigframe`: [`restore`], the blob's op
+//!   table, the blob, the `rt_sigreturn` frame.
 
 pub mod creds;
 pub mod error;
 mod freeze;
 pub mod image;
 mod mem;
+pub mod phases;
 pub mod precopy;
 mod procfs;
 pub mod refuse;
@@ -23,8 +26,10 @@ mod restorer;
 mod sigframe;
 
 mod dump;
+mod dump_mem;
 mod restore;
 mod restore_check;
+mod restore_plan;
 
 pub use creds::Creds;
 pub use dump::{
@@ -34,4 +39,4 @@ pub use dump::{
 pub use error::{Error, Refusal, Result};
 pub use mem::{caller_is_member, reader_kind, DmReader, MemoryReader, PortableReader};
 pub use precopy::{probe_soft_dirty, DirtyTracker};
-pub use restore::{restore, restore_from, RestoreOptions, Restored};
+pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};

@@ -195,14 +195,127 @@ pub fn page_size() -> u64 {
 }
 
 /// Size, mtime and CRC-32 of a file, the identity check for file mappings.
+///
+/// The CRC is computed once per file version and remembered for this
+/// process: the key is (device, inode, size, mtime, ctime), which every
+/// write changes (`utimensat` can set mtime back, not ctime). A file
+/// changed less than [`RACY`] ago is not remembered, since two writes
+/// within one timestamp tick could leave both times equal (git's "racy
+/// clean" rule); nor is one whose times changed while it was read.
 pub fn file_id(path: &str) -> Result<crate::image::FileId> {
     let md = fs::metadata(path).map_err(|e| Error::io(format!("stat {path}"), e))?;
-    let data = fs::read(path).map_err(|e| Error::io(format!("read {path}"), e))?;
-    Ok(crate::image::FileId {
+    let key = FileKey::of(&md);
+    let cache = FILE_IDS.get_or_init(Default::default);
+    if let Some(id) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(id);
+    }
+    let id = crate::image::FileId {
         size: md.size(),
-        mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
-        crc: crc32fast::hash(&data),
-    })
+        mtime_ns: key.mtime_ns,
+        crc: file_crc(path)?,
+    };
+    let after = fs::metadata(path).map_err(|e| Error::io(format!("stat {path}"), e))?;
+    let changed = |t: i128| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|now| now.as_nanos() as i128 - t < RACY.as_nanos() as i128)
+            .unwrap_or(true)
+    };
+    if FileKey::of(&after) == key && !changed(key.mtime_ns.max(key.ctime_ns)) {
+        if let Ok(mut c) = cache.lock() {
+            c.insert(key, id.clone());
+        }
+    }
+    Ok(id)
+}
+
+/// A file changed more recently than this is hashed again at every use.
+pub const RACY: std::time::Duration = std::time::Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileKey {
+    fn of(md: &fs::Metadata) -> FileKey {
+        FileKey {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.size(),
+            mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
+            ctime_ns: md.ctime() as i128 * 1_000_000_000 + md.ctime_nsec() as i128,
+        }
+    }
+}
+
+type FileIds = std::sync::Mutex<std::collections::HashMap<FileKey, crate::image::FileId>>;
+static FILE_IDS: std::sync::OnceLock<FileIds> = std::sync::OnceLock::new();
+
+/// CRC-32 of the contents of `path`, read in 1 MiB pieces into one buffer.
+fn file_crc(path: &str) -> Result<u32> {
+    use std::io::Read;
+    let mut f = fs::File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut crc = crc32fast::Hasher::new();
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(crc.finalize()),
+            Ok(n) => crc.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(format!("read {path}"), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod file_id_tests {
+    use std::io::Write;
+
+    #[test]
+    fn a_rewritten_file_is_hashed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"one").unwrap();
+        let path = p.to_str().unwrap();
+        let a = super::file_id(path).unwrap();
+        assert_eq!(a.crc, crc32fast::hash(b"one"));
+        assert_eq!(super::file_id(path).unwrap(), a);
+        // Same size, at once (within the racy window, maybe the same tick).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .write_all(b"two")
+            .unwrap();
+        assert_eq!(super::file_id(path).unwrap().crc, crc32fast::hash(b"two"));
+    }
+
+    #[test]
+    fn only_a_file_not_changed_recently_is_remembered() {
+        let cached = |path: &str| {
+            let key = super::FileKey::of(&std::fs::metadata(path).unwrap());
+            super::FILE_IDS
+                .get()
+                .and_then(|c| c.lock().unwrap().get(&key).cloned())
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("g");
+        std::fs::write(&p, b"new").unwrap();
+        let path = p.to_str().unwrap();
+        super::file_id(path).unwrap();
+        assert!(cached(path).is_none(), "changed just now");
+        // A system binary, installed long before this test.
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let sh = sh.to_str().unwrap();
+        let id = super::file_id(sh).unwrap();
+        assert_eq!(id.crc, crc32fast::hash(&std::fs::read(sh).unwrap()));
+        assert_eq!(cached(sh), Some(id));
+    }
 }
 
 /// Soft and hard limit of resource `res` (RLIMIT_* number) from the text of

@@ -27,6 +27,14 @@ pub const REGION_MAGIC: u64 = 0x6870_7265_7374_6f72; // "hprestor"
 /// Size of the code page at the start of the region.
 pub const CODE_SIZE: u64 = 4096;
 
+/// Pseudo system call number: copy `args[2]` bytes from `args[1]` to
+/// `args[0]` with `rep movsb` in the blob itself (result: the length).
+/// Never a real system call number. Used to fill pages from contents the
+/// child inherited, at memory-copy speed, where `process_vm_writev` would
+/// pin every target page first; both ranges must be mapped (the plan only
+/// copies from the contents it moved in into runs inside VMAs it mapped
+/// writable), since a fault here would kill the child without a report.
+pub const COPY: u64 = u64::MAX - 2;
 /// Any non-error result (not in `-4095..=-1`) is accepted.
 pub const ANY_OK: u64 = u64::MAX;
 /// The result is not checked.
@@ -62,6 +70,16 @@ core::arch::global_asm!(
     "cmp rbx, r13",
     "jae 5f",
     "mov rax, [r12]",
+    "cmp rax, -3", // COPY
+    "jne 7f",
+    "mov rdi, [r12 + 8]",
+    "mov rsi, [r12 + 16]",
+    "mov rcx, [r12 + 24]",
+    "mov rax, rcx",
+    "cld",
+    "rep movsb",
+    "jmp 8f",
+    "7:",
     "mov rdi, [r12 + 8]",
     "mov rsi, [r12 + 16]",
     "mov rdx, [r12 + 24]",
@@ -69,6 +87,7 @@ core::arch::global_asm!(
     "mov r8, [r12 + 40]",
     "mov r9, [r12 + 48]",
     "syscall",
+    "8:",
     "mov rcx, [r12 + 56]",
     "cmp rcx, -2",
     "je 4f",
@@ -130,7 +149,7 @@ pub(crate) unsafe fn child_enter(
     r: u64,
     r_len: u64,
     code: &[u8],
-    p: &crate::restore::Plan,
+    p: &crate::restore_plan::Plan,
     data_base: u64,
     status_fd: u64,
     status_w: i32,

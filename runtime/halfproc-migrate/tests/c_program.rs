@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
-use halfproc_migrate::{checkpoint, restore, Leave};
+use halfproc_migrate::{
+    checkpoint, freeze_and_dump, image, restore, restore_from_memory, Leave, RestoreOptions,
+};
 use std::time::Instant;
 
 #[test]
@@ -67,6 +69,77 @@ fn twenty_migrations_in_a_row() {
     );
     assert_same_output(&std::fs::read(&out).unwrap(), &want);
     assert_eq!(st, want_st, "exit status after 20 migrations");
+}
+
+#[test]
+fn migrations_through_memory_match_reference() {
+    // freeze_and_dump + restore_from_memory (no file in between), as the
+    // local stop-and-copy path and `halfproc bench migrate` use them.
+    let tmp = tempfile::tempdir().unwrap();
+    let (want, want_st) = reference(prog(), &["40000"], None, tmp.path());
+    let out = tmp.path().join("migrated.out");
+    let mut pid = spawn(prog(), &["40000"], None, &out);
+    for round in 0..8 {
+        sleep_ms(40);
+        let d = freeze_and_dump(pid, &[])
+            .unwrap_or_else(|e| panic!("round {round}: freeze_and_dump: {e}"));
+        image::verify_pages(&d.manifest, &d.pages)
+            .unwrap_or_else(|e| panic!("round {round}: verify: {e}"));
+        let r = restore_from_memory(&d.manifest, &d.pages, &RestoreOptions::default())
+            .unwrap_or_else(|e| panic!("round {round}: restore: {e}"));
+        d.kill();
+        pid = r.pid;
+    }
+    let st = describe(wait(pid));
+    assert_same_output(&std::fs::read(&out).unwrap(), &want);
+    assert_eq!(st, want_st, "exit status after 8 migrations through memory");
+}
+
+#[test]
+fn restore_from_memory_refuses_contents_of_another_length() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pid = spawn(prog(), &["40000"], None, &tmp.path().join("out"));
+    sleep_ms(50);
+    let d = freeze_and_dump(pid, &[]).expect("freeze_and_dump");
+    let short = &d.pages[..d.pages.len() - 4096];
+    match restore_from_memory(&d.manifest, short, &RestoreOptions::default()) {
+        Err(halfproc_migrate::Error::Image(m)) => assert!(m.contains("manifest"), "{m}"),
+        other => panic!("expected a length error, got {other:?}"),
+    }
+    d.kill();
+}
+
+#[test]
+fn restore_from_memory_refuses_shared_memory() {
+    // The restorer moves the contents' pages: never those of a shared mapping.
+    let tmp = tempfile::tempdir().unwrap();
+    let pid = spawn(prog(), &["40000"], None, &tmp.path().join("out"));
+    sleep_ms(50);
+    let d = freeze_and_dump(pid, &[]).expect("freeze_and_dump");
+    let len = d.pages.len();
+    // SAFETY: a new shared anonymous mapping of `len` bytes, unmapped below.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(m, libc::MAP_FAILED);
+    // SAFETY: `m` is `len` writable bytes that nothing else refers to.
+    let shared = unsafe { std::slice::from_raw_parts_mut(m.cast::<u8>(), len) };
+    shared.copy_from_slice(&d.pages);
+    let r = restore_from_memory(&d.manifest, shared, &RestoreOptions::default());
+    // SAFETY: unmapping the mapping made above; `shared` is not used again.
+    unsafe { libc::munmap(m, len) };
+    match r {
+        Err(halfproc_migrate::Error::Restore(m)) => assert!(m.contains("private memory"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    d.kill();
 }
 
 #[test]

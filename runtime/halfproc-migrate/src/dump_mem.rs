@@ -1,0 +1,211 @@
+//! The memory part of a dump: which VMAs are carried and which of their
+//! pages (pagemap), then the page contents, read run by run (one
+//! `process_vm_readv` or `dmread` per run of contiguous wanted pages)
+//! straight into their place in the image: the in-memory image is sized
+//! first and each run lands at its offset, a file image goes through one
+//! reused buffer. The CRC-32 of the whole contents is computed over large
+//! slices (`crc32fast`, which uses the CPU's carry-less multiply).
+
+use crate::error::{Error, Result};
+use crate::image::{Backing, PageRun, Vma};
+use crate::mem::MemoryReader;
+use crate::phases::time;
+use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
+use crate::refuse;
+use std::fs::File;
+use std::io::Write;
+
+/// Where page contents go.
+pub(crate) enum Sink<'a> {
+    /// Into this vector (replaced by the contents, as `pages.img` would hold them).
+    Memory(&'a mut Vec<u8>),
+    /// Written to this writer in order.
+    Writer(&'a mut dyn Write),
+}
+
+/// Largest piece read at once into the buffer of a [`Sink::Writer`].
+const CHUNK: u64 = 8 << 20;
+/// Transparent huge page size on x86_64.
+const HUGE: usize = 2 << 20;
+
+fn is_special(path: &str) -> bool {
+    refuse::SPECIAL_MAPPINGS.contains(&path)
+}
+
+/// Writes the contents of every carried VMA to `out` (as `pages.img`);
+/// returns the VMAs, the contents' length and CRC-32.
+pub(crate) fn dump_memory(
+    pid: i32,
+    reader: &dyn MemoryReader,
+    maps: &[procfs::MapsEntry],
+    set_range: Option<(u64, u64)>,
+    out: Sink,
+) -> Result<(Vec<Vma>, u64, u32)> {
+    let (vmas, total) = plan(pid, reader, maps, set_range)?;
+    let runs = || {
+        vmas.iter()
+            .flat_map(|v| v.pages.iter().map(move |r| (r, v)))
+    };
+    let read = |r: &PageRun, at: u64, buf: &mut [u8], path: &str| {
+        time("read", || reader.read(at, buf)).map_err(|e| {
+            Error::io(
+                format!(
+                    "read memory {at:#x}+{:#x} of run {:#x} ({path})",
+                    buf.len(),
+                    r.addr
+                ),
+                e,
+            )
+        })
+    };
+    let crc = match out {
+        Sink::Memory(pages) => {
+            *pages = time("alloc", || zeroed(total as usize));
+            for (r, v) in runs() {
+                let at = r.file_off as usize;
+                read(r, r.addr, &mut pages[at..at + r.len as usize], path(v))?;
+            }
+            time("crc", || crc32fast::hash(pages))
+        }
+        Sink::Writer(w) => {
+            let mut buf = vec![0u8; total.min(CHUNK) as usize];
+            let mut crc = crc32fast::Hasher::new();
+            for (r, v) in runs() {
+                let mut done = 0;
+                while done < r.len {
+                    let n = (r.len - done).min(CHUNK) as usize;
+                    read(r, r.addr + done, &mut buf[..n], path(v))?;
+                    time("crc", || crc.update(&buf[..n]));
+                    time("store", || w.write_all(&buf[..n]))
+                        .map_err(|e| Error::io("write pages.img", e))?;
+                    done += n as u64;
+                }
+            }
+            crc.finalize()
+        }
+    };
+    Ok((vmas, total, crc))
+}
+
+fn path(v: &Vma) -> &str {
+    match &v.backing {
+        Backing::File { path, .. } => path,
+        Backing::Special { name } => name,
+        Backing::Anon => "anonymous",
+    }
+}
+
+/// A zero-filled vector of `len` bytes. A large one is fresh memory from
+/// `mmap` (calloc), not yet faulted in; it is asked for transparent huge
+/// pages (this is the tool's own buffer, not the target's memory), so
+/// filling it faults once per 2 MiB instead of once per page.
+fn zeroed(len: usize) -> Vec<u8> {
+    let v = vec![0u8; len];
+    let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
+    let end = (v.as_ptr() as usize + len) & !(HUGE - 1);
+    if end > start {
+        // SAFETY: the range lies inside `v`'s allocation; MADV_HUGEPAGE
+        // only changes how its pages are backed, never their contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+    v
+}
+
+/// The carried VMAs with their page runs (offsets into the contents), and
+/// the contents' length.
+fn plan(
+    pid: i32,
+    reader: &dyn MemoryReader,
+    maps: &[procfs::MapsEntry],
+    set_range: Option<(u64, u64)>,
+) -> Result<(Vec<Vma>, u64)> {
+    let ps = procfs::page_size();
+    let pm_path = format!("/proc/{pid}/pagemap");
+    let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
+    let mut off = 0u64;
+    let mut vmas = Vec::new();
+    let skip = restorer_regions(reader, maps);
+    for m in maps {
+        if m.path == "[vsyscall]"
+            || skip.iter().any(|&(s, e)| s <= m.start && m.end <= e)
+            || refuse::in_range(m, set_range)
+        {
+            continue;
+        }
+        refuse::classify_mapping(m)?;
+        let deleted = m.path.ends_with(" (deleted)");
+        let backing = if is_special(&m.path) {
+            Backing::Special {
+                name: m.path.clone(),
+            }
+        } else if m.path.starts_with('/') && !deleted {
+            Backing::File {
+                path: m.path.clone(),
+                offset: m.offset,
+                id: time("file_id", || procfs::file_id(&m.path))?,
+                shared: m.shared,
+            }
+        } else {
+            Backing::Anon
+        };
+        let wanted: Vec<bool> = match &backing {
+            Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
+            _ => time("pagemap", || procfs::pagemap(&pm, m.start, m.end))?
+                .iter()
+                .map(|&e| {
+                    let cow = e & PM_PRESENT != 0 && e & PM_FILE == 0;
+                    deleted || cow || e & PM_SWAP != 0
+                })
+                .collect(),
+        };
+        let mut pages = Vec::new();
+        let mut i = 0;
+        while i < wanted.len() {
+            if !wanted[i] {
+                i += 1;
+                continue;
+            }
+            let first = i;
+            while i < wanted.len() && wanted[i] {
+                i += 1;
+            }
+            let len = (i - first) as u64 * ps;
+            pages.push(PageRun {
+                addr: m.start + first as u64 * ps,
+                len,
+                file_off: off,
+            });
+            off += len;
+        }
+        vmas.push(Vma {
+            grows_down: m.path == "[stack]",
+            start: m.start,
+            end: m.end,
+            prot: m.prot,
+            backing,
+            pages,
+        });
+    }
+    Ok((vmas, off))
+}
+
+/// Regions left behind by an earlier restore (see `restorer::REGION_MAGIC`).
+fn restorer_regions(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> Vec<(u64, u64)> {
+    use crate::restorer::{CODE_SIZE, REGION_MAGIC};
+    let mut out = Vec::new();
+    for m in maps
+        .iter()
+        .filter(|m| m.path.is_empty() && m.prot == libc::PROT_READ | libc::PROT_WRITE)
+    {
+        let mut b = [0u8; 16];
+        if m.start < CODE_SIZE || reader.read(m.start, &mut b).is_err() {
+            continue;
+        }
+        let magic = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+        let len = u64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
+        if magic == REGION_MAGIC {
+            out.push((m.start - CODE_SIZE, m.start - CODE_SIZE + len));
+        }
+    }
+    out
+}
