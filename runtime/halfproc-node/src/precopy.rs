@@ -95,9 +95,10 @@ pub fn dump(
     let total = all.len() / 4096;
     let (pages, included, mode) = match (tracker, done) {
         (Some(mut t), Some(done)) => {
-            let inc = precopy::included(&precopy::image_pages(&d.manifest), &done, t.as_mut())
-                .map_err(|e| e.to_string())?;
-            let pages = precopy::delta(&all, &inc);
+            let inc =
+                precopy::included(&precopy::image_pages(&d.manifest), &done, t.as_mut(), &all)
+                    .map_err(|e| e.to_string())?;
+            let pages = precopy::delta(&all, &inc.pages);
             let name = if matches!(mode, Mode::SoftDirty) {
                 "soft-dirty"
             } else {
@@ -105,13 +106,14 @@ pub fn dump(
             };
             let m = format!(
                 "pre-copy ({name}): {} round(s) of {:?} pages ({:.1} MiB) while running; \
-                 {} of {total} pages sent frozen",
+                 {} of {total} pages sent frozen ({} of them changed unseen by the tracker)",
                 done.rounds.len(),
                 done.rounds,
                 done.bytes as f64 / 1048576.0,
-                pages.len() / 4096
+                pages.len() / 4096,
+                inc.missed
             );
-            (pages, Some(inc), m)
+            (pages, Some(inc.pages), m)
         }
         _ => {
             let why = match mode {
