@@ -66,7 +66,9 @@ one() {	# one NAME INPUT FILTER CMD...
 	tap $? "${name}_migrated_${moves}_times_while_running"
 	check "$name" "$ref_rc" "$filter"
 	tap $? "${name}_output_and_status_as_unmigrated"
-	echo "# $name: $(($(date +%s) - t0)) s with its moves"
+	echo "# $name: $(($(date +%s) - t0)) s with its moves; pre-copied pages that changed unseen by" \
+		"the tracker (sent while frozen): $(sed -n 's/.*(\([0-9]*\) of them changed unseen.*/\1/p' \
+			"$d/$name.mlog" | awk '{ s += $1 } END { print s + 0 }')"
 }
 
 one xz "$d/data" "" /opt/deb/xz -T1 -6 -c
