@@ -6,6 +6,9 @@
 
 Kconfig silently drops options whose dependencies are missing (CONFIG_RUST
 without a usable rustc, say).  Exit 1 listing every option that differs.
+Fragments are read in order and a later one overrides an earlier one, as
+merge_config.sh merges them (debug.config may turn on what base.config
+turns off).
 """
 import re
 import sys
@@ -29,12 +32,16 @@ def main():
     if len(sys.argv) < 3:
         sys.exit("usage: check-config.py .config fragment...")
     have = parse(sys.argv[1])
-    bad = []
+    # As merge_config.sh merges them: a later fragment overrides an earlier.
+    wanted = {}
     for frag in sys.argv[2:]:
         for opt, want in parse(frag).items():
-            got = have.get(opt, "n")
-            if got != want:
-                bad.append(f"  {opt}: wanted {want}, got {got}  ({frag})")
+            wanted[opt] = (want, frag)
+    bad = []
+    for opt, (want, frag) in wanted.items():
+        got = have.get(opt, "n")
+        if got != want:
+            bad.append(f"  {opt}: wanted {want}, got {got}  ({frag})")
     if bad:
         print("halfproc: error: config options dropped or changed by olddefconfig:",
               file=sys.stderr)

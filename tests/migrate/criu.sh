@@ -21,6 +21,10 @@ echo "user:x:1000:1000::/tmp:/bin/sh" >>/etc/passwd
 echo "user:x:1000:" >>/etc/group
 as_user() { su -s /bin/sh user -c "$*"; }
 
+# criu check opens /dev/ptmx; the initramfs has no devpts mounted.
+mkdir -p /dev/pts
+mount -t devpts devpts /dev/pts 2>/dev/null
+[ -e /dev/ptmx ] || ln -s pts/ptmx /dev/ptmx
 criu check >"$d/check.log" 2>&1
 r=$?
 sed 's/^/# criu check: /' "$d/check.log" | tail -n 5
@@ -38,7 +42,10 @@ criu_one() {
 	shift 3
 	"$@" <"$input" 2>/dev/null | sed "$filter" >"$d/$name.ref"
 	rm -rf "$d/$name.img"; mkdir -p "$d/$name.img"
-	"$@" <"$input" >"$d/$name.out" 2>/dev/null &
+	# Its own session: a process started from this init has session id 0,
+	# which criu refuses ("A session leader of N(N) is outside of its pid
+	# namespace"); setsid execs the program, so $! is its pid.
+	setsid "$@" <"$input" >"$d/$name.out" 2>/dev/null &
 	pid=$!
 	sleep 2
 	t0=$(now)
@@ -117,11 +124,11 @@ mkdir -p "$d/user"; chmod 777 "$d/user"
 as_user "criu dump -t $(pidof halfproc | cut -d" " -f1) -D $d/user -o user.log" >"$d/user.out" 2>&1
 r=$?
 cat "$d/user.out" "$d/user/user.log" 2>/dev/null | grep -E "Error|denied|not permitted" |
-	tail -n 3 | sed 's/^/# criu as user: /'
-# Refused for its privileges, not because criu cannot start at all here.
+	head -n 3 | sed 's/^/# criu as user: /'
+# Refused for its privileges (as root the same criu starts, above): the
+# first thing it tries that a plain user may not do fails.
 [ $r != 0 ] && cat "$d/user.out" "$d/user/user.log" 2>/dev/null |
-	grep -q -i -E "permission denied|not permitted|root|CAP_" &&
-	! grep -q "kernel features detection" "$d/user.out" "$d/user/user.log" 2>/dev/null
+	grep -q -i -E "permission denied|not permitted|root|CAP_"
 tap $? criu_refuses_a_plain_user
 killall halfproc 2>/dev/null
 exit $failed
