@@ -60,6 +60,12 @@ pub struct RunArgs {
     /// `dmi node join` and `dmi node leave RANK`.
     #[arg(long, value_name = "PATH")]
     control: Option<std::path::PathBuf>,
+    /// Run each node's program (from DMI_init on) as a compute instance of
+    /// the node, so DMI_yield() can move it to another node (DMI_MOVE_AT=
+    /// N:RANK@NODE); --grow-at/--shrink-at ITER:K then count yields, and
+    /// the instances of leaving nodes move to the others.
+    #[arg(long)]
+    movable: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     prog: Vec<String>,
@@ -138,6 +144,9 @@ pub fn run(a: RunArgs) -> i32 {
             .env("DMI_SCHEDULE", schedule.join(","))
             .env("DMI_PEERS", &peers)
             .env("DMI_LISTEN_FD", fd.to_string());
+        if a.movable {
+            cmd.env("DMI_MOVABLE", "1");
+        }
         if let Some(c) = &a.control {
             cmd.env("DMI_CONTROL", c);
         }
