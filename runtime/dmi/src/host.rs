@@ -107,6 +107,11 @@ pub(crate) fn ranks() -> Option<u32> {
     host().map(|h| h.nranks)
 }
 
+/// In a movable run: the number of node processes (members and spares).
+pub(crate) fn nodes() -> Option<u32> {
+    host().map(|h| h.size)
+}
+
 /// Instance `id` runs here now with mailbox `mb`.
 pub(crate) fn hosting(id: i64, mb: &'static Mailbox) {
     if let Some(h) = host() {

@@ -157,11 +157,14 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
                             }
                         }
                         Err(e) => {
+                            let why = match e {
+                                DmiError::Setup(s) => s,
+                                e => e.to_string(),
+                            };
                             report(&format!(
-                                "dmi: node {}: refusing instance {id} from node {from}: {e}",
+                                "dmi: node {}: refusing instance {id} from node {from}: {why}",
                                 mv.me
                             ));
-                            let why = e.to_string();
                             let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
                         }
                     }
@@ -185,7 +188,7 @@ pub(crate) fn peer_dead(node: NodeId) {
     let mut w = locked(&mv.waiting);
     for (_, (to, tx)) in w.iter() {
         if *to == node {
-            let _ = tx.send(Answer::Refused(format!("node {node} failed")));
+            let _ = tx.send(Answer::Refused(format!("it failed (node {node})")));
         }
     }
     w.retain(|_, (to, _)| *to != node);
@@ -226,7 +229,6 @@ fn take_in(
     manifest: &[u8],
     pages: &[u8],
 ) -> Result<(Member, &'static Mailbox), DmiError> {
-    mv.host.accepts(id).map_err(DmiError::Setup)?;
     if let Some(ms) = std::env::var("DMI_TEST_ARRIVE_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -238,6 +240,7 @@ fn take_in(
         ));
         std::thread::sleep(Duration::from_millis(ms));
     }
+    mv.host.accepts(id).map_err(DmiError::Setup)?;
     if mv.set.backend().kind() == halfproc::BackendKind::Kernel {
         return Err(DmiError::Setup(
             "taking in an instance needs the portable backend (Member::adopt)".into(),
@@ -348,6 +351,11 @@ pub(crate) fn send_away(
         let _ = set_home(pid, state, &[HOME_STAYED]);
         e
     };
+    if let Some(n) = crate::host::nodes().filter(|&n| to >= n) {
+        return Err(stay(DmiError::BadArgument(format!(
+            "there is no node {to} (the run has {n})"
+        ))));
+    }
     if to == mv.me {
         return Err(stay(DmiError::BadArgument(format!(
             "node {to} is this node (a move within it takes no @NODE)"
@@ -405,7 +413,7 @@ pub(crate) fn send_away(
         Answer::Refused(why) => {
             dumped.resume();
             let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
-            Err(stay(DmiError::Setup(format!("node {to}: {why}"))))
+            Err(stay(DmiError::Setup(format!("node {to} refused: {why}"))))
         }
     }
 }
