@@ -138,7 +138,13 @@ pub(crate) fn become_program(
 /// mailbox `mb` after `yields` yields: the program's own instance (on a
 /// thread of its own) or one that arrived from another node (`here`: in
 /// the calling thread, the copy's parent, until it ends or moves on).
-pub(crate) fn serve_movable(id: i64, member: Member, mb: &'static Mailbox, yields: u64, here: bool) {
+pub(crate) fn serve_movable(
+    id: i64,
+    member: Member,
+    mb: &'static Mailbox,
+    yields: u64,
+    here: bool,
+) {
     let (Ok(reg), Some(node)) = (registry(), MOVABLE.get()) else {
         report(&format!(
             "dmi: instance {id} (pid {}) cannot be served: not a movable run",
@@ -407,7 +413,12 @@ fn serve(
     fatal: bool,
     movable: Option<u64>,
 ) {
-    crate::host::rearm(id, movable.unwrap_or(0), mb, reg.moves.next_after(movable.unwrap_or(0), id));
+    crate::host::rearm(
+        id,
+        movable.unwrap_or(0),
+        mb,
+        reg.moves.next_after(movable.unwrap_or(0), id),
+    );
     let status = loop {
         match mb.take(POLL) {
             Ok(Taken::Call(req, dest)) => {

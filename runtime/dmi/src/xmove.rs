@@ -140,33 +140,31 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
         } => {
             let spawned = std::thread::Builder::new()
                 .name(format!("dmi-arrive-{id}"))
-                .spawn(move || {
-                    match take_in(mv, id, home, &manifest, &pages) {
-                        Ok((member, mailbox)) => {
-                            let (tx, rx) = mpsc::channel();
-                            let arrived = Arrived { from, word: tx };
-                            locked(&mv.arrived).insert(token, arrived);
-                            let pid = member.pid();
-                            let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
-                            let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
-                            locked(&mv.arrived).remove(&token);
-                            if go {
-                                run_copy(mv, from, id, yields, home as usize, member, mailbox);
-                            } else {
-                                end_copy(member, mailbox);
-                            }
+                .spawn(move || match take_in(mv, id, home, &manifest, &pages) {
+                    Ok((member, mailbox)) => {
+                        let (tx, rx) = mpsc::channel();
+                        let arrived = Arrived { from, word: tx };
+                        locked(&mv.arrived).insert(token, arrived);
+                        let pid = member.pid();
+                        let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
+                        let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
+                        locked(&mv.arrived).remove(&token);
+                        if go {
+                            run_copy(mv, from, id, yields, home as usize, member, mailbox);
+                        } else {
+                            end_copy(member, mailbox);
                         }
-                        Err(e) => {
-                            let why = match e {
-                                DmiError::Setup(s) => s,
-                                e => e.to_string(),
-                            };
-                            report(&format!(
-                                "dmi: node {}: refusing instance {id} from node {from}: {why}",
-                                mv.me
-                            ));
-                            let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
-                        }
+                    }
+                    Err(e) => {
+                        let why = match e {
+                            DmiError::Setup(s) => s,
+                            e => e.to_string(),
+                        };
+                        report(&format!(
+                            "dmi: node {}: refusing instance {id} from node {from}: {why}",
+                            mv.me
+                        ));
+                        let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
                     }
                 });
             if let Err(e) = spawned {
@@ -363,8 +361,11 @@ pub(crate) fn send_away(
     }
     let range = (mv.set.base() as u64, mv.set.base() as u64 + mv.set.size());
     let inos: Vec<u64> = stdio_pipes(pid).iter().map(|&(_, i)| i).collect();
-    let dumped = freeze_and_dump_member(pid, &inos, Some(range))
-        .map_err(|e| stay(DmiError::Setup(format!("checkpoint of instance pid {pid}: {e}"))))?;
+    let dumped = freeze_and_dump_member(pid, &inos, Some(range)).map_err(|e| {
+        stay(DmiError::Setup(format!(
+            "checkpoint of instance pid {pid}: {e}"
+        )))
+    })?;
     let dump = dumped.frozen_for();
     let manifest = match bincode::serialize(&dumped.manifest) {
         Ok(m) => m,

@@ -155,12 +155,22 @@ pub fn run(a: RunArgs) -> i32 {
         }
         // SAFETY: between fork and exec this only calls fcntl on a
         // descriptor the child inherited, which is async-signal-safe; it
-        // keeps this node's listening socket open across exec.
+        // keeps this node's listening socket open across exec. A movable
+        // run also closes the other descriptors above stderr it inherited
+        // (a caller's pipes would keep its instances from being moved);
+        // close_range is async-signal-safe too.
+        let movable = a.movable;
         unsafe {
             cmd.pre_exec(move || {
                 let flags = libc::fcntl(fd, libc::F_GETFD);
                 if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if movable {
+                    if fd > 3 {
+                        libc::syscall(libc::SYS_close_range, 3u32, (fd - 1) as u32, 0u32);
+                    }
+                    libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
                 }
                 Ok(())
             })

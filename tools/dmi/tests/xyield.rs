@@ -136,7 +136,12 @@ fn ranks_move_between_nodes_and_keep_their_checksums() {
     let still = run(3, true, &[], None);
     assert!(still.status.success(), "{}", text(&still));
     let r = ranks(&still);
-    assert_eq!(sums(&r), want, "movable run without moves: {}", text(&still));
+    assert_eq!(
+        sums(&r),
+        want,
+        "movable run without moves: {}",
+        text(&still)
+    );
     assert!(r.values().all(|l| l.moves == 0 && l.first == l.last));
     assert!(moved_lines(&still).is_empty());
 
@@ -155,13 +160,20 @@ fn ranks_move_between_nodes_and_keep_their_checksums() {
         let want = format!("dmi: node {node}: instance ");
         let at = format!(" moved at yield {yield_} to node {to}: ");
         assert!(
-            moved.iter().any(|l| l.starts_with(&want) && l.contains(&at)),
+            moved
+                .iter()
+                .any(|l| l.starts_with(&want) && l.contains(&at)),
             "no move of node {node} at yield {yield_} to {to}: {}",
             text(&o)
         );
     }
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.matches(" arrived from node ").count(), 4, "{}", text(&o));
+    assert_eq!(
+        err.matches(" arrived from node ").count(),
+        4,
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -185,10 +197,12 @@ fn a_node_leaves_after_its_instance_moved_and_a_joining_node_gets_one() {
     assert_eq!(r[&2].moves, 2, "{}", text(&o));
     assert!(r[&0].moves == 0 && r[&1].moves == 0, "{}", text(&o));
     let moved = moved_lines(&o);
-    assert!(moved.iter().any(|l| l.starts_with("dmi: node 2: instance 2 moved")
-        && l.contains(" to node 0: ")));
-    assert!(moved.iter().any(|l| l.starts_with("dmi: node 0: instance 2 moved")
-        && l.contains(" to node 3: ")));
+    assert!(moved
+        .iter()
+        .any(|l| l.starts_with("dmi: node 2: instance 2 moved") && l.contains(" to node 0: ")));
+    assert!(moved
+        .iter()
+        .any(|l| l.starts_with("dmi: node 0: instance 2 moved") && l.contains(" to node 3: ")));
 }
 
 #[test]
@@ -199,8 +213,16 @@ fn refused_moves_leave_the_instance_where_it_was() {
     assert!(o.status.success(), "{}", text(&o));
     let r = ranks(&o);
     assert_eq!(sums(&r), want, "{}", text(&o));
-    assert!(r[&1].moves == 0 && r[&1].first == r[&1].last, "{}", text(&o));
-    assert!(r[&0].moves == 0 && r[&0].first == r[&0].last, "{}", text(&o));
+    assert!(
+        r[&1].moves == 0 && r[&1].first == r[&1].last,
+        "{}",
+        text(&o)
+    );
+    assert!(
+        r[&0].moves == 0 && r[&0].first == r[&0].last,
+        "{}",
+        text(&o)
+    );
     assert_eq!(r[&2].moves, 1, "the good move still happens: {}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     for l in [
