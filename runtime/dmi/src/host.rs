@@ -391,7 +391,12 @@ fn host_loop(d: Dmi, me: NodeId) -> ! {
                 let member = s.members.contains(&me);
                 let failed = s.failed;
                 drop(s);
-                let r = if member { d.finalize() } else { Ok(d.leave()) };
+                let r = if member {
+                    d.finalize()
+                } else {
+                    d.leave();
+                    Ok(())
+                };
                 if let Err(e) = &r {
                     report(&format!("dmi: node {me}: finalize: {e}"));
                 }

@@ -153,13 +153,13 @@ pub fn run(a: RunArgs) -> i32 {
         if a.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
+        let movable = a.movable;
         // SAFETY: between fork and exec this only calls fcntl on a
         // descriptor the child inherited, which is async-signal-safe; it
         // keeps this node's listening socket open across exec. A movable
         // run also closes the other descriptors above stderr it inherited
         // (a caller's pipes would keep its instances from being moved);
         // close_range is async-signal-safe too.
-        let movable = a.movable;
         unsafe {
             cmd.pre_exec(move || {
                 let flags = libc::fcntl(fd, libc::F_GETFD);
