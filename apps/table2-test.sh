@@ -17,9 +17,18 @@ printf '%s\n' 'int a; /* one */' '  b(1);' 'c("/* not a comment */");' 'd;' 'e;'
 printf '%s\n' '// new comment' 'int a;' '' '  b(2);' '    c("/* not a comment */");' \
 	'x;' '/* a' '   block */ y;' 'd;' 'f;' >"$tmp/r.c"
 got="$("$tool" --files "$tmp/n.c" "$tmp/r.c" | tail -1 | awk '{ $1 = ""; print }')"
-want=" 6 7 2 1 1 4"
-[ "$got" = "$want" ] || die "table2: known pair: got '$got', want '$want' (normal reconf added changed removed total)"
-info "table2: known pair counted as normal/reconf/added/changed/removed/total =$got"
+want=" 6 7 2 1 1 4 -"
+[ "$got" = "$want" ] || die "table2: known pair: got '$got', want '$want' (normal reconf added changed removed total yield)"
+info "table2: known pair counted as normal/reconf/added/changed/removed/total/yield =$got"
+# the yield form: the normal one plus one line and a comment (no change)
+{ echo '/* moved */'; sed '2a DMI_yield();' "$tmp/n.c"; } >"$tmp/y.c"
+got="$("$tool" --files "$tmp/n.c" "$tmp/r.c" "$tmp/y.c" | tail -1 | awk '{ print $NF }')"
+[ "$got" = 1 ] || die "table2: known yield form: got '$got' changed lines, want 1"
+
+# the real yield forms: DMI+half-process is one line in every app
+"$tool" | awk 'NR > 1 && $NF != 1 { bad = bad " " $1 "=" $NF } END { if (bad) { print bad; exit 1 } }' >"$tmp/bad" ||
+	die "table2: yield forms that are not one line from the normal form:$(cat "$tmp/bad")"
+info "table2: every APP_yield.c is APP.c plus one line"
 
 # errors name the problem and fail
 if err="$("$tool" nosuchapp 2>&1)"; then die "table2: nosuchapp did not fail"; fi

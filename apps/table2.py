@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 """Table 2 of the half-process paper, counted from the sources: the lines
 added, changed and removed to make each normal DMI program (apps/dmi/APP.c)
-reconfigurable (apps/dmi/APP_reconf.c).
+reconfigurable (apps/dmi/APP_reconf.c), and to make it movable in a
+movable run (apps/dmi/APP_yield.c: the half-process form, DMI_yield()).
 
 The rule: both files lose their comments (/* ... */ and // ..., outside
 string and character literals) and blank lines, and each remaining line is
@@ -11,11 +12,12 @@ two line sequences are diffed (difflib, no junk heuristic); a hunk that
 replaces a lines by b lines counts min(a, b) changed lines and the rest as
 added (b > a) or removed (a > b); pure insertions are added, pure deletions
 removed.  "total" is added + changed + removed; "normal" and "reconf" are the
-line counts of the two forms under the same rule.
+line counts of the two forms under the same rule.  "yield" is the total of
+the same count from APP.c to APP_yield.c (DMI+half-process).
 
 usage: apps/table2.py [--markdown] [APP...]      (default: every pair APP.c,
        APP_reconf.c in apps/dmi)
-       apps/table2.py --files NORMAL RECONF       (one pair, for the tests)
+       apps/table2.py --files NORMAL RECONF [YIELD] (one pair, for the tests)
 """
 import argparse
 import difflib
@@ -93,30 +95,38 @@ def count(normal, reconf):
     }
 
 
-COLUMNS = ["normal", "reconf", "added", "changed", "removed", "total"]
+COLUMNS = ["normal", "reconf", "added", "changed", "removed", "total", "yield"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--markdown", action="store_true", help="a Markdown table")
-    ap.add_argument("--files", nargs=2, metavar=("NORMAL", "RECONF"))
+    ap.add_argument("--files", nargs="+", metavar="FILE", help="NORMAL RECONF [YIELD]")
     ap.add_argument("apps", nargs="*")
     args = ap.parse_args()
     rows = []
     if args.files:
         if args.apps:
             ap.error("--files takes no APP")
-        pairs = [(args.files[0], *map(pathlib.Path, args.files))]
+        if len(args.files) not in (2, 3):
+            ap.error("--files takes NORMAL RECONF [YIELD]")
+        files = list(map(pathlib.Path, args.files)) + [None]
+        pairs = [(args.files[0], files[0], files[1], files[2])]
     else:
         names = args.apps or sorted(
             p.name[: -len("_reconf.c")]
             for p in (HERE / "dmi").glob("*_reconf.c")
             if (HERE / "dmi" / (p.name[: -len("_reconf.c")] + ".c")).exists()
         )
-        pairs = [(a, HERE / "dmi" / f"{a}.c", HERE / "dmi" / f"{a}_reconf.c") for a in names]
-    for name, normal, reconf in pairs:
+        d = HERE / "dmi"
+        pairs = [(a, d / f"{a}.c", d / f"{a}_reconf.c", d / f"{a}_yield.c") for a in names]
+    for name, normal, reconf, moved in pairs:
         try:
-            rows.append((name, count(normal.read_text(), reconf.read_text())))
+            c = count(normal.read_text(), reconf.read_text())
+            c["yield"] = "-"
+            if moved is not None and (args.files or moved.exists()):
+                c["yield"] = count(normal.read_text(), moved.read_text())["total"]
+            rows.append((name, c))
         except OSError as e:
             sys.exit(f"table2: {name}: {e.filename}: {e.strerror}")
     if not rows:

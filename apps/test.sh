@@ -5,7 +5,9 @@
 # (`dmi run -n N`, loopback) at SIZE (default: small), and check that every
 # checksum agrees with the serial one within the app's stated tolerance
 # (common/checksum.c); and the reconfigurable forms on 1 node and growing
-# 1 -> 3 -> 2 nodes, which must agree with serial and with each other.  Exit 1 naming each
+# 1 -> 3 -> 2 nodes, which must agree with serial and with each other; and
+# the movable forms (APP_yield) moving between 3 nodes while one leaves and
+# one joins, which must agree with serial.  Exit 1 naming each
 # app and rank or node count that disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
 # dmi-cli` first (libdmi and the dmi command in the workspace's
 # target/debug; nothing to do when they are up to date); DMI_NODES="1 2"
@@ -110,6 +112,38 @@ for app in "${apps[@]}"; do
 			failed+=("$app dmi-reconf ${sched:-1 node}: checksum ${val:-none}, serial ${ref:-none}, ${groups:-no} itergroups (want $want)")
 		fi
 	done
+done
+# The movable forms (dmi/APP_yield.c: the normal form plus one DMI_yield()
+# per iteration) in movable runs on 3 nodes: rank 1 moves to node 0 at its
+# first yield, node 2 leaves at yield ITERS/4 (its rank moves to node 0) and
+# a spare joins at ITERS/2 (that rank moves there); the checksum must agree
+# with the serial one, and the run must have made the three moves.
+for app in "${apps[@]}"; do
+	read -r ref iters _ < <(run "$app serial" "$out/serial/$app" "$size")
+	[ -n "${ref:-}" ] || continue
+	shrink=$((iters / 4 > 2 ? iters / 4 : 2))
+	grow=$((iters / 2 > shrink + 1 ? iters / 2 : shrink + 1))
+	sched="--shrink-at $shrink:1 --grow-at $grow:1"
+	# shellcheck disable=SC2086 # the schedule is several words
+	log="$(DMI_MOVE_AT=1:1@0 timeout "$per_run" "$dmi" run -n 3 --movable $sched \
+		"$out/dmi/${app}_yield" "$size" 2>&1 </dev/null)"
+	val="$(printf '%s\n' "$log" | awk '$1 == "checksum" { print $2 }')"
+	moves="$(printf '%s\n' "$log" | grep -c ' moved at yield [0-9]* to node ')"
+	verdict="no checksum"
+	ok=1
+	if [ -n "$val" ]; then
+		verdict="$("$out/cks-cmp" "$app" "$ref" "$val")" && ok=0
+		verdict="${verdict#*: }"
+	fi
+	((moves == 3)) || ok=1
+	printf '%-8s %-13s %s: %s moves; checksum %s; %s\n' "$app" dmi-yield \
+		"3 nodes, $sched" "$moves" "${val:-none}" "$verdict"
+	if ((ok == 0)); then
+		passed=$((passed + 1))
+	else
+		printf '%s\n' "$log" | tail -8 >&2
+		failed+=("$app dmi-yield $sched: checksum ${val:-none}, serial $ref, $moves moves (want 3)")
+	fi
 done
 # Table 1 and the timeline: apps/timeline.sh end to end at the small size.
 if "$here/timeline-test.sh" 2>/dev/null; then

@@ -154,6 +154,17 @@ pub extern "C" fn DMI_errmsg() -> *const c_char {
 /// Connects this node to the others (environment of `dmi run`).
 #[no_mangle]
 pub extern "C" fn DMI_init() -> c_int {
+    let started = NODE.read().unwrap_or_else(|e| e.into_inner()).is_some();
+    if crate::host::requested() && !started {
+        // Returns in the program's instance only; the node process hosts.
+        return match crate::host::run_program(RMW.clone()) {
+            Ok(()) => 0,
+            Err(e) => {
+                set_err(&e);
+                -1
+            }
+        };
+    }
     let mut g = NODE.write().unwrap_or_else(|e| e.into_inner());
     if g.is_some() {
         return 0;

@@ -13,6 +13,8 @@
 //!   shared range (`DMI_create`/`DMI_join`/`DMI_detach`).
 //! * `slurm` and `hostlist`: start-up under `srun` (ranks and peers from
 //!   the `SLURM_*` variables and a rendezvous at rank 0).
+//! * `host` and `xmove`: movable runs (the program as a compute instance of
+//!   its node) and moving instances between nodes at `DMI_yield`.
 //! * `reconf` and `schedule`: reconfigurable programs (`DMI_main`,
 //!   `DMI_rescale`, `DMI_itergroup`, `DMI_check_rescale`).
 
@@ -27,6 +29,7 @@ pub mod check;
 mod control;
 pub mod epoch;
 pub mod error;
+mod host;
 pub mod hostlist;
 pub mod msg;
 pub mod node;
@@ -42,6 +45,7 @@ pub mod serve;
 pub mod sim;
 pub mod slurm;
 pub mod transport;
+mod xmove;
 
 pub use addr::{NodeId, ROOT};
 pub use error::DmiError;

@@ -173,6 +173,48 @@ pub enum Msg {
     /// For the program's runtime, not the protocol core (`reconf.rs`): the
     /// engine hands these to the application side.
     App(AppMsg),
+    /// Compute instances moving between nodes and the movable run's plan
+    /// (`xmove.rs`, `host.rs`): also handed to the application side.
+    Inst(InstMsg),
+}
+
+/// Messages about compute instances between the nodes' hosts (`docs/dmi.md`,
+/// "DMI_yield": cross-node moves).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum InstMsg {
+    /// Source to target: the checkpoint of instance `id` (parked at its
+    /// yield number `yields`, its `Home` at `home`); `manifest` is the
+    /// bincode of the engine's manifest.
+    Image {
+        token: u64,
+        id: i64,
+        yields: u64,
+        home: u64,
+        #[serde(with = "serde_bytes")]
+        manifest: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        pages: Vec<u8>,
+    },
+    /// Target to source: the copy is restored, adopted and parked (pid).
+    Ready { token: u64, pid: i32 },
+    /// Target to source: the copy could not be made; nothing runs there.
+    Refused { token: u64, why: String },
+    /// Source to target: the original is gone, let the copy run.
+    Commit { token: u64 },
+    /// Source to target: the move is off, end the copy.
+    Abort { token: u64 },
+    /// Node 0 to every node: the members of the run and which of them are
+    /// leaving (their instances move away at their next yield).
+    Plan {
+        members: Vec<NodeId>,
+        leaving: Vec<NodeId>,
+    },
+    /// To node 0: an instance made `yields` yields (scheduled changes due).
+    Reached { yields: u64 },
+    /// A leaving node to node 0: it hosts no instance any more.
+    Empty,
+    /// Every instance passed its final barrier: hosts end once theirs exited.
+    Over,
 }
 
 /// Node 0's instructions to the other node processes of a reconfigurable

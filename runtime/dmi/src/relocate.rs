@@ -8,7 +8,7 @@
 //! failure before the copy is told to go on resumes the original, which
 //! stays where it was (nothing lost).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
@@ -16,18 +16,29 @@ use std::time::{Duration, Instant};
 use halfproc::{Member, Set};
 use halfproc_migrate::{freeze_and_dump_member, restore_from, RestoreOptions};
 
+use crate::addr::NodeId;
 use crate::error::DmiError;
 use crate::ring::{Home, Mailbox, HOME_MOVED, HOME_PARKED, HOME_STAYED};
 
 /// How long an instance may take to park after being told to move.
 const PARK_LIMIT: Duration = Duration::from_secs(10);
 
-/// Which yields move an instance: `DMI_MOVE_AT=N:ID[,N:ID...]` moves
-/// instance `ID` (as `DMI_create` numbered it on its node, from 0) at its
-/// `N`-th `DMI_yield` (from 1).
+/// Where a scheduled move goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    /// A new process of the same node.
+    Here,
+    /// Node `NODE` (`N:ID@NODE`; a movable run's instance, `host.rs`).
+    Node(NodeId),
+}
+
+/// Which yields move an instance: `DMI_MOVE_AT=N:ID[@NODE][,...]` moves
+/// instance `ID` (as `DMI_create` numbered it on its node, from 0; in a
+/// movable run, its rank) at its `N`-th `DMI_yield` (from 1), to node
+/// `NODE` or within its node.
 #[derive(Debug, Default, Clone)]
 pub struct MoveSchedule {
-    at: HashSet<(u64, i64)>,
+    at: HashMap<(u64, i64), Dest>,
 }
 
 impl MoveSchedule {
@@ -38,7 +49,7 @@ impl MoveSchedule {
                  YIELD counted from 1)"
             ))
         };
-        let mut at = HashSet::new();
+        let mut at = HashMap::new();
         for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
             let (n, id) = item
                 .trim()
@@ -47,13 +58,22 @@ impl MoveSchedule {
             let n: u64 = n
                 .parse()
                 .map_err(|_| bad(&format!("bad yield number {n:?}")))?;
+            let (id, dest) = match id.split_once('@') {
+                Some((id, node)) => {
+                    let node: NodeId = node
+                        .parse()
+                        .map_err(|_| bad(&format!("bad node {node:?}")))?;
+                    (id, Dest::Node(node))
+                }
+                None => (id, Dest::Here),
+            };
             let id: i64 = id
                 .parse()
                 .map_err(|_| bad(&format!("bad instance {id:?}")))?;
             if n == 0 || id < 0 {
                 return Err(bad(&format!("{item:?} is out of range")));
             }
-            at.insert((n, id));
+            at.insert((n, id), dest);
         }
         Ok(MoveSchedule { at })
     }
@@ -65,15 +85,15 @@ impl MoveSchedule {
         }
     }
 
-    /// Whether instance `id` moves at its `n`-th yield.
-    pub fn moves(&self, n: u64, id: i64) -> bool {
-        self.at.contains(&(n, id))
+    /// Where instance `id` moves at its `n`-th yield, if it does.
+    pub fn moves(&self, n: u64, id: i64) -> Option<Dest> {
+        self.at.get(&(n, id)).copied()
     }
 
     /// The first yield after the `n`-th at which instance `id` moves.
     pub fn next_after(&self, n: u64, id: i64) -> Option<u64> {
         self.at
-            .iter()
+            .keys()
             .filter(|&&(m, i)| i == id && m > n)
             .map(|&(m, _)| m)
             .min()
@@ -93,14 +113,14 @@ pub struct Moved {
     pub total: Duration,
 }
 
-fn home_word(pid: i32, addr: usize) -> Result<u64, DmiError> {
+pub(crate) fn home_word(pid: i32, addr: usize) -> Result<u64, DmiError> {
     let mut b = [0u8; 8];
     halfproc::dmread(pid, addr, 8, &mut b)
         .map_err(|e| DmiError::Setup(format!("reading instance pid {pid}'s home: {e}")))?;
     Ok(u64::from_le_bytes(b))
 }
 
-fn set_home(pid: i32, addr: usize, words: &[u64]) -> Result<(), DmiError> {
+pub(crate) fn set_home(pid: i32, addr: usize, words: &[u64]) -> Result<(), DmiError> {
     let b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     halfproc::dmwrite(pid, addr, b.len(), &b)
         .map(drop)
@@ -109,7 +129,7 @@ fn set_home(pid: i32, addr: usize, words: &[u64]) -> Result<(), DmiError> {
 
 /// The stdio fds of `pid` that are pipes (`dmi run` relays the node's
 /// stdio; an instance shares it): (fd, inode).
-fn stdio_pipes(pid: i32) -> Vec<(i32, u64)> {
+pub(crate) fn stdio_pipes(pid: i32) -> Vec<(i32, u64)> {
     (0..3)
         .filter_map(|fd| {
             let l = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
@@ -120,7 +140,7 @@ fn stdio_pipes(pid: i32) -> Vec<(i32, u64)> {
         .collect()
 }
 
-fn memfd_with(bytes: &[u8]) -> Result<std::fs::File, DmiError> {
+pub(crate) fn memfd_with(bytes: &[u8]) -> Result<std::fs::File, DmiError> {
     // SAFETY: memfd_create with a valid C string.
     let fd = unsafe { libc::memfd_create(c"dmi-move".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -136,16 +156,13 @@ fn memfd_with(bytes: &[u8]) -> Result<std::fs::File, DmiError> {
     Ok(f)
 }
 
-/// Moves the instance `old`, which was told to move at a yield and parks
-/// with its [`Home`] at `home`, into a new process of this node's `set`.
-/// On error the original runs on where it was (told so through its home).
-pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, DmiError> {
+/// Waits until the instance `pid`, told to move, parks (its [`Home`] at `home`).
+pub(crate) fn wait_parked(pid: i32, home: usize) -> Result<(), DmiError> {
     let t0 = Instant::now();
-    let pid = old.pid();
     let state = std::mem::offset_of!(Home, state);
     loop {
         match home_word(pid, home + state)? {
-            HOME_PARKED => break,
+            HOME_PARKED => return Ok(()),
             _ if t0.elapsed() > PARK_LIMIT => {
                 return Err(DmiError::Setup(format!(
                     "instance pid {pid} did not park within {PARK_LIMIT:?}"
@@ -154,6 +171,16 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
             _ => std::thread::sleep(Duration::from_micros(200)),
         }
     }
+}
+
+/// Moves the instance `old`, which was told to move at a yield and parks
+/// with its [`Home`] at `home`, into a new process of this node's `set`.
+/// On error the original runs on where it was (told so through its home).
+pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, DmiError> {
+    let t0 = Instant::now();
+    let pid = old.pid();
+    let state = std::mem::offset_of!(Home, state);
+    wait_parked(pid, home)?;
     let stay = |e: DmiError| {
         let _ = set_home(pid, home + state, &[HOME_STAYED]);
         e
@@ -240,12 +267,14 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
 
 #[cfg(test)]
 mod tests {
-    use super::MoveSchedule;
+    use super::{Dest, MoveSchedule};
 
     #[test]
     fn schedule_parses_and_finds_the_next_move() {
-        let s = MoveSchedule::parse("3:0, 7:0,5:1").unwrap();
-        assert!(s.moves(3, 0) && s.moves(5, 1) && !s.moves(3, 1) && !s.moves(4, 0));
+        let s = MoveSchedule::parse("3:0, 7:0@2,5:1").unwrap();
+        assert_eq!(s.moves(3, 0), Some(Dest::Here));
+        assert_eq!(s.moves(7, 0), Some(Dest::Node(2)));
+        assert!(s.moves(5, 1).is_some() && s.moves(3, 1).is_none() && s.moves(4, 0).is_none());
         assert_eq!(s.next_after(0, 0), Some(3));
         assert_eq!(s.next_after(3, 0), Some(7));
         assert_eq!(s.next_after(7, 0), None);
@@ -261,6 +290,7 @@ mod tests {
             ("3:y", "bad instance"),
             ("0:1", "out of range"),
             ("2:-1", "out of range"),
+            ("2:1@x", "bad node"),
         ] {
             let e = MoveSchedule::parse(spec).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("DMI_MOVE_AT"), "{spec}: {e}");

@@ -110,6 +110,14 @@ enum Req {
         home: usize,
         n: u64,
     },
+    /// `DMI_finalize` of a movable instance (`host.rs`): the final barrier.
+    Done,
+}
+
+/// A request that is not an engine call.
+enum Special {
+    Yield(usize, u64),
+    Done,
 }
 
 impl TryFrom<CallReq> for Req {
@@ -153,11 +161,11 @@ impl TryFrom<CallReq> for Req {
 }
 
 impl TryFrom<Req> for CallReq {
-    type Error = (usize, u64);
+    type Error = Special;
 
-    /// A call for the engine, or (`Err`) a yield: its home address and its
-    /// number.
-    fn try_from(r: Req) -> Result<CallReq, (usize, u64)> {
+    /// A call for the engine, or (`Err`) a yield (its home address and its
+    /// number) or the end of a movable instance.
+    fn try_from(r: Req) -> Result<CallReq, Special> {
         Ok(match r {
             Req::Read { items, mode } => CallReq::Read { items, mode },
             Req::Write { items, mode } => CallReq::Write { items, mode },
@@ -183,7 +191,8 @@ impl TryFrom<Req> for CallReq {
             Req::Lock { addr } => CallReq::Lock { addr },
             Req::Unlock { addr } => CallReq::Unlock { addr },
             Req::Barrier => CallReq::Barrier,
-            Req::Yield { home, n } => return Err((home, n)),
+            Req::Yield { home, n } => return Err(Special::Yield(home, n)),
+            Req::Done => return Err(Special::Done),
         })
     }
 }
@@ -236,6 +245,8 @@ pub enum Taken {
     /// `DMI_yield` (answer with [`Mailbox::answer_yield`]): the address of
     /// the instance's [`Home`] and the yield's number (from 1).
     Yield(usize, u64),
+    /// A movable instance's `DMI_finalize` (answer with [`Mailbox::answer`]).
+    Done,
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, DmiError> {
@@ -342,7 +353,8 @@ impl Mailbox {
         match bincode::deserialize::<Req>(bytes) {
             Ok(r) => Ok(match CallReq::try_from(r) {
                 Ok(c) => Taken::Call(c, g.dest),
-                Err((home, n)) => Taken::Yield(home, n),
+                Err(Special::Yield(home, n)) => Taken::Yield(home, n),
+                Err(Special::Done) => Taken::Done,
             }),
             Err(e) => {
                 drop(g);
@@ -396,7 +408,8 @@ impl Mailbox {
         self.answer(&Ok(vec![u8::from(go)]), None);
     }
 
-    /// Node: the instance asks at its `n`-th yield (`None`: never).
+    /// Node: the instance asks at its `n`-th yield, or at its first one
+    /// after that (`Some(1)`: at the next one; `None`: never).
     pub fn set_move_at(&self, n: Option<u64>) {
         self.move_at.store(n.unwrap_or(0), Ordering::SeqCst);
     }
@@ -471,7 +484,8 @@ impl Link {
     /// to its new mailbox) or given up (`false`, here, nothing lost).
     pub fn yield_now(&self) -> Result<bool, DmiError> {
         let n = HOME.yields.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.mb().move_at.load(Ordering::Relaxed) != n {
+        let at = self.mb().move_at.load(Ordering::Relaxed);
+        if at == 0 || n < at {
             return Ok(false);
         }
         HOME.state.store(HOME_RUNNING, Ordering::SeqCst);
@@ -587,6 +601,12 @@ impl Link {
             _ => Err(bincode::deserialize::<DmiError>(bytes)
                 .unwrap_or_else(|e| DmiError::Setup(format!("undecodable error reply: {e}")))),
         }
+    }
+
+    /// `DMI_finalize` of a movable instance: the final barrier of all
+    /// instances (after it, the instance only exits).
+    pub fn finish(&self) -> Result<(), DmiError> {
+        self.exchange(Req::Done, None).map(drop)
     }
 
     /// Any call, bytes of the outcome copied out of staging.

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::addr::{NodeId, ROOT};
 use crate::epoch::Phase;
 use crate::error::DmiError;
-use crate::msg::{AppMsg, Msg, ReadMode, WriteMode};
+use crate::msg::{AppMsg, InstMsg, Msg, ReadMode, WriteMode};
 use crate::node::{CallId, CallReq, Effects, Node, Outcome};
 use crate::rmw::RmwTable;
 use crate::transport::{connect_all, Frame, NetEvent};
@@ -119,6 +119,8 @@ enum Event {
     Leave(oneshot::Sender<()>),
     /// Send an application message to a node.
     App(NodeId, AppMsg),
+    /// Send a message about instances to a node (itself too).
+    Inst(NodeId, InstMsg),
 }
 
 /// What the engine tells the application side of a node.
@@ -158,6 +160,7 @@ pub struct Dmi {
 }
 
 /// Submits calls to a node's engine from another thread (`serve.rs`).
+#[derive(Clone)]
 pub struct Caller {
     tx: mpsc::UnboundedSender<Event>,
 }
@@ -170,6 +173,13 @@ impl Caller {
             return Err(DmiError::NotInitialized);
         }
         rx.blocking_recv().unwrap_or(Err(DmiError::NotInitialized))
+    }
+
+    /// Sends `m` to node `to`'s host (`xmove::inbox`); to this node too.
+    pub fn send_inst(&self, to: NodeId, m: InstMsg) -> Result<(), DmiError> {
+        self.tx
+            .send(Event::Inst(to, m))
+            .map_err(|_| DmiError::NotInitialized)
     }
 }
 
@@ -408,6 +418,13 @@ impl Dmi {
         rx.recv().map_err(|_| DmiError::NotInitialized)
     }
 
+    /// Like [`Dmi::next_app_event`], giving up after `timeout` (`Err`).
+    pub fn app_event_timeout(&self, timeout: Duration) -> Result<AppEvent, DmiError> {
+        let rx = self.app.lock().unwrap_or_else(|e| e.into_inner());
+        rx.recv_timeout(timeout)
+            .map_err(|_| DmiError::NotInitialized)
+    }
+
     /// Sends an instruction to node `to` (from node 0).
     pub fn send_app(&self, to: NodeId, m: AppMsg) -> Result<(), DmiError> {
         self.tx
@@ -453,6 +470,10 @@ impl Dmi {
 
     /// Barrier, goodbye to every peer, and shutdown.
     pub fn finalize(mut self) -> Result<(), DmiError> {
+        if let (Some(l), Some(_)) = (&self.link, crate::host::ranks()) {
+            // A movable run's program: the final barrier of all instances.
+            return l.finish();
+        }
         if self.link.is_some() {
             return Err(DmiError::BadArgument(
                 "DMI_finalize in a compute instance (the node's program finalizes)".into(),
@@ -550,6 +571,14 @@ async fn engine(
             Event::Net(NetEvent::Msg(_, Msg::App(m))) => {
                 let _ = app.send(AppEvent::Msg(m));
             }
+            Event::Net(NetEvent::Msg(from, Msg::Inst(m))) => crate::xmove::inbox(from, m),
+            Event::Inst(to, m) if to == me => crate::xmove::inbox(me, m),
+            Event::Inst(to, m) => match peers.get(to as usize).and_then(Option::as_ref) {
+                Some(p) => {
+                    let _ = p.send(Frame::Msg(Msg::Inst(m)));
+                }
+                None => crate::xmove::peer_dead(to),
+            },
             Event::Net(NetEvent::Msg(from, m)) => node.handle(from, m, &mut fx),
             Event::App(to, m) => {
                 if let Some(p) = peers.get(to as usize).and_then(Option::as_ref) {
@@ -568,6 +597,7 @@ async fn engine(
                 byes.insert(from);
             }
             Event::Net(NetEvent::Dead(from, reason)) => {
+                crate::xmove::peer_dead(from);
                 if !byes.contains(&from) {
                     let peer = cfg.peers[from as usize];
                     report(&format!(

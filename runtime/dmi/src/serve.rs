@@ -21,7 +21,7 @@ use halfproc::{ExitStatus, Member, Set};
 use crate::addr::NodeId;
 use crate::error::DmiError;
 use crate::node::{CallReq, Outcome};
-use crate::relocate::{relocate, MoveSchedule};
+use crate::relocate::{relocate, Dest, MoveSchedule};
 use crate::ring::{Link, Mailbox, ReplyPath, Taken, POLL};
 use crate::rmw::RmwTable;
 use crate::runtime::{Caller, Dmi, PEER_FAILED_EXIT};
@@ -90,6 +90,95 @@ fn registry() -> Result<Arc<Registry>, DmiError> {
         moves,
     });
     Ok(REGISTRY.get_or_init(|| r).clone())
+}
+
+/// This node's half-process set (made on first use).
+pub(crate) fn node_set() -> Result<&'static Set, DmiError> {
+    Ok(registry()?.set)
+}
+
+/// What a movable run's instances need of their node (`host.rs`).
+struct MovableNode {
+    caller: Caller,
+    rank: NodeId,
+    fatal: bool,
+}
+
+static MOVABLE: OnceLock<MovableNode> = OnceLock::new();
+
+/// A movable run: this node serves its instances through `caller`.
+pub(crate) fn init_movable(caller: Caller, rank: NodeId) -> Result<(), DmiError> {
+    let fatal = std::env::var("DMI_ERRORS").map_or(true, |v| v != "return");
+    MOVABLE
+        .set(MovableNode {
+            caller,
+            rank,
+            fatal,
+        })
+        .map_err(|_| DmiError::Setup("movable run started twice".into()))
+}
+
+/// In the program's instance of a movable run, just forked by `DMI_init`:
+/// drops the node's descriptors and talks to the node through `mb`.
+pub(crate) fn become_program(
+    mb: &'static Mailbox,
+    node_pid: i32,
+    rank: NodeId,
+    ranks: u32,
+    rmw: Arc<RmwTable>,
+) {
+    close_node_fds();
+    close_sockets();
+    let path = REGISTRY.get().map_or(ReplyPath::Staging, |r| r.path);
+    let link = Link::new(mb, node_pid, path);
+    crate::capi::become_instance(Dmi::instance(rank, ranks, rmw, link));
+}
+
+/// Serves instance `id` of a movable run, running here as `member` with
+/// mailbox `mb` after `yields` yields: the program's own instance (on a
+/// thread of its own) or one that arrived from another node (`here`: in
+/// the calling thread, the copy's parent, until it ends or moves on).
+pub(crate) fn serve_movable(
+    id: i64,
+    member: Member,
+    mb: &'static Mailbox,
+    yields: u64,
+    here: bool,
+) {
+    let (Ok(reg), Some(node)) = (registry(), MOVABLE.get()) else {
+        report(&format!(
+            "dmi: instance {id} (pid {}) cannot be served: not a movable run",
+            member.pid()
+        ));
+        let _ = member.kill(libc::SIGKILL);
+        return;
+    };
+    {
+        let mut s = locked(&reg);
+        s.running += 1;
+        s.entries.insert(
+            id,
+            Entry {
+                pid: member.pid(),
+                ended: None,
+                detached: true,
+            },
+        );
+    }
+    crate::host::hosting(id, mb);
+    let caller = node.caller.clone();
+    let (rank, fatal) = (node.rank, node.fatal);
+    if here {
+        serve(&reg, id, member, mb, caller, rank, fatal, Some(yields));
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name(format!("dmi-inst-{id}"))
+        .spawn(move || serve(&reg, id, member, mb, caller, rank, fatal, Some(yields)));
+    if let Err(e) = spawned {
+        report(&format!("dmi: instance {id}: no server thread: {e}"));
+        let _ = member.kill(libc::SIGKILL);
+    }
 }
 
 fn locked(r: &Registry) -> MutexGuard<'_, State> {
@@ -177,7 +266,7 @@ pub fn create(
     let reg2 = reg.clone();
     let spawned = std::thread::Builder::new()
         .name(format!("dmi-inst-{id}"))
-        .spawn(move || serve(&reg2, id, member, mb, caller, rank, fatal));
+        .spawn(move || serve(&reg2, id, member, mb, caller, rank, fatal, None));
     if let Err(e) = spawned {
         let _ = member.kill(libc::SIGKILL);
         return Err(DmiError::Setup(format!("instance server thread: {e}")));
@@ -268,7 +357,52 @@ fn close_node_fds() {
     }
 }
 
-/// The instance's receiver: serves its calls until it ends, then records how.
+/// In a movable run's instance: closes the sockets the fork copied (the
+/// node's listening socket is not close-on-exec); the program opened none
+/// before `DMI_init`.
+fn close_sockets() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| {
+            let fd: i32 = e.file_name().to_str()?.parse().ok()?;
+            let l = std::fs::read_link(e.path()).ok()?;
+            (fd > 2 && l.to_string_lossy().starts_with("socket:")).then_some(fd)
+        })
+        .collect();
+    for fd in fds {
+        // SAFETY: a socket of the node's runtime, unused by the instance.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Where instance `id` goes at its `yields`-th yield, if anywhere; `None`
+/// when it stays (a move to another node outside a movable run, said why).
+fn destination(reg: &Registry, id: i64, yields: u64, rank: NodeId, movable: bool) -> Option<Dest> {
+    let planned = if movable {
+        crate::host::decide(id, yields)
+    } else {
+        None
+    };
+    match reg.moves.moves(yields, id).or(planned.map(Dest::Node)) {
+        Some(Dest::Node(n)) if n == rank => Some(Dest::Here),
+        Some(Dest::Node(n)) if !movable => {
+            report(&format!(
+                "dmi: node {rank}: instance {id} stays: moving to node {n} needs a movable run \
+                 (dmi run --movable: the program's instances, not DMI_create's, move between nodes)"
+            ));
+            None
+        }
+        d => d,
+    }
+}
+
+/// The instance's receiver: serves its calls until it ends (or moves to
+/// another node), then records how. `movable`: the yields a movable run's
+/// instance made before (`host.rs`).
+#[allow(clippy::too_many_arguments)]
 fn serve(
     reg: &Registry,
     id: i64,
@@ -277,23 +411,74 @@ fn serve(
     caller: Caller,
     rank: NodeId,
     fatal: bool,
+    movable: Option<u64>,
 ) {
-    mb.set_move_at(reg.moves.next_after(0, id));
+    crate::host::rearm(
+        id,
+        movable.unwrap_or(0),
+        mb,
+        reg.moves.next_after(movable.unwrap_or(0), id),
+    );
     let status = loop {
         match mb.take(POLL) {
             Ok(Taken::Call(req, dest)) => {
                 let (out, written) = run(reg, &caller, req, dest, member.pid());
                 mb.answer(&out, written);
             }
+            Ok(Taken::Done) => {
+                let r = match crate::host::ranks() {
+                    Some(n) => caller.call(CallReq::BarrierOf(n)),
+                    None => Err(DmiError::BadArgument(
+                        "DMI_finalize in a compute instance (the node's program finalizes)".into(),
+                    )),
+                };
+                mb.answer(&r.as_ref().map(|_| Vec::new()).map_err(Clone::clone), None);
+                if id == 0 && r.is_ok() {
+                    crate::host::finished();
+                }
+            }
             Ok(Taken::Yield(home, yields)) => {
-                let go = reg.moves.moves(yields, id);
+                let dest = destination(reg, id, yields, rank, movable.is_some());
                 let next = reg.moves.next_after(yields, id);
-                mb.set_move_at(next);
-                mb.answer_yield(go);
-                if !go {
+                crate::host::rearm(id, yields, mb, next);
+                mb.answer_yield(dest.is_some());
+                let from = member.pid();
+                if let Some(Dest::Node(to)) = dest {
+                    match crate::xmove::send_away(member, id, yields, home, to) {
+                        Ok(m) => {
+                            report(&format!(
+                                "dmi: node {rank}: instance {id} moved at yield {yields} to node {to}: \
+                                 pid {from} -> {} ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
+                                m.pid,
+                                m.bytes,
+                                m.dump.as_micros(),
+                                m.frozen.as_micros(),
+                                m.total.as_micros()
+                            ));
+                            // SAFETY: the original is dead (killed by the
+                            // move); its mailbox is not used any more.
+                            unsafe { mb.release() };
+                            let mut s = locked(reg);
+                            s.running -= 1;
+                            s.entries.remove(&id);
+                            drop(s);
+                            crate::host::gone(id, true);
+                            reg.changed.notify_all();
+                            return;
+                        }
+                        Err(e) => {
+                            report(&format!(
+                                "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
+                            ));
+                            crate::host::move_failed(id);
+                            crate::host::rearm(id, yields, mb, next);
+                            continue;
+                        }
+                    }
+                }
+                if dest.is_none() {
                     continue;
                 }
-                let from = member.pid();
                 match relocate(reg.set, member, home) {
                     Ok(m) => {
                         report(&format!(
@@ -310,7 +495,8 @@ fn serve(
                         unsafe { mb.release() };
                         member = m.member;
                         mb = m.mailbox;
-                        mb.set_move_at(next);
+                        crate::host::hosting(id, mb);
+                        crate::host::rearm(id, yields, mb, next);
                         if let Some(e) = locked(reg).entries.get_mut(&id) {
                             e.pid = member.pid();
                         }
@@ -334,6 +520,12 @@ fn serve(
     let ended = match status {
         Ok(st) => match mb.returned() {
             Some(v) if st.success() => Ended::Returned(v),
+            // A movable run's program ends as a process does.
+            None if movable.is_some() && st.success() => Ended::Returned(0),
+            _ if movable.is_some() => Ended::Failed(match st {
+                ExitStatus::Exited(c) => format!("exited with status {c}"),
+                st => describe(st),
+            }),
             _ => Ended::Failed(describe(st)),
         },
         Err(e) => Ended::Failed(format!("its status is unknown ({e})")),
@@ -343,6 +535,7 @@ fn serve(
         // mailbox on the node's side.
         unsafe { mb.release() };
     }
+    crate::host::gone(id, matches!(ended, Ended::Returned(_)));
     let mut s = locked(reg);
     s.running -= 1;
     let pid = s.entries.get(&id).map_or(member.pid(), |e| e.pid);
@@ -394,6 +587,10 @@ fn run(
     pid: i32,
 ) -> (Outcome, Option<usize>) {
     if req == CallReq::Barrier {
+        if let Some(n) = crate::host::ranks() {
+            // A movable run: a barrier of all its instances, wherever they run.
+            return (caller.call(CallReq::BarrierOf(n)).map(|_| Vec::new()), None);
+        }
         return (barrier(reg, caller).map(|_| Vec::new()), None);
     }
     let out = caller.call(req);

@@ -60,6 +60,12 @@ pub struct RunArgs {
     /// `dmi node join` and `dmi node leave RANK`.
     #[arg(long, value_name = "PATH")]
     control: Option<std::path::PathBuf>,
+    /// Run each node's program (from DMI_init on) as a compute instance of
+    /// the node, so DMI_yield() can move it to another node (DMI_MOVE_AT=
+    /// N:RANK@NODE); --grow-at/--shrink-at ITER:K then count yields, and
+    /// the instances of leaving nodes move to the others.
+    #[arg(long)]
+    movable: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     prog: Vec<String>,
@@ -138,20 +144,33 @@ pub fn run(a: RunArgs) -> i32 {
             .env("DMI_SCHEDULE", schedule.join(","))
             .env("DMI_PEERS", &peers)
             .env("DMI_LISTEN_FD", fd.to_string());
+        if a.movable {
+            cmd.env("DMI_MOVABLE", "1");
+        }
         if let Some(c) = &a.control {
             cmd.env("DMI_CONTROL", c);
         }
         if a.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
+        let movable = a.movable;
         // SAFETY: between fork and exec this only calls fcntl on a
         // descriptor the child inherited, which is async-signal-safe; it
-        // keeps this node's listening socket open across exec.
+        // keeps this node's listening socket open across exec. A movable
+        // run also closes the other descriptors above stderr it inherited
+        // (a caller's pipes would keep its instances from being moved);
+        // close_range is async-signal-safe too.
         unsafe {
             cmd.pre_exec(move || {
                 let flags = libc::fcntl(fd, libc::F_GETFD);
                 if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if movable {
+                    if fd > 3 {
+                        libc::syscall(libc::SYS_close_range, 3u32, (fd - 1) as u32, 0u32);
+                    }
+                    libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
                 }
                 Ok(())
             })

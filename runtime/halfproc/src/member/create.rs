@@ -22,6 +22,18 @@ use halfproc_sys::task::{self, halfproc_prctl, PR_HALFPROC_FORK_MEMBER};
 
 /// Forks a member of `set` that runs `body` and exits with its result.
 pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Result<Member> {
+    match fork_here(set)? {
+        Some(m) => Ok(m),
+        None => {
+            let code = catch_unwind(AssertUnwindSafe(body)).unwrap_or(101);
+            exit_member(code);
+        }
+    }
+}
+
+/// Forks a member of `set` that goes on from the call, like `fork()`: the
+/// parent gets the member, the member `None`.
+pub(super) fn fork_here(set: &'static Set) -> Result<Option<Member>> {
     identity::check_member_for(set.base() as usize)?;
     let table: &'static MemberTable = &set.header().members;
     let me = task::getpid();
@@ -50,8 +62,7 @@ pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Resu
     };
     if pid == 0 {
         start_in_child(set, me, main_thread);
-        let code = catch_unwind(AssertUnwindSafe(body)).unwrap_or(101);
-        exit_member(code);
+        return Ok(None);
     }
     table.publish(slot, pid);
     if let Err(e) = reaper::watch(pid, table, slot, generation) {
@@ -66,11 +77,11 @@ pub(super) fn fork_member(set: &'static Set, body: impl FnOnce() -> i32) -> Resu
         return Err(e);
     }
     register_exit_handler();
-    Ok(Member {
+    Ok(Some(Member {
         index: index as u32,
         generation,
         pid,
-    })
+    }))
 }
 
 /// Makes `pid`, a child of the calling process that already shares the set

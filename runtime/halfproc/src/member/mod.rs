@@ -137,6 +137,16 @@ impl Member {
         create::fork_member(set, body)
     }
 
+    /// Creates a member that goes on from this call, like `fork()`: the
+    /// caller gets `Some(member)`, the member itself `None` (it is a copy of
+    /// the calling thread's process as of now and ends as a process does;
+    /// [`exit_member`] skips the creator's `atexit` handlers). For a
+    /// runtime whose program must run on as a member (`DMI_init` hosting
+    /// the program as a movable compute instance).
+    pub fn fork(set: &'static Set) -> Result<Option<Member>> {
+        create::fork_here(set)
+    }
+
     /// Creates a member running the C function `entry(arg)`.
     ///
     /// `arg` reaches `entry` unchanged, as with `pthread_create`: a pointer

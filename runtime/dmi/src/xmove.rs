@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! Moving a compute instance to another node at `DMI_yield` (`docs/dmi.md`,
+//! "DMI_yield", cross-node moves).
+//!
+//! ```text
+//!  source node S (instance's receiver)          target node T (inbox thread)
+//!  parked? (dmread HOME) -> freeze and dump
+//!  Image(token, id, yields, home, manifest, pages) --> restore as own child,
+//!                                                     Member::adopt, new mailbox,
+//!                                                     dmwrite HOME.mailbox/node_pid
+//!                                                     (the copy stays parked)
+//!  kill the original  <-------------------------------- Ready(token, pid)
+//!  Commit(token) -------------------------------------> dmwrite HOME.state = MOVED,
+//!                                                     serve the copy
+//!  (Refused, a timeout or T failing before Ready: resume the original,
+//!   HOME.state = STAYED, Abort(token) to T, which ends its copy)
+//! ```
+//!
+//! The source kills its original only once the target confirmed, so any
+//! failure before that leaves the instance running where it was.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use halfproc::{Member, Set};
+use halfproc_migrate::{freeze_and_dump_member, image::Manifest, restore_from, RestoreOptions};
+
+use crate::addr::NodeId;
+use crate::error::DmiError;
+use crate::msg::InstMsg;
+use crate::relocate::{memfd_with, set_home, stdio_pipes, wait_parked};
+use crate::ring::{Home, Mailbox, HOME_MOVED, HOME_STAYED};
+use crate::runtime::Caller;
+
+/// How long a source waits for the target's answer to an image.
+const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+
+/// What a source hears back about its image.
+enum Answer {
+    Ready(i32),
+    Refused(String),
+}
+
+/// A copy restored here and parked: its restoring thread waits for the
+/// source's word (true: commit) and then serves it. The copy's parent is
+/// that thread, which must live as long as the copy: a copy that sets
+/// `PR_SET_PDEATHSIG` is killed when its parent *thread* exits.
+struct Arrived {
+    from: NodeId,
+    word: mpsc::Sender<bool>,
+}
+
+/// How long a restored copy waits for the source's word.
+const WORD_LIMIT: Duration = Duration::from_secs(60);
+
+/// What the node's host does with the rest (`host.rs`).
+pub(crate) trait Host: Send + Sync {
+    /// Whether this node takes instance `id` now (else why not).
+    fn accepts(&self, id: i64) -> Result<(), String>;
+    /// A copy of instance `id` runs here now: serve it in this thread
+    /// (its parent) until it ends or moves on.
+    fn arrived(&self, id: i64, member: Member, mailbox: &'static Mailbox, yields: u64);
+    /// Plans, reports and the end of the run.
+    fn message(&self, from: NodeId, m: InstMsg);
+}
+
+struct Mover {
+    me: NodeId,
+    set: &'static Set,
+    caller: Caller,
+    host: Box<dyn Host>,
+    /// Sources waiting for an answer: token -> (target, channel).
+    waiting: Mutex<HashMap<u64, (NodeId, mpsc::Sender<Answer>)>>,
+    /// Copies waiting for Commit or Abort.
+    arrived: Mutex<HashMap<u64, Arrived>>,
+    next: Mutex<u64>,
+}
+
+static MOVER: OnceLock<Mover> = OnceLock::new();
+
+/// Starts taking messages about instances (once per node process).
+pub(crate) fn start(
+    me: NodeId,
+    set: &'static Set,
+    caller: Caller,
+    host: Box<dyn Host>,
+) -> Result<(), DmiError> {
+    let m = Mover {
+        me,
+        set,
+        caller,
+        host,
+        waiting: Mutex::new(HashMap::new()),
+        arrived: Mutex::new(HashMap::new()),
+        next: Mutex::new(0),
+    };
+    MOVER
+        .set(m)
+        .map_err(|_| DmiError::Setup("the instance mover started twice".into()))
+}
+
+fn mover() -> Option<&'static Mover> {
+    MOVER.get()
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn report(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Sends `m` to node `to` (this node too).
+pub(crate) fn send(to: NodeId, m: InstMsg) -> Result<(), DmiError> {
+    let mv = mover().ok_or(DmiError::NotInitialized)?;
+    mv.caller.send_inst(to, m)
+}
+
+/// From the engine: a message about instances from node `from`. It must
+/// not block: restoring runs on a thread of its own.
+pub(crate) fn inbox(from: NodeId, m: InstMsg) {
+    let Some(mv) = mover() else {
+        report(&format!(
+            "dmi: a message about instances from node {from} reached a node that hosts none"
+        ));
+        return;
+    };
+    match m {
+        InstMsg::Image {
+            token,
+            id,
+            yields,
+            home,
+            manifest,
+            pages,
+        } => {
+            let spawned = std::thread::Builder::new()
+                .name(format!("dmi-arrive-{id}"))
+                .spawn(move || match take_in(mv, id, home, &manifest, &pages) {
+                    Ok((member, mailbox)) => {
+                        let (tx, rx) = mpsc::channel();
+                        let arrived = Arrived { from, word: tx };
+                        locked(&mv.arrived).insert(token, arrived);
+                        let pid = member.pid();
+                        let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
+                        let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
+                        locked(&mv.arrived).remove(&token);
+                        if go {
+                            run_copy(mv, from, id, yields, home as usize, member, mailbox);
+                        } else {
+                            end_copy(member, mailbox);
+                        }
+                    }
+                    Err(e) => {
+                        let why = match e {
+                            DmiError::Setup(s) => s,
+                            e => e.to_string(),
+                        };
+                        report(&format!(
+                            "dmi: node {}: refusing instance {id} from node {from}: {why}",
+                            mv.me
+                        ));
+                        let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
+                    }
+                });
+            if let Err(e) = spawned {
+                let why = format!("no thread to restore with: {e}");
+                let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
+            }
+        }
+        InstMsg::Ready { token, pid } => answer(mv, token, Answer::Ready(pid)),
+        InstMsg::Refused { token, why } => answer(mv, token, Answer::Refused(why)),
+        InstMsg::Commit { token } => word(mv, token, true),
+        InstMsg::Abort { token } => word(mv, token, false),
+        other => mv.host.message(from, other),
+    }
+}
+
+/// From the engine: node `node` failed; moves to it are off.
+pub(crate) fn peer_dead(node: NodeId) {
+    let Some(mv) = mover() else { return };
+    let mut w = locked(&mv.waiting);
+    for (_, (to, tx)) in w.iter() {
+        if *to == node {
+            let _ = tx.send(Answer::Refused(format!("it failed (node {node})")));
+        }
+    }
+    w.retain(|_, (to, _)| *to != node);
+    drop(w);
+    // Copies from it: the source can no longer commit.
+    for a in locked(&mv.arrived).values() {
+        if a.from == node {
+            let _ = a.word.send(false);
+        }
+    }
+}
+
+fn word(mv: &Mover, token: u64, go: bool) {
+    if let Some(a) = locked(&mv.arrived).remove(&token) {
+        let _ = a.word.send(go);
+    }
+}
+
+fn answer(mv: &Mover, token: u64, a: Answer) {
+    if let Some((_, tx)) = locked(&mv.waiting).remove(&token) {
+        let _ = tx.send(a);
+    }
+}
+
+fn end_copy(member: Member, mailbox: &'static Mailbox) {
+    let _ = member.kill(libc::SIGKILL);
+    let _ = member.join();
+    // SAFETY: the copy is dead and nobody else has its new mailbox.
+    unsafe { mailbox.release() };
+}
+
+/// Target: restores the image as a child of this node in its set, adopts
+/// it and gives it a mailbox; the copy stays parked.
+fn take_in(
+    mv: &Mover,
+    id: i64,
+    home: u64,
+    manifest: &[u8],
+    pages: &[u8],
+) -> Result<(Member, &'static Mailbox), DmiError> {
+    if let Some(ms) = std::env::var("DMI_TEST_ARRIVE_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        // Tests only: a window to kill this node in while it restores.
+        report(&format!(
+            "dmi: node {}: restoring instance {id} (test delay {ms} ms)",
+            mv.me
+        ));
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    mv.host.accepts(id).map_err(DmiError::Setup)?;
+    if mv.set.backend().kind() == halfproc::BackendKind::Kernel {
+        return Err(DmiError::Setup(
+            "taking in an instance needs the portable backend (Member::adopt)".into(),
+        ));
+    }
+    let m: Manifest = bincode::deserialize(manifest)
+        .map_err(|e| DmiError::Setup(format!("undecodable image of instance {id}: {e}")))?;
+    let file = memfd_with(pages)?;
+    // The image's relayed stdio pipes become this node's own stdio (which
+    // `dmi run` relays too).
+    let inherit = m
+        .fds
+        .iter()
+        .filter(|f| f.relayed.is_some())
+        .map(|f| (f.fd, f.fd))
+        .collect();
+    let opts = RestoreOptions {
+        inherit,
+        stopped: false,
+        creds: None,
+    };
+    let r = restore_from(&m, file, &opts)
+        .map_err(|e| DmiError::Setup(format!("restore of instance {id}: {e}")))?;
+    let member = Member::adopt(mv.set, r.pid).map_err(|e| {
+        // SAFETY: kill and reap our own child, which waits parked.
+        unsafe {
+            libc::kill(r.pid, libc::SIGKILL);
+            libc::waitpid(r.pid, std::ptr::null_mut(), 0);
+        }
+        DmiError::Setup(format!("adopting instance {id} (pid {}): {e}", r.pid))
+    })?;
+    let mailbox = match Mailbox::new() {
+        Ok(mb) => mb,
+        Err(e) => {
+            let _ = member.kill(libc::SIGKILL);
+            let _ = member.join();
+            return Err(e);
+        }
+    };
+    let home = home as usize;
+    let words = [mailbox as *const Mailbox as u64, std::process::id() as u64];
+    if let Err(e) = set_home(
+        member.pid(),
+        home + std::mem::offset_of!(Home, mailbox),
+        &words,
+    ) {
+        end_copy(member, mailbox);
+        return Err(e);
+    }
+    Ok((member, mailbox))
+}
+
+/// Target: the source killed its original; the copy runs on here, served
+/// by this thread.
+fn run_copy(
+    mv: &Mover,
+    from: NodeId,
+    id: i64,
+    yields: u64,
+    home: usize,
+    member: Member,
+    mailbox: &'static Mailbox,
+) {
+    let state = home + std::mem::offset_of!(Home, state);
+    if let Err(e) = set_home(member.pid(), state, &[HOME_MOVED]) {
+        // The original is gone already: the instance is lost.
+        report(&format!(
+            "dmi: node {}: instance {id} from node {from} is lost: {e}",
+            mv.me
+        ));
+        end_copy(member, mailbox);
+        std::process::exit(crate::runtime::PEER_FAILED_EXIT);
+    }
+    report(&format!(
+        "dmi: node {}: instance {id} arrived from node {from}: pid {}",
+        mv.me,
+        member.pid()
+    ));
+    mv.host.arrived(id, member, mailbox, yields);
+}
+
+/// A done move away from this node.
+pub struct Sent {
+    pub pid: i32,
+    pub bytes: u64,
+    pub dump: Duration,
+    pub frozen: Duration,
+    pub total: Duration,
+}
+
+/// Source: moves the instance `old` (`id`, told to move at its yield
+/// number `yields`, parking with its [`Home`] at `home`) to node `to`. On
+/// error the original runs on here (told so through its home) and nothing
+/// of it stays at the target.
+pub(crate) fn send_away(
+    old: Member,
+    id: i64,
+    yields: u64,
+    home: usize,
+    to: NodeId,
+) -> Result<Sent, DmiError> {
+    let t0 = Instant::now();
+    let mv = mover().ok_or(DmiError::NotInitialized)?;
+    let pid = old.pid();
+    wait_parked(pid, home)?;
+    let state = home + std::mem::offset_of!(Home, state);
+    let stay = |e: DmiError| {
+        let _ = set_home(pid, state, &[HOME_STAYED]);
+        e
+    };
+    if let Some(n) = crate::host::nodes().filter(|&n| to >= n) {
+        return Err(stay(DmiError::BadArgument(format!(
+            "there is no node {to} (the run has {n})"
+        ))));
+    }
+    if to == mv.me {
+        return Err(stay(DmiError::BadArgument(format!(
+            "node {to} is this node (a move within it takes no @NODE)"
+        ))));
+    }
+    let range = (mv.set.base() as u64, mv.set.base() as u64 + mv.set.size());
+    let inos: Vec<u64> = stdio_pipes(pid).iter().map(|&(_, i)| i).collect();
+    let dumped = freeze_and_dump_member(pid, &inos, Some(range)).map_err(|e| {
+        stay(DmiError::Setup(format!(
+            "checkpoint of instance pid {pid}: {e}"
+        )))
+    })?;
+    let dump = dumped.frozen_for();
+    let manifest = match bincode::serialize(&dumped.manifest) {
+        Ok(m) => m,
+        Err(e) => {
+            dumped.resume();
+            return Err(stay(DmiError::Setup(format!("encoding the image: {e}"))));
+        }
+    };
+    let bytes = dumped.manifest.pages_len;
+    let token = {
+        let mut n = locked(&mv.next);
+        *n += 1;
+        (u64::from(mv.me) << 40) | *n
+    };
+    let (tx, rx) = mpsc::channel();
+    locked(&mv.waiting).insert(token, (to, tx));
+    let image = InstMsg::Image {
+        token,
+        id,
+        yields,
+        home: home as u64,
+        manifest,
+        pages: dumped.pages.clone(),
+    };
+    let heard = match mv.caller.send_inst(to, image) {
+        Ok(()) => rx
+            .recv_timeout(ANSWER_LIMIT)
+            .unwrap_or_else(|_| Answer::Refused(format!("no answer within {ANSWER_LIMIT:?}"))),
+        Err(e) => Answer::Refused(e.to_string()),
+    };
+    locked(&mv.waiting).remove(&token);
+    match heard {
+        Answer::Ready(new) => {
+            let frozen = dumped.kill();
+            // The original's slot: its exit (SIGKILL) is recorded by the reaper.
+            let _ = old.join();
+            mv.caller.send_inst(to, InstMsg::Commit { token })?;
+            Ok(Sent {
+                pid: new,
+                bytes,
+                dump,
+                frozen,
+                total: t0.elapsed(),
+            })
+        }
+        Answer::Refused(why) => {
+            dumped.resume();
+            let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
+            Err(stay(DmiError::Setup(format!("node {to} refused: {why}"))))
+        }
+    }
+}
