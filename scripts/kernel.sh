@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Build the patched kernel for one flavour (debug|release), cached.
+# Build the patched kernel for one flavour (debug|release|distro), cached.
 #
-#   scripts/kernel.sh debug|release|stock [--force]
+#   scripts/kernel.sh debug|release|distro|stock [--force]
 #
+# debug and release start from tinyconfig (small, fast to build, for QEMU);
+# distro starts from x86_64_defconfig + kvm_guest.config, a general-purpose
+# kernel for bare metal that scripts/distro.sh packages.
 # stock: the release configuration without the patch series and without
 # CONFIG_HALFPROC/RUST (a base-tree worktree), for scripts/stock-compare.sh.
 #
@@ -18,8 +21,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 flavour="${1:-}"
 force="${2:-}"
 case "$flavour" in
-debug|release|stock) ;;
-*) die "usage: scripts/kernel.sh debug|release|stock [--force]" ;;
+debug|release|distro|stock) ;;
+*) die "usage: scripts/kernel.sh debug|release|distro|stock [--force]" ;;
 esac
 CFG="$HALFPROC_ROOT/qemu/config"
 BUILD="$HALFPROC_CACHE/build-$flavour"
@@ -36,6 +39,12 @@ if [ "$flavour" = stock ]; then
 else
 	SRC="$("$here/kernel-src.sh")"
 	FRAGMENTS=("$CFG/base.config" "$CFG/$flavour.config")
+	if [ "$flavour" = distro ]; then
+		FRAGMENTS=("$CFG/distro.config")
+		# The release is exactly 6.12.N-halfproc: set, even empty,
+		# LOCALVERSION stops setlocalversion appending "+" for a git tree.
+		export LOCALVERSION=
+	fi
 	PATCH_FILES=("$HALFPROC_ROOT/patches/series" "$HALFPROC_ROOT"/patches/*.patch)
 fi
 
@@ -46,7 +55,8 @@ toolchain_id() {
 	basename "$KERNEL_SRC_TARBALL"
 	stat -c %s "$KERNEL_SRC_TARBALL"
 }
-config_key="$( (cat "${FRAGMENTS[@]}"; toolchain_id) | sha256sum | cut -c1-16)"
+config_key="$( (cat "${FRAGMENTS[@]}"; toolchain_id; echo "LOCALVERSION=${LOCALVERSION-unset}") |
+	sha256sum | cut -c1-16)"
 key="$( (echo "$config_key"; cat "${PATCH_FILES[@]}" /dev/null) | sha256sum | cut -c1-16)"
 if [ -z "$force" ] && [ -f "$BUILD/arch/x86/boot/bzImage" ] &&
 	[ "$(cat "$BUILD/.halfproc-key" 2>/dev/null)" = "$key" ]; then
@@ -62,10 +72,13 @@ export RUSTUP_TOOLCHAIN
 MAKE=(make -C "$SRC" O="$BUILD" -s)
 
 if [ "$(cat "$BUILD/.halfproc-config-key" 2>/dev/null)" != "$config_key" ]; then
-	phase "configure ($flavour): tinyconfig + fragments + olddefconfig"
+	start=tinyconfig
+	[ "$flavour" = distro ] && start="x86_64_defconfig kvm_guest.config"
+	phase "configure ($flavour): $start + fragments + olddefconfig"
 	"${MAKE[@]}" rustavailable >/dev/null ||
 		die "the Rust toolchain is not usable by the kernel (make rustavailable)"
-	"${MAKE[@]}" tinyconfig >/dev/null
+	# shellcheck disable=SC2086 # two make targets for distro
+	"${MAKE[@]}" $start >/dev/null
 	"$SRC/scripts/kconfig/merge_config.sh" -m -O "$BUILD" "$BUILD/.config" \
 		"${FRAGMENTS[@]}" >/dev/null
 	"${MAKE[@]}" olddefconfig >/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Build kmod/ (the Rust module) against the kernel of one flavour:
-#   scripts/kmod.sh debug|release [--sabotage]    prints the path of the .ko
+#   scripts/kmod.sh debug|release|distro [--sabotage]    prints the path of the .ko
 # Builds in a copy outside the repository, so the tree stays clean.
 # --sabotage builds the test-only twin with the member TLB fan-out disabled
 # (cfg halfproc_skip_member_flush): hp_tlb must fail on it.
@@ -21,7 +21,7 @@ case "$variant" in
 	DIR="$HALFPROC_CACHE/kmod-$flavour-notifier-test" skip=0
 	SRCDIR="$HALFPROC_ROOT/tests/guest/mn_test" KO=hp_mn_test.ko
 	;;
-*) die "usage: scripts/kmod.sh debug|release [--sabotage|--notifier-test]" ;;
+*) die "usage: scripts/kmod.sh debug|release|distro [--sabotage|--notifier-test]" ;;
 esac
 [ -f "$BUILD/.halfproc-key" ] || die "kernel ($flavour) is not built: run scripts/kernel.sh $flavour"
 mkdir -p "$DIR"

@@ -210,6 +210,11 @@ struct RunArgs {
     /// A host directory the guest can mount over 9p (tag `hostshare`).
     #[arg(long, value_name = "DIR")]
     share: Option<PathBuf>,
+    /// A raw disk image for a virtio-blk drive, `/dev/vda` in the guest
+    /// (with `--append root=/dev/vda`, the guest boots from it:
+    /// scripts/distro.sh boot-test).
+    #[arg(long, value_name = "FILE")]
+    disk: Option<PathBuf>,
     /// Guest memory in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     memory: u32,
@@ -298,9 +303,10 @@ fn run(a: RunArgs) -> Result<ExitCode, String> {
         echo: !a.quiet,
         echo_prefix: String::new(),
         net: None,
+        disk: a.disk,
         expected,
     };
-    for p in [&o.kernel, &o.initrd] {
+    for p in [&o.kernel, &o.initrd].into_iter().chain(&o.disk) {
         if !p.exists() {
             return Err(format!("{} does not exist", p.display()));
         }
@@ -335,6 +341,7 @@ fn pair(a: PairArgs) -> Result<ExitCode, String> {
         echo: !a.quiet,
         echo_prefix: String::new(),
         net: None,
+        disk: None,
         expected: Vec::new(),
     };
     let ports = pair::free_udp_ports().map_err(|e| format!("no free UDP port: {e}"))?;

@@ -111,6 +111,7 @@ mod tests {
             echo: false,
             echo_prefix: String::new(),
             net: None,
+            disk: None,
             expected: Vec::new(),
         };
         let (p, q) = free_udp_ports().unwrap();

@@ -39,6 +39,9 @@ pub struct RunOpts {
     pub echo_prefix: String,
     /// A virtual network card on a point-to-point UDP link ([`crate::pair`]).
     pub net: Option<crate::pair::Net>,
+    /// A raw disk image on a virtio-blk drive (`/dev/vda` in the guest): the
+    /// Debian image of `scripts/distro.sh`, whose root file system it is.
+    pub disk: Option<PathBuf>,
     /// Programs that must have run (`/init` markers); one that did not is a
     /// failure, not a smaller total.
     pub expected: Vec<String>,
@@ -78,6 +81,10 @@ pub fn command(o: &RunOpts, status_file: &std::path::Path) -> Vec<String> {
     c.extend(numa(o.memory_mb, o.cpus));
     if let Some(n) = &o.net {
         c.extend(n.args());
+    }
+    if let Some(disk) = &o.disk {
+        c.push("-drive".into());
+        c.push(format!("file={},format=raw,if=virtio", disk.display()));
     }
     if let Some(dir) = &o.share {
         c.push("-virtfs".into());
@@ -205,6 +212,7 @@ mod tests {
                 remote_port: 40002,
                 mac: "52:54:00:12:34:01".into(),
             }),
+            disk: Some("/d.img".into()),
             expected: Vec::new(),
         };
         let c = command(&o, std::path::Path::new("/tmp/x.status")).join(" ");
@@ -221,6 +229,7 @@ mod tests {
             "memory-backend-ram,id=mem1,size=256M",
             "local.port=40001,remote.type=inet,remote.host=127.0.0.1,remote.port=40002",
             "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:01",
+            "-drive file=/d.img,format=raw,if=virtio",
         ] {
             assert!(c.contains(want), "{want} missing from {c}");
         }

@@ -45,6 +45,7 @@ fn opts(dir: &Path, expected: &[&str]) -> RunOpts {
         echo: false,
         echo_prefix: String::new(),
         net: None,
+        disk: None,
         expected: expected.iter().map(|e| e.to_string()).collect(),
     }
 }
