@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # gdb on a half-process member (issue 10, defect 5c): boots the debug kernel
 # (built by scripts/guest.sh build debug) with the host's gdb and its
-# libraries in the guest and runs tests/guest/hp_remote, whose
+# libraries in the guest and runs tests/guest/hp_debug, whose
 # gdb_reads_shared_variable_live_and_from_core test skips in the suite's
 # guest (no gdb there) and runs here: gdb attached to a member prints and
 # sets a shared variable, and gdb prints it again from the member's core.
@@ -32,7 +32,7 @@ extra="$(
 )"
 rc=0
 HALFPROC_GUEST_EXTRA="$(echo "$extra" | tr '\n' ' ')" \
-	HALFPROC_APPEND="halfproc.only=hp_remote" \
+	HALFPROC_APPEND="halfproc.only=hp_debug" \
 	"$here/guest.sh" boot debug test 900 || rc=$?
 cp "$OUT/test.log" "$OUT/gdb-proof.log"
 grep -E '^# gdb: |gdb_reads_shared_variable' "$OUT/gdb-proof.log" || true

@@ -2,111 +2,28 @@
 /*
  * Remote access to a member's shared range: process_vm_readv/writev,
  * /proc/<pid>/mem, PTRACE_PEEKDATA/POKEDATA (what gdb uses to read and
- * write a tracee), dmread() and core dumps must see the range as the member
- * sees it, from a tracer inside or outside the set, with ptrace's permission
- * rules on the member.  An access that crosses a boundary of the range
- * continues in the other mm.  A member's own slow GUP (vmsplice() of a page
- * nobody touched yet) reaches the range too.
+ * write a tracee) and dmread() must see the range as the member sees it,
+ * from a tracer inside or outside the set, with ptrace's permission rules
+ * on the member.  An access that crosses a boundary of the range continues
+ * in the other mm.  A member's own slow GUP (vmsplice() of a page nobody
+ * touched yet) reaches the range too.  Core dumps, gdb and uprobes:
+ * hp_debug.c.
  *
  * Each test creates a set (the test process is its first member) with a
  * region in the range, a member target that waits on a channel, and, for
  * the non-member cases, a plain fork() of the test process, which is not a
  * member (checked: the range faults there).
  */
-#include "../lib/halfproc_test.h"
-#include <elf.h>
+#include "hp_remote.h"
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <time.h>
 #include "kselftest_harness.h"
-
-#define UNPRIV 1000
 
 #define REQUIRE_HALFPROC() do {						\
 	if (!hp_supported())						\
 		SKIP(return, "halfproc module not loaded");		\
 } while (0)
-
-static unsigned char pat(size_t i, unsigned int seed)
-{
-	return (unsigned char)((i * 13 + seed * 101 + (i >> 12)) & 0xff);
-}
-
-static void fill(unsigned char *p, size_t len, unsigned int seed)
-{
-	for (size_t i = 0; i < len; i++)
-		p[i] = pat(i, seed);
-}
-
-/* Index of the first byte of @p that is not pat(i, @seed), or -1. */
-static long mismatch(const unsigned char *p, size_t len, unsigned int seed)
-{
-	for (size_t i = 0; i < len; i++)
-		if (p[i] != pat(i, seed))
-			return (long)i;
-	return -1;
-}
-
-/*
- * A member that waits: 'q' exits, 'p' checks that its private page still
- * holds pattern 7, 'a' aborts (a core dump).  Answers each with 'k'.
- */
-static pid_t start_target(struct chan *c, unsigned char *priv)
-{
-	pid_t pid;
-
-	if (chan_open(c))
-		return -1;
-	pid = hp_spawn();
-	if (pid != 0)
-		return pid;
-	for (;;) {
-		char cmd = from_parent(c);
-
-		if (cmd == 'q')
-			_exit(0);
-		if (cmd == 'a')
-			abort();
-		if (cmd == 'p' && priv && mismatch(priv, PAGE, 7) >= 0)
-			_exit(30);
-		tell_parent(c, 'k');
-	}
-}
-
-static int stop_target(struct chan *c, pid_t pid)
-{
-	tell_child(c, 'q');
-	return wait_status(pid);
-}
-
-/* A plain fork() of the test process: not a member of its set. */
-static pid_t start_stranger(const void *shared)
-{
-	pid_t pid = fork();
-	char v;
-
-	if (pid == 0 && probe_read(shared, &v) == 0)
-		_exit(100);	/* the range is mapped here: a member */
-	return pid;
-}
-
-static int yama_scope(int set)
-{
-	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", set >= 0 ? "w" : "r");
-	int v = 0;
-
-	if (!f)
-		return set >= 0 ? 0 : -2;
-	if (set >= 0)
-		v = fprintf(f, "%d\n", set) > 0 ? 0 : -1;
-	else if (fscanf(f, "%d", &v) != 1)
-		v = -1;
-	return fclose(f) ? -1 : v;
-}
-
-static int drop_privileges(void)
-{
-	return setresgid(UNPRIV, UNPRIV, UNPRIV) || setresuid(UNPRIV, UNPRIV, UNPRIV);
-}
 
 /* process_vm_readv() of @len bytes at @remote in @pid into @buf. */
 static ssize_t pvm_read(pid_t pid, void *buf, const void *remote, size_t len)
@@ -498,233 +415,73 @@ TEST(vmsplice_of_untouched_shared_page)
 	close(p[1]);
 }
 
-/* Read @len bytes at @off of @fd. */
-static int read_at(int fd, void *buf, size_t len, off_t off)
-{
-	return pread(fd, buf, len, off) == (ssize_t)len ? 0 : -1;
-}
-
 /*
- * The PT_LOAD segment of core file @fd that maps @addr: 0 and its header in
- * @out, or -1.  Also checks that the segments are in address order.
+ * Remote reads of a stable shared region while another member keeps
+ * mapping, write-protecting and unmapping regions of the range (set mm
+ * mmap_lock taken for writing, all the time): every read is whole and
+ * right, and nothing deadlocks (lockdep watches the nesting of the set
+ * mm's lock under the member's).
  */
-static int core_segment(int fd, unsigned long addr, Elf64_Phdr *out, int *nload)
-{
-	Elf64_Ehdr eh;
-	unsigned long last = 0;
-	int found = -1;
-
-	*nload = 0;
-	if (read_at(fd, &eh, sizeof(eh), 0) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
-	    eh.e_type != ET_CORE)
-		return -2;
-	for (int i = 0; i < eh.e_phnum; i++) {
-		Elf64_Phdr ph;
-
-		if (read_at(fd, &ph, sizeof(ph), eh.e_phoff + (off_t)i * eh.e_phentsize))
-			return -2;
-		if (ph.p_type != PT_LOAD)
-			continue;
-		(*nload)++;
-		if (ph.p_vaddr < last)
-			return -3;
-		last = ph.p_vaddr;
-		if (addr >= ph.p_vaddr && addr < ph.p_vaddr + ph.p_memsz) {
-			*out = ph;
-			found = 0;
-		}
-	}
-	return found;
-}
-
-/*
- * A member's core dump holds the shared range where the member had it,
- * with its content (read back from the core's PT_LOAD segments, as gdb
- * does), beside its private memory.
- */
-TEST(core_dump_contains_shared_range)
+TEST(remote_access_during_meta_operations)
 {
 	unsigned char *shared = hp_anon(4 * PAGE);
-	unsigned char *ro = hp_anon(2 * PAGE);
-	unsigned char *priv = malloc(2 * PAGE);
-	unsigned char *ppage = (unsigned char *)(((uintptr_t)priv + PAGE - 1) & ~(PAGE - 1));
-	char pattern[256] = "", path[64];
-	unsigned char buf[4 * PAGE];
-	struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
-	Elf64_Phdr ph;
+	volatile unsigned long *rounds = hp_anon(PAGE);
 	struct chan c;
-	int fd, st, nload, r;
-	FILE *f;
-	pid_t target;
-
-	REQUIRE_HALFPROC();
-	ASSERT_NE(MAP_FAILED, shared);
-	ASSERT_NE(MAP_FAILED, ro);
-	ASSERT_NE(NULL, priv);
-	fill(shared, 4 * PAGE, 11);
-	fill(ro, 2 * PAGE, 12);
-	/* Another VMA of the set: read-only. */
-	ASSERT_EQ(0, mprotect(ro, 2 * PAGE, PROT_READ));
-	fill(ppage, PAGE, 7);
-
-	f = fopen("/proc/sys/kernel/core_pattern", "r");
-	ASSERT_NE(NULL, f);
-	ASSERT_NE(NULL, fgets(pattern, sizeof(pattern), f));
-	fclose(f);
-	f = fopen("/proc/sys/kernel/core_pattern", "w");
-	ASSERT_NE(NULL, f);
-	fprintf(f, "/tmp/hp_remote.core.%%p\n");
-	ASSERT_EQ(0, fclose(f));
-	ASSERT_EQ(0, setrlimit(RLIMIT_CORE, &rl));
-
-	target = start_target(&c, ppage);
-	ASSERT_GT(target, 0);
-	tell_child(&c, 'p');
-	ASSERT_EQ('k', from_child(&c));
-	tell_child(&c, 'a');
-	ASSERT_EQ(target, waitpid(target, &st, 0));
-
-	f = fopen("/proc/sys/kernel/core_pattern", "w");
-	ASSERT_NE(NULL, f);
-	fputs(pattern, f);
-	fclose(f);
-
-	ASSERT_TRUE(WIFSIGNALED(st));
-	ASSERT_EQ(SIGABRT, WTERMSIG(st));
-	ASSERT_TRUE(WCOREDUMP(st));
-	snprintf(path, sizeof(path), "/tmp/hp_remote.core.%d", target);
-	fd = open(path, O_RDONLY);
-	ASSERT_LE(0, fd);
-
-	/* The private page: the core is readable and right at all. */
-	ASSERT_EQ(0, core_segment(fd, (unsigned long)ppage, &ph, &nload));
-	ASSERT_EQ(0, read_at(fd, buf, PAGE, ph.p_offset + ((unsigned long)ppage - ph.p_vaddr)));
-	ASSERT_EQ(-1, mismatch(buf, PAGE, 7));
-
-	r = core_segment(fd, (unsigned long)shared, &ph, &nload);
-	TH_LOG("core: %d PT_LOAD segments; the shared region %s", nload,
-	       r == 0 ? "is in one" : "is in none");
-	ASSERT_EQ(0, r);
-	ASSERT_TRUE(ph.p_flags & PF_W);
-	ASSERT_LE((unsigned long)shared + 4 * PAGE, ph.p_vaddr + ph.p_filesz);
-	ASSERT_EQ(0, read_at(fd, buf, 4 * PAGE, ph.p_offset + ((unsigned long)shared - ph.p_vaddr)));
-	ASSERT_EQ(-1, mismatch(buf, 4 * PAGE, 11));
-
-	ASSERT_EQ(0, core_segment(fd, (unsigned long)ro, &ph, &nload));
-	ASSERT_FALSE(ph.p_flags & PF_W);
-	ASSERT_EQ(0, read_at(fd, buf, 2 * PAGE, ph.p_offset + ((unsigned long)ro - ph.p_vaddr)));
-	ASSERT_EQ(-1, mismatch(buf, 2 * PAGE, 12));
-	close(fd);
-	if (!getenv("HP_REMOTE_KEEP_CORE"))
-		unlink(path);
-	else
-		TH_LOG("core kept at %s; shared region at %p", path, shared);
-}
-
-/*
- * gdb itself, when the guest has it (scripts/gdb-proof.sh puts Debian's gdb
- * in; the suite's guest has none and skips): attached to a member, gdb
- * prints a shared variable through a private pointer and sets it; from the
- * member's core file, gdb prints it again.  gdb reads and writes a live
- * tracee with PTRACE_PEEKDATA/POKEDATA and /proc/<pid>/mem, tested above
- * without gdb.
- */
-static unsigned long *hp_gdb_shared;
-
-static int run_gdb(const char *args, const char *want, char *out, size_t outlen)
-{
-	char cmd[512];
-	size_t n = 0;
-	FILE *p;
-
-	snprintf(cmd, sizeof(cmd), "/usr/bin/gdb -nx -batch %s 2>&1", args);
-	p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	while (n + 1 < outlen && fgets(out + n, outlen - n, p))
-		n += strlen(out + n);
-	out[n] = 0;
-	if (pclose(p) == -1)
-		return -1;
-	return strstr(out, want) ? 0 : -1;
-}
-
-static void print_lines(const char *out)
-{
-	const char *l = out;
-
-	while (*l) {
-		const char *e = strchr(l, '\n');
-		int len = e ? (int)(e - l) : (int)strlen(l);
-
-		if (len > 0 && len < 200)
-			printf("# gdb: %.*s\n", len, l);
-		l += len + (e ? 1 : 0);
-	}
-}
-
-TEST(gdb_reads_shared_variable_live_and_from_core)
-{
-	static char out[65536];
-	struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
-	char args[384], pattern[256] = "", path[64], exe[128] = "";
-	struct chan c;
-	pid_t target;
-	FILE *f;
+	pid_t target, looper, s;
 	int st;
 
 	REQUIRE_HALFPROC();
-	if (access("/usr/bin/gdb", X_OK))
-		SKIP(return, "no gdb in this guest (scripts/gdb-proof.sh adds it)");
-	hp_gdb_shared = hp_anon(PAGE);
-	ASSERT_NE(MAP_FAILED, hp_gdb_shared);
-	hp_gdb_shared[0] = 0x5ca1ab1e0ddba11UL;
-	ASSERT_EQ(0, setrlimit(RLIMIT_CORE, &rl));
+	ASSERT_NE(MAP_FAILED, shared);
+	ASSERT_NE(MAP_FAILED, (void *)rounds);
+	fill(shared, 4 * PAGE, 13);
 	target = start_target(&c, NULL);
 	ASSERT_GT(target, 0);
+	looper = hp_spawn();
+	ASSERT_GE(looper, 0);
+	if (looper == 0) {
+		for (;;) {
+			char *p = hp_anon(8 * PAGE);
 
-	/* Live: the private pointer, then the shared variable through it. */
-	snprintf(args, sizeof(args),
-		 "-p %d -ex 'print/x *(unsigned long *)&hp_gdb_shared' "
-		 "-ex 'print/x **(unsigned long **)&hp_gdb_shared' "
-		 "-ex 'set var **(unsigned long **)&hp_gdb_shared = 0xfeedfacecafebeef' "
-		 "/proc/%d/exe", target, target);
-	ASSERT_EQ(0, run_gdb(args, "= 0x5ca1ab1e0ddba11", out, sizeof(out))) {
-		printf("%s", out);
+			if (p == MAP_FAILED)
+				_exit(12);
+			p[0] = 1;
+			if (mprotect(p, PAGE, PROT_READ) || munmap(p, 8 * PAGE))
+				_exit(13);
+			(*rounds)++;
+		}
 	}
-	print_lines(out);
-	ASSERT_EQ(0xfeedfacecafebeefUL, hp_gdb_shared[0]);
+	s = start_stranger(shared);
+	ASSERT_GE(s, 0);
+	if (s == 0) {
+		unsigned char buf[4 * PAGE];
+		unsigned long n = 0;
+		char path[64];
+		time_t end = time(NULL) + 3;
+		int fd;
 
-	/* The core: dumped by the member, read by gdb. */
-	f = fopen("/proc/sys/kernel/core_pattern", "r");
-	ASSERT_NE(NULL, f);
-	ASSERT_NE(NULL, fgets(pattern, sizeof(pattern), f));
-	fclose(f);
-	f = fopen("/proc/sys/kernel/core_pattern", "w");
-	ASSERT_NE(NULL, f);
-	fprintf(f, "/tmp/hp_remote.core.%%p\n");
-	ASSERT_EQ(0, fclose(f));
-	hp_gdb_shared[1] = 0xc0dedbadc0deUL;
-	tell_child(&c, 'a');
-	ASSERT_EQ(target, waitpid(target, &st, 0));
-	f = fopen("/proc/sys/kernel/core_pattern", "w");
-	ASSERT_NE(NULL, f);
-	fputs(pattern, f);
-	fclose(f);
-	ASSERT_TRUE(WCOREDUMP(st));
-	snprintf(path, sizeof(path), "/tmp/hp_remote.core.%d", target);
-	ASSERT_LT(0, readlink("/proc/self/exe", exe, sizeof(exe) - 1));
-	snprintf(args, sizeof(args),
-		 "-ex 'print/x *(unsigned long *)&hp_gdb_shared' "
-		 "-ex 'print/x **(unsigned long **)&hp_gdb_shared' "
-		 "-ex 'print/x (*(unsigned long **)&hp_gdb_shared)[1]' "
-		 "%s %s", exe, path);
-	ASSERT_EQ(0, run_gdb(args, "= 0xc0dedbadc0de", out, sizeof(out))) {
-		printf("%s", out);
+		snprintf(path, sizeof(path), "/proc/%d/mem", target);
+		fd = open(path, O_RDONLY);
+		if (fd < 0)
+			_exit(1);
+		while (time(NULL) < end) {
+			if (pvm_read(target, buf, shared, 4 * PAGE) != (ssize_t)(4 * PAGE) ||
+			    mismatch(buf, 4 * PAGE, 13) >= 0)
+				_exit(2);
+			if (pread(fd, buf, 4 * PAGE, (off_t)(uintptr_t)shared) != (ssize_t)(4 * PAGE) ||
+			    mismatch(buf, 4 * PAGE, 13) >= 0)
+				_exit(3);
+			n++;
+		}
+		printf("# %lu rounds of process_vm_readv + /proc/pid/mem, all whole and right\n", n);
+		_exit(n ? 0 : 4);
 	}
-	print_lines(out);
-	ASSERT_NE(NULL, strstr(out, "= 0xfeedfacecafebeef"));
-	unlink(path);
+	ASSERT_EQ(0, wait_status(s));
+	TH_LOG("the looper made %lu rounds of mmap/mprotect/munmap meanwhile", *rounds);
+	ASSERT_LT(0, *rounds);
+	kill(looper, SIGKILL);
+	ASSERT_EQ(looper, waitpid(looper, &st, 0));
+	ASSERT_TRUE(WIFSIGNALED(st));
+	ASSERT_EQ(0, stop_target(&c, target));
 }
 
 TEST_HARNESS_MAIN
