@@ -30,7 +30,9 @@
 //! The number of bytes copied. A copy that cannot reach a page (unmapped,
 //! `PROT_NONE`, read-only for `dmwrite`, or unmapped by the target while the
 //! copy runs) stops there: the call returns the bytes copied so far, or
-//! `EFAULT` if there are none.
+//! `EFAULT` if there are none. A shared-range address copies the set's
+//! memory, which caller and target both map: `pin_user_pages_remote()` on
+//! the target's mm resolves it in the set mm (patch 0022).
 //!
 //! # Errors
 //!
