@@ -6,7 +6,7 @@
 
 use crate::access::{self, Admit, Peer};
 use crate::migrate;
-use crate::program::{self, How, Link, PState, Program};
+use crate::program::{self, How, Link, PState, Pages, Program};
 use crate::proto::{self, Conn, Msg, Origin, Outcome, ProcInfo};
 use crate::session::{Session, StdinChunk};
 use std::collections::HashMap;
@@ -407,7 +407,7 @@ async fn run_session(
                 (
                     How::Restore {
                         manifest: Box::new(m),
-                        pages,
+                        pages: Pages::File(pages),
                         stopped: false,
                         owner,
                     },

@@ -11,10 +11,9 @@
 //! included, and the error names what happened.
 
 use crate::daemon::Node;
-use crate::program::{self, How, Link};
+use crate::program::{self, How, Link, Pages};
 use crate::proto::{Conn, End, Exit, Msg, Origin, Outcome, CHUNK};
 use halfproc_migrate::image;
-use std::os::fd::FromRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -529,11 +528,9 @@ async fn receive_and_restore(
     }
     // After a pre-copy this also checks that no write was missed.
     image::verify_pages(&m, &pages).map_err(|e| e.to_string())?;
-    let file = memfd(&pages)?;
-    drop(pages);
     let started = program::create(How::Restore {
         manifest: Box::new(m),
-        pages: file,
+        pages: Pages::Memory(pages),
         stopped: true,
         owner: Some(*owner),
     })
@@ -630,18 +627,6 @@ async fn wait_continued(pid: i32) {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-}
-
-fn memfd(data: &[u8]) -> Result<std::fs::File, String> {
-    // SAFETY: memfd_create with a static NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"halfproc-pages".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: a fresh fd we own.
-    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-    std::io::Write::write_all(&mut f, data).map_err(|e| format!("write memfd: {e}"))?;
-    Ok(f)
 }
 
 /// Checkpoints local `pid` into `dir`; with `kill` the program ends there.

@@ -325,11 +325,21 @@ pub enum How {
     /// From an image whose pages are in `pages`; stopped first if `stopped`.
     Restore {
         manifest: Box<Manifest>,
-        pages: File,
+        pages: Pages,
         stopped: bool,
         /// Restore as this user (the daemon is root); `None`: as the daemon.
         owner: Option<Creds>,
     },
+}
+
+/// Where a restore finds the image's page contents.
+pub enum Pages {
+    /// A file (`pages.bin` of a checkpoint directory).
+    File(File),
+    /// The daemon's memory: an image that arrived over the network and was
+    /// checked there. The restorer copies from it directly, with no file in
+    /// between (`halfproc_migrate::restore_from_memory`).
+    Memory(Vec<u8>),
 }
 
 fn pipe_pair() -> Result<(OwnedFd, OwnedFd), String> {
@@ -562,7 +572,10 @@ fn keeper(
                 stopped: st,
                 creds: owner,
             };
-            let r = halfproc_migrate::restore_from(&manifest, pages, &opts);
+            let r = match pages {
+                Pages::File(f) => halfproc_migrate::restore_from(&manifest, f, &opts),
+                Pages::Memory(m) => halfproc_migrate::restore_from_memory(&manifest, &m, &opts),
+            };
             drop(child);
             match r {
                 Ok(r) => r.pid,
