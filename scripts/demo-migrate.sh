@@ -37,9 +37,13 @@ hp="$target/$profile/halfproc"
 done_phase
 
 work="$(mktemp -d)"
-daemons=()
+# The daemons' pids go to a file: start_node runs in a command
+# substitution's subshell, whose variables the parent never sees.
 cleanup() {
-	((${#daemons[@]})) && kill -TERM "${daemons[@]}" 2>/dev/null && wait "${daemons[@]}" 2>/dev/null
+	local pids
+	pids="$(cat "$work/daemons" 2>/dev/null)"
+	# shellcheck disable=SC2086 # one pid per word
+	[ -n "$pids" ] && kill -TERM $pids 2>/dev/null
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -50,7 +54,7 @@ export HALFPROC_NODE_SECRET_FILE="$work/secret"
 start_node() {	# start_node NAME: prints the address it listens on
 	local log="$work/node-$1.log" addr=""
 	"$hp" node --listen 127.0.0.1:0 >"$log" 2>&1 &
-	daemons+=($!)
+	echo $! >>"$work/daemons"
 	for _ in $(seq 100); do
 		addr="$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$log" | head -n 1)"
 		[ -n "$addr" ] && break
