@@ -8,6 +8,8 @@
  * process (MDWE sticky for the whole set; THP-disable and KSM merge-any
  * taken by the set, the last member wins); the set mm allocates no pkey,
  * so only key 0 tags the range; a member cannot enable LAM (EBUSY).
+ * Defect 6 (b), patch 0030: a reader of a member's /proc/<pid>/maps waits
+ * for the set mm's lock killably.
  *
  * Each test is one process that creates its own set (the harness forks a
  * non-member per test), and most add a member with clone3(CLONE_HALFPROC).
@@ -15,6 +17,7 @@
 #include "../lib/halfproc_test.h"
 #include "kselftest_harness.h"
 #include <sys/prctl.h>
+#include <time.h>
 
 #ifndef PR_SET_MDWE
 #define PR_SET_MDWE			65
@@ -392,6 +395,84 @@ TEST(lam_cannot_be_enabled_in_a_member)
 	r = syscall(SYS_arch_prctl, ARCH_ENABLE_TAGGED_ADDR, 6UL);
 	EXPECT_EQ(-1, r);
 	EXPECT_EQ(EBUSY, errno);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+#define BIG (512UL << 20)
+#define KILLS 12
+
+/*
+ * Defect 6 (b): a reader of a member's /proc/<pid>/maps waits for the set
+ * mm's mmap lock; while another member's mprotect() of a large populated
+ * region holds it for writing, SIGKILL must end the reader at once, not
+ * when the mprotect() is over.  Statistical: the looper holds the lock
+ * most of the time, so most kills land while the reader waits for it.
+ */
+TEST(proc_maps_reader_is_killable_behind_a_long_meta_operation)
+{
+	double t0, d = 0, worst = 0, lat;
+	volatile int *stop;
+	pid_t looper, reader;
+	char path[64], buf[4096];
+	int i, fd;
+	char *p;
+
+	REQUIRE_HALFPROC();
+	stop = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, (void *)stop);
+	p = hp_anon(BIG);
+	ASSERT_NE(MAP_FAILED, p);
+	/* 4 KiB pages: a PTE each for mprotect() to change. */
+	ASSERT_EQ(0, madvise(p, BIG, MADV_NOHUGEPAGE));
+	memset(p, 1, BIG);
+	for (i = 0; i < 3; i++) {
+		t0 = now_ms();
+		ASSERT_EQ(0, mprotect(p, BIG, i & 1 ? PROT_READ | PROT_WRITE : PROT_READ));
+		d += (now_ms() - t0) / 3;
+	}
+	ASSERT_EQ(0, mprotect(p, BIG, PROT_READ | PROT_WRITE));
+	if (d < 40)
+		SKIP(return, "mprotect() of %lu MiB takes %.1f ms: too short to tell", BIG >> 20, d);
+	looper = hp_spawn();
+	ASSERT_LE(0, looper);
+	if (looper == 0) {
+		for (i = 0; !*stop; i++)
+			mprotect(p, BIG, i & 1 ? PROT_READ | PROT_WRITE : PROT_READ);
+		_exit(0);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/maps", getpid());
+	for (i = 0; i < KILLS; i++) {
+		reader = fork();
+		ASSERT_LE(0, reader);
+		if (reader == 0) {
+			for (;;) {
+				fd = open(path, O_RDONLY);
+				while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0)
+					;
+				if (fd >= 0)
+					close(fd);
+			}
+		}
+		usleep(20000 + (i * 7919) % 30000);
+		t0 = now_ms();
+		kill(reader, SIGKILL);
+		waitpid(reader, NULL, 0);
+		lat = now_ms() - t0;
+		if (lat > worst)
+			worst = lat;
+	}
+	*stop = 1;
+	ASSERT_EQ(0, wait_status(looper));
+	TH_LOG("mprotect() of %lu MiB holds the set mm's lock %.1f ms; worst of %d SIGKILLs of a maps reader took %.1f ms",
+	       BIG >> 20, d, KILLS, worst);
+	EXPECT_LT(worst, d / 4);
 }
 
 TEST_HARNESS_MAIN
