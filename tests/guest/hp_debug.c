@@ -14,11 +14,6 @@
 #define __NR_perf_event_open	298
 #endif
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 /* Read @len bytes at @off of @fd. */
 static int read_at(int fd, void *buf, size_t len, off_t off)
 {

@@ -11,11 +11,6 @@
 
 #define MB (1UL << 20)
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 static unsigned char pat(size_t i, unsigned seed)
 {
 	return (unsigned char)((i * 31 + seed * 7 + (i >> 12)) & 0xff);

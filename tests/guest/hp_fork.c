@@ -28,11 +28,6 @@ extern char **environ;
 static const char *self_exe;
 static char *marked_page_for_threads;
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 static long hp_prctl(unsigned long op, unsigned long a3, unsigned long a4)
 {
 	return prctl(PR_HALFPROC, op, a3, a4, 0);

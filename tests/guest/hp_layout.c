@@ -9,11 +9,6 @@
 #include <sys/personality.h>
 #include "kselftest_harness.h"
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 #define CHILD_ARG "--legacy-layout-child"
 
 /*

@@ -21,11 +21,6 @@
 /* Per-CPU charge stocks make memory.current run ahead by up to 64 pages. */
 #define SLACK (1 * MB)
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 /* Whether the cgroup v2 memory controller can be used here (as root). */
 static int memcg_available(void)
 {

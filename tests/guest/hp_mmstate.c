@@ -35,11 +35,6 @@
 #define RWX (PROT_READ | PROT_WRITE | PROT_EXEC)
 #define HPAGE (2UL << 20)
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 /*
  * The value of field @key (e.g. "AnonHugePages:", "ProtectionKey:") of the
  * VMA at @addr in /proc/self/smaps, or for "VmFlags:" whether the flag

@@ -30,11 +30,6 @@
 #define MADV_COLLAPSE 25
 #endif
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 /* What a checking member compares; in a MAP_SHARED page outside the set. */
 struct ctl {
 	char *addr;

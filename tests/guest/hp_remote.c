@@ -20,11 +20,6 @@
 #include <time.h>
 #include "kselftest_harness.h"
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 /* process_vm_readv() of @len bytes at @remote in @pid into @buf. */
 static ssize_t pvm_read(pid_t pid, void *buf, const void *remote, size_t len)
 {

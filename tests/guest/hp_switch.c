@@ -26,11 +26,6 @@
 #define SECONDS 3
 #define UNPRIV 1000
 
-#define REQUIRE_HALFPROC() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-} while (0)
-
 #define REQUIRE_ROOT() do {						\
 	if (getuid() != 0)						\
 		SKIP(return, "needs root to drop privileges");		\

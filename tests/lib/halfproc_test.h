@@ -260,4 +260,13 @@ static inline long meminfo_exact(const char *key)
 	return n == 1 ? meminfo(key) : -1;
 }
 
+/*
+ * For kselftest_harness.h tests: skip the test when the module is not
+ * loaded (expanded where used, so the harness header may come later).
+ */
+#define REQUIRE_HALFPROC() do {						\
+	if (!hp_supported())						\
+		SKIP(return, "halfproc module not loaded");		\
+} while (0)
+
 #endif /* HALFPROC_TEST_H */
