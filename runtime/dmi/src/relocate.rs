@@ -140,6 +140,45 @@ pub(crate) fn stdio_pipes(pid: i32) -> Vec<(i32, u64)> {
         .collect()
 }
 
+/// Restores an instance's image as this node's child (with the node's
+/// credentials; `inherit` its stdio), makes it a member of `set` and gives
+/// it a fresh mailbox. Whatever fails, nothing is left behind: the copy is
+/// killed and reaped. `what` names the instance in errors. The within-node
+/// move and the arrival of a cross-node move share it.
+pub(crate) fn restore_adopted(
+    set: &'static Set,
+    manifest: &halfproc_migrate::image::Manifest,
+    pages: &[u8],
+    inherit: Vec<(i32, i32)>,
+    what: &str,
+) -> Result<(Member, &'static Mailbox), DmiError> {
+    let file = memfd_with(pages)?;
+    let opts = RestoreOptions {
+        inherit,
+        stopped: false,
+        // the instance is the node's own child, restored with its credentials
+        creds: None,
+    };
+    let r = restore_from(manifest, file, &opts)
+        .map_err(|e| DmiError::Setup(format!("restore of {what}: {e}")))?;
+    let member = Member::adopt(set, r.pid).map_err(|e| {
+        // SAFETY: kill and reap our own child, which waits parked.
+        unsafe {
+            libc::kill(r.pid, libc::SIGKILL);
+            libc::waitpid(r.pid, std::ptr::null_mut(), 0);
+        }
+        DmiError::Setup(format!("adopting {what} (pid {}): {e}", r.pid))
+    })?;
+    match Mailbox::new() {
+        Ok(mb) => Ok((member, mb)),
+        Err(e) => {
+            let _ = member.kill(libc::SIGKILL);
+            let _ = member.join();
+            Err(e)
+        }
+    }
+}
+
 pub(crate) fn memfd_with(bytes: &[u8]) -> Result<std::fs::File, DmiError> {
     // SAFETY: memfd_create with a valid C string.
     let fd = unsafe { libc::memfd_create(c"dmi-move".as_ptr(), libc::MFD_CLOEXEC) };
@@ -200,32 +239,14 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
     })?;
     let dump = dumped.frozen_for();
     let attempt = || -> Result<(Member, &'static Mailbox), DmiError> {
-        let pages = memfd_with(&dumped.pages)?;
-        let opts = RestoreOptions {
-            inherit: stdio.iter().map(|&(fd, _)| (fd, fd)).collect(),
-            stopped: false,
-            // the instance is the node's own child, restored with its credentials
-            creds: None,
-        };
-        let r = restore_from(&dumped.manifest, pages, &opts)
-            .map_err(|e| DmiError::Setup(format!("restore of instance pid {pid}: {e}")))?;
-        let member = Member::adopt(set, r.pid).map_err(|e| {
-            // SAFETY: kill and reap our own child, which waits parked.
-            unsafe {
-                libc::kill(r.pid, libc::SIGKILL);
-                libc::waitpid(r.pid, std::ptr::null_mut(), 0);
-            }
-            DmiError::Setup(format!("adopting the restored instance pid {}: {e}", r.pid))
-        })?;
-        let mb = match Mailbox::new() {
-            Ok(mb) => mb,
-            Err(e) => {
-                let _ = member.kill(libc::SIGKILL);
-                let _ = member.join();
-                return Err(e);
-            }
-        };
-        Ok((member, mb))
+        let inherit = stdio.iter().map(|&(fd, _)| (fd, fd)).collect();
+        restore_adopted(
+            set,
+            &dumped.manifest,
+            &dumped.pages,
+            inherit,
+            &format!("instance pid {pid}"),
+        )
     };
     match attempt() {
         Ok((member, mb)) => {

@@ -25,12 +25,12 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use halfproc::{Member, Set};
-use halfproc_migrate::{freeze_and_dump_member, image::Manifest, restore_from, RestoreOptions};
+use halfproc_migrate::{freeze_and_dump_member, image::Manifest};
 
 use crate::addr::NodeId;
 use crate::error::DmiError;
 use crate::msg::InstMsg;
-use crate::relocate::{memfd_with, set_home, stdio_pipes, wait_parked};
+use crate::relocate::{restore_adopted, set_home, stdio_pipes, wait_parked};
 use crate::ring::{Home, Mailbox, HOME_MOVED, HOME_STAYED};
 use crate::runtime::Caller;
 
@@ -246,7 +246,6 @@ fn take_in(
     }
     let m: Manifest = bincode::deserialize(manifest)
         .map_err(|e| DmiError::Setup(format!("undecodable image of instance {id}: {e}")))?;
-    let file = memfd_with(pages)?;
     // The image's relayed stdio pipes become this node's own stdio (which
     // `dmi run` relays too).
     let inherit = m
@@ -255,29 +254,7 @@ fn take_in(
         .filter(|f| f.relayed.is_some())
         .map(|f| (f.fd, f.fd))
         .collect();
-    let opts = RestoreOptions {
-        inherit,
-        stopped: false,
-        creds: None,
-    };
-    let r = restore_from(&m, file, &opts)
-        .map_err(|e| DmiError::Setup(format!("restore of instance {id}: {e}")))?;
-    let member = Member::adopt(mv.set, r.pid).map_err(|e| {
-        // SAFETY: kill and reap our own child, which waits parked.
-        unsafe {
-            libc::kill(r.pid, libc::SIGKILL);
-            libc::waitpid(r.pid, std::ptr::null_mut(), 0);
-        }
-        DmiError::Setup(format!("adopting instance {id} (pid {}): {e}", r.pid))
-    })?;
-    let mailbox = match Mailbox::new() {
-        Ok(mb) => mb,
-        Err(e) => {
-            let _ = member.kill(libc::SIGKILL);
-            let _ = member.join();
-            return Err(e);
-        }
-    };
+    let (member, mailbox) = restore_adopted(mv.set, &m, pages, inherit, &format!("instance {id}"))?;
     let home = home as usize;
     let words = [mailbox as *const Mailbox as u64, std::process::id() as u64];
     if let Err(e) = set_home(
