@@ -15,17 +15,7 @@ APT_PKGS=(bc bison flex libelf-dev libssl-dev cpio busybox-static libclang-dev
 	gzip bzip2 coreutils stress-ng)
 
 phase "apt packages"
-missing=()
-for p in "${APT_PKGS[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-		missing+=("$p")
-done
-if ((${#missing[@]})); then
-	info "installing: ${missing[*]}"
-	sudo_ apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq \
-		--no-install-recommends "${missing[@]}" >/dev/null
-fi
+apt_ensure "${APT_PKGS[@]}"
 done_phase
 
 phase "rust toolchain $RUST_TOOLCHAIN"

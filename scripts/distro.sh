@@ -41,16 +41,7 @@ APT_PKGS=(dpkg-dev debhelper mmdebstrap e2fsprogs)
 deps() {
 	"$here/deps.sh"
 	export HALFPROC_DEPS_DONE=1
-	local p missing=()
-	for p in "${APT_PKGS[@]}"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-			missing+=("$p")
-	done
-	if ((${#missing[@]})); then
-		info "installing: ${missing[*]}"
-		DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq \
-			--no-install-recommends "${missing[@]}" >/dev/null
-	fi
+	apt_ensure "${APT_PKGS[@]}"
 }
 
 kernel_release() { LOCALVERSION= make -s -C "$HALFPROC_CACHE/src/linux" O="$1" kernelrelease; }

@@ -43,3 +43,16 @@ sudo_() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+apt_ensure() {	# apt_ensure PKG...: install those of them that are not installed
+	local p missing=()
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+			missing+=("$p")
+	done
+	((${#missing[@]})) || return 0
+	info "installing: ${missing[*]}"
+	sudo_ apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq \
+		--no-install-recommends "${missing[@]}" >/dev/null
+}
+
