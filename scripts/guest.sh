@@ -58,6 +58,7 @@ initramfs() {	# initramfs FLAVOUR MODE [SRC:DST...]: writes out/FLAVOUR/initramf
 	while read -r f; do files+=(--file "$f"); done <"$OUT/files"
 	# The migration tests' scripts, as they are now (no build step).
 	for f in "$HALFPROC_ROOT"/tests/migrate/*.sh; do files+=(--file "$f:/migrate/${f##*/}"); done
+	for f in "$HALFPROC_ROOT"/tests/dmi/*.sh; do files+=(--file "$f:/dmi/${f##*/}"); done
 	for f in ${HALFPROC_GUEST_EXTRA:-} "$@"; do files+=(--file "$f"); done
 	# The arguments of the in-guest copy benchmark (bench and demo modes).
 	printf '%s\n' "${HALFPROC_BENCH_ARGS:---sizes 6..26:2 --reps 3 --placement both}" \
@@ -68,7 +69,7 @@ initramfs() {	# initramfs FLAVOUR MODE [SRC:DST...]: writes out/FLAVOUR/initramf
 }
 
 two() {	# two FLAVOUR [TIMEOUT]: two guests on a virtual network, a migration from A to B
-	local flavour="$1" timeout="${2:-240}" OUT="$HALFPROC_ROOT/out/$1"
+	local flavour="$1" timeout="${2:-420}" OUT="$HALFPROC_ROOT/out/$1"
 	# The nodes' shared secret, new for every run.
 	mkdir -p "$OUT"
 	head -c 32 /dev/urandom | base64 >"$OUT/two.secret"
@@ -80,7 +81,8 @@ two() {	# two FLAVOUR [TIMEOUT]: two guests on a virtual network, a migration fr
 		--initrd "$OUT/initramfs-two.cpio" --log-a "$OUT/two-a.log" --log-b "$OUT/two-b.log" \
 		--timeout "$timeout" --cpus 1 --memory 1024 --cpu "${HALFPROC_CPU:-max}" \
 		--append "halfproc.mode=two pti=${HALFPROC_PTI:-on} ${HALFPROC_APPEND:-}" \
-		--expect-a migrate/two-a --expect-b migrate/two-b ${HALFPROC_QUIET:+--quiet} || rc=$?
+		--expect-a migrate/two-a --expect-a dmi/two-a --expect-b migrate/two-b \
+		--expect-b dmi/two-b ${HALFPROC_QUIET:+--quiet} || rc=$?
 	done_phase
 	return "$rc"
 }
@@ -142,6 +144,25 @@ for l in sys.stdin:
         print(m["executable"])')"
 	[ -x "$bench_tests" ] || die "no test binary for halfproc-bench --test strategies"
 	done_phase
+	phase "build DMI for the guest (static): dmi, the instances example, Jacobi"
+	local DMI_OUT="$OUT/guest/dmi"
+	mkdir -p "$DMI_OUT"
+	RUSTFLAGS="-C target-feature=+crt-static" cargo build -q --release \
+		--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu \
+		-p dmi -p dmi-cli 2>&1 | grep -v "dropping unsupported crate type .cdylib." >&2 || true
+	[ -f "$RT/libdmi.a" ] && [ -x "$RT/dmi" ] || die "cargo build -p dmi -p dmi-cli (static) failed"
+	strip -o "$DMI_OUT/dmi" "$RT/dmi"
+	# glibc warns about getaddrinfo in static programs: the guest has no
+	# NSS, and DMI_PEERS holds addresses, not names.
+	cc -std=gnu11 -Wall -Werror -O2 -static -s -I "$HALFPROC_ROOT/runtime/dmi/include" \
+		-o "$DMI_OUT/instances" "$HALFPROC_ROOT/runtime/dmi/examples/instances.c" \
+		"$RT/libdmi.a" -lm 2>"$DMI_OUT/build.log" ||
+		{ cat "$DMI_OUT/build.log" >&2; die "building runtime/dmi/examples/instances.c failed"; }
+	make -s -C "$HALFPROC_ROOT/apps" O="$DMI_OUT/apps" CFLAGS="-O2 -static -s" DMI_LIBDIR="$RT" \
+		"$DMI_OUT/apps/dmi/jacobi" "$DMI_OUT/apps/serial/jacobi" "$DMI_OUT/apps/cks-cmp" \
+		2>"$DMI_OUT/build.log" ||
+		{ cat "$DMI_OUT/build.log" >&2; die "building the Jacobi app for the guest failed"; }
+	done_phase
 	phase "build the C library's programs against its installed copy (static)"
 	"$HALFPROC_ROOT/tests/c-api/run.sh" guest "$OUT/guest/c-api"
 	done_phase
@@ -159,6 +180,9 @@ for l in sys.stdin:
 		for f in "$OUT"/guest/c-api/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/tests/c-api/${f##*/}"
 		done
+		echo "$DMI_OUT/dmi:/bin/dmi"
+		echo "$DMI_OUT/instances:/dmi/instances"
+		for f in dmi/jacobi serial/jacobi cks-cmp; do echo "$DMI_OUT/apps/$f:/dmi/apps/$f"; done
 		for f in "$OUT"/guest/bench/* "$OUT"/guest/demo/* "$OUT"/guest/migrate/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/${f#"$OUT"/guest/}"
 		done
@@ -169,6 +193,7 @@ for l in sys.stdin:
 	# under /tests but what init.sh runs under its own ok/not ok lines.
 	sed -n 's|^.*:/tests/||p' "$OUT/files" |
 		grep -v -x -e hp_nomod -e hp_hold -e rt/bench_strategies -e 'c-api/.*' >"$OUT/expect"
+	echo dmi/instances >>"$OUT/expect"
 	echo "$BUILD/arch/x86/boot/bzImage" >"$OUT/kernel"
 }
 

@@ -180,6 +180,8 @@ fi
 if [ "$mode" = two ]; then
 	# Two machines: this guest's half of tests/migrate/two.sh.
 	prog "migrate/two-$role" /migrate/two.sh "$role" "${ipaddr%/*}" "$peer" || rc=1
+	# DMI across the two: a node on each, the kernel backend (tests/dmi).
+	prog "dmi/two-$role" /dmi/two.sh "$role" "${ipaddr%/*}" "$peer" || rc=1
 	mode=done
 fi
 if [ "$mode" = demo ]; then
@@ -203,6 +205,8 @@ if [ "$mode" = test ]; then
 		prog "$t" "/tests/$t" || rc=1
 	done
 	with_reclaim prog hp_reclaim /tests/hp_reclaim || rc=1
+	# DMI on the kernel backend: compute instances, Jacobi (tests/dmi).
+	prog dmi/instances /dmi/instances.sh || rc=1
 	halfproc info --probe; tap $? runtime_info_probe
 	# The copy benchmark's strategy tests (checksummed transfers).
 	/tests/rt/bench_strategies --test-threads=1; tap $? bench_strategies
