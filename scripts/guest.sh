@@ -19,7 +19,8 @@
 # results.json,tap}.  Environment for boot: HALFPROC_APPEND (more kernel
 # arguments, e.g. halfproc.only=hp_tlb halfproc.repeat=50), HALFPROC_PTI
 # (on|off, default on), HALFPROC_CPU (QEMU -cpu model, default max; use
-# max,la57=off for 4-level paging), HALFPROC_SHARE (a host folder the guest
+# max,la57=off for 4-level paging), HALFPROC_RUN (the results' name
+# instead of MODE), HALFPROC_SHARE (a host folder the guest
 # mounts), HALFPROC_QUIET, HALFPROC_GUEST_EXTRA ("SRC:DST ..." more files).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -210,7 +211,7 @@ boot() {	# boot FLAVOUR MODE [TIMEOUT]
 		expect=(--expect-file "$OUT/expect")
 	fi
 	"$HARNESS" run --kernel "$(cat "$OUT/kernel")" "${expect[@]}" \
-		--initrd "$OUT/initramfs-$mode.cpio" --log "$OUT/$mode.log" \
+		--initrd "$OUT/initramfs-$mode.cpio" --log "$OUT/${HALFPROC_RUN:-$mode}.log" \
 		--timeout "$timeout" --cpus 2 --memory 4096 --cpu "${HALFPROC_CPU:-max}" \
 		${HALFPROC_SHARE:+--share "$HALFPROC_SHARE"} \
 		--append "halfproc.mode=$mode pti=${HALFPROC_PTI:-on} ${HALFPROC_APPEND:-}" \

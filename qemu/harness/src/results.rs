@@ -29,6 +29,8 @@ pub struct ResultsFile<'a> {
     pub timed_out: bool,
     /// Wall time of the guest.
     pub elapsed_s: f64,
+    /// What the guest runs on (`5-level paging, pti on`), if it said.
+    pub configuration: Option<&'a str>,
     /// Why the run failed.
     pub causes: &'a [String],
     /// Kernel reports found on the console.
@@ -52,6 +54,7 @@ impl<'a> ResultsFile<'a> {
             exit_status: v.exit_status,
             timed_out: v.timed_out,
             elapsed_s: v.elapsed.as_secs_f64(),
+            configuration: v.configuration.as_deref(),
             causes: &v.causes,
             kernel_reports: &v.findings,
             programs: &v.programs,

@@ -11,6 +11,10 @@ use std::time::Duration;
 /// The marker the guest's init writes to the status port (`/dev/ttyS1`).
 pub const EXIT_MARKER: &str = "HALFPROC_EXIT=";
 
+/// The line where the guest's init says what it runs on
+/// (`# halfproc: 5-level paging, pti on`).
+pub const CONFIG_MARKER: &str = "# halfproc: ";
+
 /// What happened.
 #[derive(Clone, Debug)]
 pub struct Verdict {
@@ -29,6 +33,8 @@ pub struct Verdict {
     pub causes: Vec<String>,
     /// Wall time of the guest.
     pub elapsed: Duration,
+    /// What the guest said it runs on (paging mode, PTI), if it said.
+    pub configuration: Option<String>,
 }
 
 impl Verdict {
@@ -44,10 +50,10 @@ impl Verdict {
         self.causes.is_empty()
     }
 
-    /// The one-line summary.
+    /// The one-line summary, with the configuration when the guest said it.
     pub fn summary_line(&self) -> String {
         let s = self.summary();
-        format!(
+        let mut line = format!(
             "{} passed, {} failed, {} skipped; {} kernel reports; {} in {:.1}s",
             s.passed,
             s.failed,
@@ -55,7 +61,11 @@ impl Verdict {
             self.findings.len(),
             if self.passed() { "PASS" } else { "FAIL" },
             self.elapsed.as_secs_f64()
-        )
+        );
+        if let Some(c) = &self.configuration {
+            line.push_str(&format!(" ({c})"));
+        }
+        line
     }
 }
 
@@ -69,6 +79,11 @@ pub fn judge(
     expected: &[String],
 ) -> Verdict {
     let findings = scan::scan(console);
+    let configuration = console
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix(CONFIG_MARKER))
+        .filter(|c| c.contains("paging"))
+        .map(str::to_owned);
     let programs = programs::split(console);
     let results = breaches::judge(&programs, expected);
     let exit_status = status
@@ -119,6 +134,7 @@ pub fn judge(
         results,
         causes,
         elapsed: Duration::ZERO,
+        configuration,
     }
 }
 
@@ -167,6 +183,20 @@ mod tests {
         let v = judge("ok 1 a\nnot ok 2 b\n", "HALFPROC_EXIT=1\n", false, T, &[]);
         assert_eq!(v.causes.len(), 2, "{:?}", v.causes);
         assert!(v.causes[1].contains("b"));
+    }
+
+    #[test]
+    fn configuration_is_recorded() {
+        let console = "# halfproc: 4-level paging, pti off\nok 1 a\n";
+        let v = judge(console, "HALFPROC_EXIT=0\n", false, T, &[]);
+        assert_eq!(v.configuration.as_deref(), Some("4-level paging, pti off"));
+        assert!(
+            v.summary_line().ends_with(" (4-level paging, pti off)"),
+            "{}",
+            v.summary_line()
+        );
+        let v = judge("ok 1 a\n", "HALFPROC_EXIT=0\n", false, T, &[]);
+        assert_eq!(v.configuration, None);
     }
 
     /// What scripts/selftest.sh greps for in mode `fail`.
