@@ -9,7 +9,8 @@
  * run must either succeed with the effect visible to another member, or
  * fail with ENOMEM and leave the set as it was; exec may also fail with
  * E2BIG (copying its arguments) or kill the process after its point of no
- * return, but no more often in a member than outside a set.  No set may outlive its members, and the kernel must
+ * return, but a failed atomic allocation may not kill it more often in a
+ * member than outside a set.  No set may outlive its members, and the kernel must
  * report nothing (the harness scans the console).
  *
  * GFP_KERNEL allocations only fail with failslab's ignore-gfp-wait off,
@@ -363,10 +364,13 @@ FIXTURE_TEARDOWN(failslab)
 		return;
 	write_file(FAILSLAB "ignore-gfp-wait", self->wait);
 	write_file(FAILSLAB "verbose", self->verbose);
-	/* Every set made here is gone once its members are (each holds a module ref). */
-	for (i = 0; i < 50 && module_refs() != self->refs; i++)
+	/*
+	 * Every set made here is gone once its members are (each holds a
+	 * module reference); sets of earlier tests may still be going.
+	 */
+	for (i = 0; i < 50 && module_refs() > self->refs; i++)
 		usleep(100000);
-	EXPECT_EQ(self->refs, module_refs());
+	EXPECT_GE(self->refs, module_refs());
 }
 
 #define RUN_NTH(op, allow_kill) ({					\
@@ -402,10 +406,18 @@ TEST_F(failslab, dmread)
 	RUN_NTH(op_dmread, 0);
 }
 
-TEST_F(failslab, exec_in_a_member_dies_no_more_than_outside_a_set)
+TEST_F(failslab, exec_in_a_member_dies_of_atomic_allocations_no_more_than_outside_a_set)
 {
 	int plain[3] = { 0, 0, 0 }, member[3] = { 0, 0, 0 };
 
+	/*
+	 * Only allocations that cannot sleep: after the point of no return
+	 * exec's own sleeping allocations are too small to fail (the page
+	 * allocator retries them), so failing them would only count exec's
+	 * deaths, which vary by one or two between runs; an atomic one can
+	 * fail under memory pressure and kill the process for nothing.
+	 */
+	ASSERT_EQ(0, write_file(FAILSLAB "ignore-gfp-wait", "Y"));
 	ASSERT_EQ(0, for_each_nth(op_exec_plain, plain, 1));
 	ASSERT_EQ(0, for_each_nth(op_exec_member, member, 1));
 	TH_LOG("exec died past its point of no return: %d times outside a set, %d in a member",

@@ -227,6 +227,26 @@ if [ "$mode" = test ]; then
 		[ "$(cat /sys/module/halfproc/refcnt)" = 0 ]
 	}
 	sets_gone; tap $? no_set_left_behind_by_the_tests
+	# Module unload racing live hooks: sets made and torn down in a loop
+	# while the module is unloaded and loaded again; both must have
+	# happened, and the module must work at the end.
+	unload_race() {
+		(i=0; while [ $i -lt 150 ]; do
+			/tests/hp_hold 0 >/dev/null 2>&1 && echo ok; i=$((i + 1))
+		done) >/tmp/race.sets &
+		j=0 out=0
+		while [ $j -lt 300 ]; do
+			if rmmod halfproc 2>/dev/null; then
+				out=$((out + 1))
+				insmod /lib/modules/halfproc.ko || return 1
+			fi
+			j=$((j + 1))
+		done
+		wait
+		echo "# unload race: the module went $out times in 300 tries; $(wc -l </tmp/race.sets) of 150 sets worked"
+		[ "$out" -gt 0 ] && [ "$(wc -l </tmp/race.sets)" -gt 0 ] && sets_gone && /tests/hp_hold 0
+	}
+	unload_race; tap $? module_unload_races_set_creation
 	/tests/hp_hold 60 &
 	sleep 1
 	[ "$(cat /sys/module/halfproc/refcnt)" = 1 ]; tap $? live_set_pins_module
