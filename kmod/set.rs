@@ -46,9 +46,15 @@ use kernel::{
     error::{from_err_ptr, to_result},
     new_spinlock,
     prelude::*,
-    sync::{Arc, ArcBorrow, SpinLock},
+    sync::{
+        lock::{spinlock::SpinLockBackend, Guard},
+        Arc, ArcBorrow, SpinLock,
+    },
     types::Opaque,
 };
+
+/// The member list, locked.
+type Members<'a> = Guard<'a, KVec<Member>, SpinLockBackend>;
 
 /// Test-only sabotage: skip the member TLB fan-out, so that members keep
 /// stale translations of the shared range. Never set in a normal build: only
@@ -68,6 +74,7 @@ pub(crate) static LIVE_SETS: AtomicU64 = AtomicU64::new(0);
 ///
 /// `mm` is a member mm of the set holding this entry; the entry is removed
 /// (under [`Set::members`]) before the mm is freed.
+#[derive(Clone, Copy)]
 struct Member {
     mm: *mut bindings::mm_struct,
     /// The thread group that owns the membership (its `signal_struct`), so a
@@ -290,24 +297,57 @@ impl Set {
     pub(crate) fn add_with(self: &Arc<Self>, mm: &Mm, group: usize, inherit: bool) -> Result {
         // SAFETY: both mms are live; `mm` has no VMA in the range.
         to_result(unsafe { bindings::halfproc_install(mm.as_raw(), self.mm().as_raw()) })?;
-        let pushed = self.members.lock().push(
-            Member {
-                mm: mm.as_raw(),
-                group,
-                inherit,
-                fork_tids: ForkTids::NONE,
-            },
-            GFP_ATOMIC,
-        );
-        if let Err(e) = pushed {
-            // SAFETY: installed above, not yet published.
-            unsafe { bindings::halfproc_uninstall(mm.as_raw()) };
-            return Err(e.into());
-        }
+        let mut members = match self.members_with_room() {
+            Ok(members) => members,
+            Err(e) => {
+                // SAFETY: installed above, not yet published.
+                unsafe { bindings::halfproc_uninstall(mm.as_raw()) };
+                return Err(e);
+            }
+        };
+        let len = members.len();
+        members.spare_capacity_mut()[0].write(Member {
+            mm: mm.as_raw(),
+            group,
+            inherit,
+            fork_tids: ForkTids::NONE,
+        });
+        // SAFETY: the entry at `len` was initialised just above.
+        unsafe { members.set_len(len + 1) };
+        drop(members);
         // The member's reference on the set, given back in `leave`.
         let _ = Arc::into_raw(self.clone());
         mm.set_halfproc(self.core.get());
         Ok(())
+    }
+
+    /// The member list, locked, with room for one more entry.
+    ///
+    /// The room is made outside the lock, with an allocation that may
+    /// sleep: an exec in a member adds the new mm after exec's point of no
+    /// return (`hook_exec`), where a failure kills the process, and an
+    /// atomic allocation under the spinlock would fail far more easily.
+    fn members_with_room(&self) -> Result<Members<'_>> {
+        loop {
+            let members = self.members.lock();
+            let len = members.len();
+            if len < members.capacity() {
+                return Ok(members);
+            }
+            drop(members);
+            // Twice the room, as `KVec::push` would grow it.
+            let mut bigger = KVec::with_capacity((len + 1) * 2, GFP_KERNEL)?;
+            let mut members = self.members.lock();
+            if members.len() < bigger.capacity() && members.capacity() < bigger.capacity() {
+                // Never allocates: `bigger` has room for every entry.
+                bigger.extend_from_slice(&members, GFP_NOWAIT)?;
+                core::mem::swap(&mut *members, &mut bigger);
+            }
+            drop(members);
+            // The smaller storage, freed outside the lock; then look again
+            // (another member may have taken the room meanwhile).
+            drop(bigger);
+        }
     }
 
     /// Whether a fork without `CLONE_HALFPROC` by thread `tid` of member

@@ -178,6 +178,145 @@ TEST(setuid_exec_leaves_the_set)
 	unlink(path);
 }
 
+/*
+ * failslab (CONFIG_FAILSLAB): its debugfs knobs, saved and restored around a
+ * test.  With task-filter and ignore-gfp-wait (the default), it fails every
+ * slab allocation that cannot sleep made by a task with make-it-fail set.
+ */
+#define FAILSLAB "/sys/kernel/debug/failslab/"
+static const char *const failslab_knobs[] = {
+	"probability", "interval", "times", "space", "verbose",
+	"task-filter", "ignore-gfp-wait", "cache-filter",
+};
+#define NKNOBS (sizeof(failslab_knobs) / sizeof(failslab_knobs[0]))
+
+/* Read knob @name into @old (unless NULL), then write @val; 0 or -1. */
+static int knob(const char *name, char *old, const char *val)
+{
+	char path[128];
+	ssize_t n = 0;
+	int fd;
+
+	snprintf(path, sizeof(path), FAILSLAB "%s", name);
+	/* Separate opens: the attribute files are not seekable (no pwrite). */
+	if (old) {
+		fd = open(path, O_RDONLY);
+		if (fd < 0)
+			return -1;
+		n = read(fd, old, 31);
+		old[n > 0 ? n : 0] = 0;
+		old[strcspn(old, "\n")] = 0;
+		close(fd);
+	}
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -1;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n == (ssize_t)strlen(val) ? 0 : -1;
+}
+
+static void set_make_it_fail(int on)
+{
+	int fd = open("/proc/self/make-it-fail", O_WRONLY);
+
+	if (fd >= 0) {
+		if (write(fd, on ? "1" : "0", 1) != 1)
+			_exit(97);
+		close(fd);
+	}
+}
+
+/*
+ * A member execs with failslab failing its non-sleeping slab allocations,
+ * when the set has @n members.  The module's member list grows (doubling)
+ * when a member is added at 1, 2, 4, 8 members, and an exec in a member
+ * adds the new mm before the old one leaves, after exec's point of no
+ * return: an allocation that can fail there kills the exec with SIGSEGV.
+ * Returns the exec'd probe's status (0: it ran, still a member), or 128 +
+ * the signal that killed the member.
+ */
+static int exec_in_member_of(int n, char **shared)
+{
+	char *p = hp_anon(PAGE), arg[32];
+	pid_t holders[16], pid;
+	struct chan c;
+	int st;
+
+	if (p == MAP_FAILED || n > 16 || chan_open(&c))
+		return -3;
+	*shared = p;
+	strcpy(p, "survives exec");
+	snprintf(arg, sizeof(arg), "%p", p);
+	/* Us, n - 2 members waiting for the end, the one that execs. */
+	for (int i = 0; i < n - 2; i++) {
+		holders[i] = hp_spawn();
+		if (holders[i] == 0) {
+			char v;
+
+			close(c.down[1]);
+			_exit(read(c.down[0], &v, 1) == 0 ? 0 : 1);
+		}
+	}
+	pid = hp_spawn();
+	if (pid == 0) {
+		set_make_it_fail(1);
+		execl(self_exe, self_exe, "--exec-probe", arg, "--failslab", (char *)NULL);
+		_exit(99);
+	}
+	if (waitpid(pid, &st, 0) != pid)
+		st = -1;
+	else
+		st = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	close(c.down[1]);
+	for (int i = 0; i < n - 2; i++)
+		wait_status(holders[i]);
+	return st;
+}
+
+TEST(exec_in_members_under_failslab)
+{
+	char old[NKNOBS][32];
+	const char *val[NKNOBS] = { "100", "1", "-1", "0", "0", "Y", "Y", "N" };
+	size_t k;
+	/* 3: no growth (room for 4), the control: it runs before the fix. */
+	int st[5], n[5] = { 2, 3, 4, 8, 16 }, pid;
+	char *p;
+
+	REQUIRE_HALFPROC();
+	if (access(FAILSLAB "probability", W_OK) ||
+	    access("/proc/self/make-it-fail", W_OK))
+		SKIP(return, "no failslab (CONFIG_FAILSLAB, debugfs)");
+	for (k = 0; k < NKNOBS; k++) {
+		if (knob(failslab_knobs[k], old[k], val[k])) {
+			TH_LOG("failslab/%s: %s", failslab_knobs[k], strerror(errno));
+			knob("probability", NULL, "0");
+			ASSERT_TRUE(0);
+		}
+	}
+	/* Each size in a fresh set, so the member list starts empty. */
+	for (int i = 0; i < 5; i++) {
+		pid = fork();
+		if (pid == 0) {
+			int r = exec_in_member_of(n[i], &p);
+
+			if (r == 0 && strcmp(p, "written after exec"))
+				r = 50;
+			_exit(r & 0xff);
+		}
+		st[i] = wait_status(pid);
+	}
+	knob("probability", NULL, "0");
+	for (k = 0; k < NKNOBS; k++)
+		knob(failslab_knobs[k], NULL, old[k]);
+	for (int i = 0; i < 5; i++)
+		TH_LOG("exec in a member of a set of %d: %s (status %d)", n[i],
+		       st[i] == 0 ? "ran" : st[i] > 128 ? "killed by a signal" : "failed",
+		       st[i]);
+	for (int i = 0; i < 5; i++)
+		ASSERT_EQ(0, st[i]);
+}
+
 static int exec_probe(const char *arg)
 {
 	char *p = (char *)strtoull(arg, NULL, 16), c;
@@ -194,7 +333,9 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	self_exe = argv[0];
-	if (argc == 3 && !strcmp(argv[1], "--exec-probe"))
+	if (argc == 4 && !strcmp(argv[3], "--failslab"))
+		set_make_it_fail(0);
+	if (argc >= 3 && !strcmp(argv[1], "--exec-probe"))
 		return exec_probe(argv[2]);
 	return test_harness_run(argc, argv);
 }

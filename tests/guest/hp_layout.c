@@ -4,6 +4,9 @@
  * bottom-up from TASK_SIZE / 3, which on x86-64 lies inside the shared
  * range.  A process there must still be able to start a set, and a member's
  * private mmap() and exec must work: their searches skip the range.
+ *
+ * The set mm's own search base is randomised within the range as a
+ * process's mmap base is, unless the creator asked for no randomisation.
  */
 #include "../lib/halfproc_test.h"
 #include <sys/personality.h>
@@ -102,6 +105,137 @@ TEST(sysctl_legacy_va_layout)
 	ASSERT_EQ(1, pwrite(fd, &old, 1, 0));
 	close(fd);
 	ASSERT_EQ(0, r);
+}
+
+/* Sets each test creates (the first address of each is compared). */
+#define NSETS 16
+
+/*
+ * The address of the first non-fixed MAP_HALFPROC mapping of @n fresh sets,
+ * each created by a child of ours after personality(@persona) (none if 0).
+ * 0 on success.
+ */
+static int first_addresses(unsigned long persona, uint64_t *addr, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int fd[2];
+		pid_t pid;
+
+		if (pipe(fd))
+			return -1;
+		pid = fork();
+		if (pid < 0)
+			return -1;
+		if (pid == 0) {
+			uint64_t a = 0;
+			void *p;
+
+			if (persona && personality(persona) < 0)
+				_exit(30);
+			p = hp_anon(PAGE);
+			if (p != MAP_FAILED)
+				a = (uintptr_t)p;
+			_exit(write(fd[1], &a, sizeof(a)) == sizeof(a) ? 0 : 31);
+		}
+		close(fd[1]);
+		if (read(fd[0], &addr[i], sizeof(addr[i])) != sizeof(addr[i]))
+			addr[i] = 0;
+		close(fd[0]);
+		if (wait_status(pid) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int distinct(const uint64_t *a, int n)
+{
+	int d = 0;
+
+	for (int i = 0; i < n; i++) {
+		int seen = 0;
+
+		for (int j = 0; j < i; j++)
+			seen |= a[j] == a[i];
+		d += !seen;
+	}
+	return d;
+}
+
+static long read_long(const char *path)
+{
+	char buf[32] = "";
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? strtol(buf, NULL, 10) : -1;
+}
+
+/*
+ * With randomisation on, the first address of NSETS fresh sets is not the
+ * same for all.  The base is the range's end less a random page count of
+ * vm.mmap_rnd_bits bits (28 by default on x86-64): the chance that 16
+ * sets all draw the same one is 2^(-bits * 15), nil for any bits >= 8
+ * (vm.mmap_rnd_bits cannot go below 28 here).
+ */
+TEST(set_mm_base_is_randomised)
+{
+	uint64_t a[NSETS], lo = ~0ULL, hi = 0;
+	long bits = read_long("/proc/sys/vm/mmap_rnd_bits");
+
+	REQUIRE_HALFPROC();
+	if (read_long("/proc/sys/kernel/randomize_va_space") == 0)
+		SKIP(return, "randomize_va_space is 0");
+	ASSERT_EQ(0, first_addresses(0, a, NSETS));
+	for (int i = 0; i < NSETS; i++) {
+		ASSERT_TRUE(in_range((void *)(uintptr_t)a[i], PAGE));
+		ASSERT_EQ(0, a[i] % PAGE);
+		lo = a[i] < lo ? a[i] : lo;
+		hi = a[i] > hi ? a[i] : hi;
+	}
+	TH_LOG("%d distinct first addresses of %d sets (vm.mmap_rnd_bits %ld), %#llx..%#llx",
+	       distinct(a, NSETS), NSETS, bits, (unsigned long long)lo,
+	       (unsigned long long)hi);
+	ASSERT_GT(distinct(a, NSETS), 1);
+	/* At most 2^32 pages below the end: half the range stays below. */
+	ASSERT_GE(lo, HALFPROC_RANGE_END - (1ULL << 44) - PAGE);
+}
+
+/* setarch -R: the creator's ADDR_NO_RANDOMIZE gives every set one base. */
+TEST(set_mm_base_is_fixed_with_addr_no_randomize)
+{
+	uint64_t a[NSETS];
+
+	REQUIRE_HALFPROC();
+	ASSERT_EQ(0, first_addresses(PER_LINUX | ADDR_NO_RANDOMIZE, a, NSETS));
+	TH_LOG("first address %#llx, %d distinct", (unsigned long long)a[0],
+	       distinct(a, NSETS));
+	ASSERT_EQ(1, distinct(a, NSETS));
+	ASSERT_EQ(HALFPROC_RANGE_END - PAGE, a[0]);
+}
+
+/* kernel.randomize_va_space = 0 turns it off for sets too. */
+TEST(set_mm_base_is_fixed_without_randomize_va_space)
+{
+	int fd = open("/proc/sys/kernel/randomize_va_space", O_RDWR);
+	uint64_t a[NSETS];
+	char old = '2';
+	int r;
+
+	REQUIRE_HALFPROC();
+	if (fd < 0)
+		SKIP(return, "no /proc/sys/kernel/randomize_va_space");
+	ASSERT_EQ(1, pread(fd, &old, 1, 0));
+	ASSERT_EQ(1, pwrite(fd, "0", 1, 0));
+	r = first_addresses(0, a, NSETS);
+	ASSERT_EQ(1, pwrite(fd, &old, 1, 0));
+	close(fd);
+	ASSERT_EQ(0, r);
+	ASSERT_EQ(1, distinct(a, NSETS));
+	ASSERT_EQ(HALFPROC_RANGE_END - PAGE, a[0]);
 }
 
 int main(int argc, char **argv)
