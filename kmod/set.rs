@@ -260,7 +260,7 @@ impl Set {
             (*core).mm = core::ptr::null_mut();
             (*core).owner = crate::this_module();
             // Who pays for the shared range: the memory cgroup of the
-            // creator, now (docs/design.md, "Memory cgroup").
+            // creator, now (docs/design-mm.md, "Memory cgroup").
             (*core).memcg = bindings::halfproc_current_memcg();
         }
         // SAFETY: `core` is valid; on success the set mm points back at it,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Accounting of the shared range (issue 10, defect 5b; docs/design.md
+ * Accounting of the shared range (issue 10, defect 5b; docs/design-mm.md
  * "Accounting"): a member's RLIMIT_AS and RLIMIT_MEMLOCK cover its own
  * memory plus the set's, as a thread's cover its whole process; its OOM
  * badness counts the set's memory; VmRSS and VmSize in /proc/<pid>/status

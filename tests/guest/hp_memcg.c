@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The set's memory cgroup.  The shared range's pages are charged to the
- * memcg its creator was in when the set was created (docs/design.md,
+ * memcg its creator was in when the set was created (docs/design-mm.md,
  * "Memory cgroup"), whoever faults them and whether or not the creator still
  * lives.  A set mm has no owner task: before, it kept the creator as owner
  * after the creator was reaped, and the next fault in the range charged

@@ -6,7 +6,7 @@
  * are the kernel's own reclaim, migration, khugepaged and KSM walks running
  * over a VMA that several members' page tables point at; every case has a
  * second member read the data back through its own page tables after the
- * page moved.  docs/design.md ("Reclaim and page movement") says what is
+ * page moved.  docs/design-mm.md ("Reclaim and page movement") says what is
  * supported and what is refused with which errno.
  *
  * The guest's /init sets up the environment: a zram swap device, two NUMA
@@ -267,7 +267,7 @@ static int node_count(void)
  * (numa_maps of either member says where they are) and the other member
  * reads the same data after each move.  move_pages() resolves addresses in
  * the target's own mm only: for shared-range addresses every status is
- * -EFAULT and nothing moves (docs/design.md, "Reclaim and page movement").
+ * -EFAULT and nothing moves (docs/design-mm.md, "Reclaim and page movement").
  */
 TEST(migrate_between_numa_nodes)
 {
@@ -445,7 +445,7 @@ TEST(ksm_merges_the_range)
 
 /*
  * userfaultfd: registering a shared-range region is refused with EINVAL
- * (design.md: a userfaultfd context belongs to its creator's own mm; the
+ * (design-mm.md: a userfaultfd context belongs to its creator's own mm; the
  * set's VMAs are not in it).  The refusal must come before anything is
  * registered: the region keeps working, for both members, without a handler.
  */
