@@ -204,4 +204,69 @@ TEST(dmread_pins_are_counted)
 	munmap(p, PAGE);
 }
 
+static int module_refs(void)
+{
+	char v[16] = "";
+	int fd = open("/sys/module/halfproc/refcnt", O_RDONLY);
+
+	if (fd < 0)
+		return -1;
+	if (read(fd, v, sizeof(v) - 1) < 0)
+		v[0] = 0;
+	close(fd);
+	return atoi(v);
+}
+
+/*
+ * Issue 10, 5f: a member's meta-operations and dmread take no module
+ * reference of their own (its set holds one).  A member runs range
+ * mprotect()s and dmreads without pause while this process samples the
+ * module's reference count: with a reference per call, most samples see
+ * one more than the sets' own; without, none does.
+ */
+TEST(meta_operations_take_no_module_reference)
+{
+	volatile char *stop;
+	int i, base, above = 0, samples = 3000;
+	pid_t member;
+	char *p;
+
+	REQUIRE_HALFPROC();
+	p = hp_anon(2 * PAGE);
+	ASSERT_NE(MAP_FAILED, p);
+	stop = p + PAGE;
+	member = hp_spawn();
+	ASSERT_LE(0, member);
+	if (member == 0) {
+		static char mine[64];
+		char buf[64];
+
+		for (i = 0; !*stop; i++) {
+			if (mprotect(p, PAGE, i & 1 ? PROT_READ : PROT_READ | PROT_WRITE) ||
+			    dmread(getppid(), mine, sizeof(buf), buf) != sizeof(buf))
+				_exit(1);
+		}
+		_exit(0);
+	}
+	/*
+	 * The set's own reference, once earlier tests' sets are gone: one
+	 * (between the member's calls, with a reference per call).
+	 */
+	base = 1;
+	for (i = 0; i < 5000 && module_refs() != base; i++)
+		usleep(1000);
+	ASSERT_EQ(base, module_refs());
+	for (i = 0; i < samples; i++) {
+		int r = module_refs();
+
+		ASSERT_LE(base, r);
+		above += r > base;
+	}
+	*stop = 1;
+	ASSERT_EQ(0, wait_status(member));
+	TH_LOG("%d of %d samples of the module's reference count above the set's own", above,
+	       samples);
+	EXPECT_EQ(0, above);
+}
+
 TEST_HARNESS_MAIN
