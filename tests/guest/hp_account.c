@@ -14,25 +14,13 @@
 /* A "Key:   N kB" line of /proc/<pid>/status (0: self), in kB, or -1. */
 static long status_kb(pid_t pid, const char *key)
 {
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
+	char path[64];
 
 	if (pid)
 		snprintf(path, sizeof(path), "/proc/%d/status", pid);
 	else
 		snprintf(path, sizeof(path), "/proc/self/status");
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, key, strlen(key)) && line[strlen(key)] == ':') {
-			v = strtol(line + strlen(key) + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
+	return proc_field(path, key);
 }
 
 static long oom_score(pid_t pid)

@@ -204,19 +204,6 @@ TEST(dmread_pins_are_counted)
 	munmap(p, PAGE);
 }
 
-static int module_refs(void)
-{
-	char v[16] = "";
-	int fd = open("/sys/module/halfproc/refcnt", O_RDONLY);
-
-	if (fd < 0)
-		return -1;
-	if (read(fd, v, sizeof(v) - 1) < 0)
-		v[0] = 0;
-	close(fd);
-	return atoi(v);
-}
-
 /*
  * Issue 10, 5f: a member's meta-operations and dmread take no module
  * reference of their own (its set holds one).  A member runs range
@@ -253,11 +240,11 @@ TEST(meta_operations_take_no_module_reference)
 	 * (between the member's calls, with a reference per call).
 	 */
 	base = 1;
-	for (i = 0; i < 5000 && module_refs() != base; i++)
+	for (i = 0; i < 5000 && hp_module_refs() != base; i++)
 		usleep(1000);
-	ASSERT_EQ(base, module_refs());
+	ASSERT_EQ(base, hp_module_refs());
 	for (i = 0; i < samples; i++) {
-		int r = module_refs();
+		int r = hp_module_refs();
 
 		ASSERT_LE(base, r);
 		above += r > base;

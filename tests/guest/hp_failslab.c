@@ -335,13 +335,6 @@ static int failslab_on(struct __test_metadata *_metadata, char *saved_wait,
 	return 1;
 }
 
-static int module_refs(void)
-{
-	char v[16];
-
-	return read_file("/sys/module/halfproc/refcnt", v, sizeof(v)) ? -1 : atoi(v);
-}
-
 FIXTURE(failslab) {
 	char wait[8], verbose[8];
 	int refs;
@@ -353,7 +346,7 @@ FIXTURE_SETUP(failslab)
 		SKIP(return, "halfproc module not loaded");
 	if (!failslab_on(_metadata, self->wait, self->verbose))
 		SKIP(return, "no failslab or fail-nth (CONFIG_FAILSLAB, FAULT_INJECTION_DEBUG_FS)");
-	self->refs = module_refs();
+	self->refs = hp_module_refs();
 }
 
 FIXTURE_TEARDOWN(failslab)
@@ -368,9 +361,9 @@ FIXTURE_TEARDOWN(failslab)
 	 * Every set made here is gone once its members are (each holds a
 	 * module reference); sets of earlier tests may still be going.
 	 */
-	for (i = 0; i < 50 && module_refs() > self->refs; i++)
+	for (i = 0; i < 50 && hp_module_refs() > self->refs; i++)
 		usleep(100000);
-	EXPECT_GE(self->refs, module_refs());
+	EXPECT_GE(self->refs, hp_module_refs());
 }
 
 #define RUN_NTH(op, allow_kill) ({					\

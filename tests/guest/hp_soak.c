@@ -239,19 +239,6 @@ static pid_t start_member(int me, unsigned long seed)
 	return pid;
 }
 
-static int module_refs(void)
-{
-	char v[16] = "";
-	int fd = open("/sys/module/halfproc/refcnt", O_RDONLY);
-
-	if (fd < 0)
-		return -1;
-	if (read(fd, v, sizeof(v) - 1) < 0)
-		v[0] = 0;
-	close(fd);
-	return atoi(v);
-}
-
 TEST(random_meta_operations_with_kills)
 {
 	int seconds = soak_seconds(), refs, i;
@@ -260,7 +247,7 @@ TEST(random_meta_operations_with_kills)
 	pid_t leader;
 
 	REQUIRE_HALFPROC();
-	refs = module_refs();
+	refs = hp_module_refs();
 	TH_LOG("%d s, %d members x 2 threads, a kill every %d ms, seed %lu", seconds,
 	       MEMBERS, KILL_EVERY_MS, seed);
 	/* The leader makes the set; this process stays outside it. */
@@ -306,9 +293,10 @@ TEST(random_meta_operations_with_kills)
 	}
 	ASSERT_EQ(0, wait_status(leader));
 	/* The set is gone with its last member (it holds a module reference). */
-	for (i = 0; i < 50 && module_refs() != refs; i++)
+	for (i = 0; i < 50 && hp_module_refs() > refs; i++)
 		usleep(100000);
-	ASSERT_EQ(refs, module_refs());
+	/* Sets of earlier tests may have gone meanwhile, never ours stayed. */
+	ASSERT_GE(refs, hp_module_refs());
 }
 
 int main(int argc, char **argv)

@@ -223,11 +223,12 @@ static inline long minflt(void)
 	return ru.ru_minflt;
 }
 
-static inline long meminfo(const char *key)
+/* The number on the "KEY: N ..." line of @path (/proc/meminfo-like), or -1. */
+static inline long proc_field(const char *path, const char *key)
 {
 	char line[256];
 	long v = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
+	FILE *f = fopen(path, "r");
 
 	if (!f)
 		return -1;
@@ -239,6 +240,25 @@ static inline long meminfo(const char *key)
 	}
 	fclose(f);
 	return v;
+}
+
+static inline long meminfo(const char *key)
+{
+	return proc_field("/proc/meminfo", key);
+}
+
+/* References on the module: one per live set (and per call in flight). */
+static inline int hp_module_refs(void)
+{
+	char v[16] = "";
+	int fd = open("/sys/module/halfproc/refcnt", O_RDONLY);
+
+	if (fd < 0)
+		return -1;
+	if (read(fd, v, sizeof(v) - 1) < 0)
+		v[0] = 0;
+	close(fd);
+	return atoi(v);
 }
 
 /*
