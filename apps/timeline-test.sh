@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# apps/timeline-test.sh: apps/timeline.sh end to end at the small size on
+# apps/timeline-test.sh: apps/timeline.sh (and timeline-yield.sh, below) end to end at the small size on
 # the debug build (CG: 1 node, +2 at check 20, -1 at check 50): the JSON
 # must show two reconfigurations 1 -> 3 and 3 -> 2 after the right
 # iterations, every iteration once with its node count, the leave's bytes,
@@ -35,3 +35,26 @@ PY
 got="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["report"]["checksum"])' "$out/timeline/cg-small.json")"
 "$out/apps/cks-cmp" cg "$ref" "$got" >&2 || die "timeline: checksum $got, serial $ref"
 info "timeline: cg small 1 -> 3 -> 2 traced, JSON and SVG written, checksum agrees"
+
+# The one-line form's timeline (apps/timeline-yield.sh): Jacobi on 1 node
+# from yield 1, 3 from yield 13, 2 from yield 26; the script itself checks
+# the 5 moves and the checksum against the normal form.
+DMI_PROFILE=debug TIMELINE_BENCH_SIZES=65536 "$here/timeline-yield.sh" jacobi small 13 26 >&2 ||
+	die "timeline: apps/timeline-yield.sh jacobi small failed"
+python3 - "$out/timeline/jacobi-small-yield.json" "$out/timeline/jacobi-small-yield.svg" <<'PY' || die "timeline: jacobi-small-yield.json is wrong (above)"
+import json, sys, xml.etree.ElementTree as E
+d = json.load(open(sys.argv[1]))
+E.parse(sys.argv[2])
+its = d["iterations"]
+n = int(d["report"]["iterations"])
+# iteration y runs between yields y-1 and y: 2..n, each once
+assert [i["iteration"] for i in its] == list(range(2, n + 1)), "iterations missing or repeated"
+c = d["changes"]
+assert [(x["after_iteration"], x["nodes"]) for x in c] == [(1, [3, 1]), (13, [1, 3]), (26, [3, 2])], c
+assert {i["nodes"] for i in its if i["iteration"] <= 13} == {1}
+assert {i["nodes"] for i in its if 13 < i["iteration"] <= 26} == {3}
+assert {i["nodes"] for i in its if i["iteration"] > 26} == {2}
+assert len(d["moves"]) == 5 and all(m["bytes"] > 0 and m["stopped_ms"] > 0 for m in d["moves"])
+assert d["physical"]["memcpy"]["median_mb_s"] > 0 and d["physical"]["tcp_stream"]["median_mb_s"] > 0
+PY
+info "timeline: jacobi's one-line form 1 -> 3 -> 2 nodes traced, JSON and SVG written, checksum agrees"

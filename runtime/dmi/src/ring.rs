@@ -445,6 +445,23 @@ pub static HOME: Home = Home {
     node_pid: AtomicU64::new(0),
 };
 
+/// `DMI_TRACE_YIELDS=1`: each yield of an instance prints `dmi: trace yield
+/// RANK N SECONDS` (its `DMI_RANK`, the yield's number, the wall clock) to
+/// stderr, for a timeline of a movable run (`apps/timeline-yield.sh`). The
+/// environment travels with a moved instance, so the rank stays the same.
+fn trace_yield(n: u64) {
+    if std::env::var_os("DMI_TRACE_YIELDS").is_none() {
+        return;
+    }
+    let rank = std::env::var("DMI_RANK").unwrap_or_else(|_| "-".into());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    // One write: other ranks' processes share the stream.
+    let line = format!("dmi: trace yield {rank} {n} {:.6}\n", now.as_secs_f64());
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+}
+
 /// Instance: records the instance function's return value in its current
 /// mailbox (the one of the node it runs on now).
 pub fn set_return_home(v: i64) {
@@ -484,6 +501,7 @@ impl Link {
     /// to its new mailbox) or given up (`false`, here, nothing lost).
     pub fn yield_now(&self) -> Result<bool, DmiError> {
         let n = HOME.yields.fetch_add(1, Ordering::Relaxed) + 1;
+        trace_yield(n);
         let at = self.mb().move_at.load(Ordering::Relaxed);
         if at == 0 || n < at {
             return Ok(false);
