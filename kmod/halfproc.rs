@@ -21,9 +21,10 @@
 //!
 //! Every live set pins the module (`halfproc_set_mm_alloc()` takes a module
 //! reference), so `rmmod` fails with `EBUSY`/`EWOULDBLOCK` while any set
-//! exists and succeeds once the last member has exited. The core holds a
-//! reference for the duration of every hook call, so unregistering in `drop`
-//! cannot race with a running hook.
+//! exists and succeeds once the last member has exited. A hook called for a
+//! member relies on that pin (its set lives while the calling mm does); every
+//! other hook call holds a reference of its own (`mm/halfproc.c`, "Module
+//! lifetime"), so unregistering in `drop` cannot race with a running hook.
 
 use core::sync::atomic::Ordering;
 use kernel::{bindings, error::to_result, ffi::c_int, ffi::c_long, ffi::c_ulong, prelude::*};
@@ -91,7 +92,8 @@ impl kernel::Module for HalfProc {
 impl Drop for HalfProc {
     fn drop(&mut self) {
         // SAFETY: registered in `init`; returns after an RCU grace period, so
-        // no hook can start afterwards, and a running one pins the module.
+        // no hook can start afterwards, and a running one pins the module
+        // (itself, or through its member's set: no set lives during `drop`).
         unsafe { bindings::halfproc_unregister(&*self.ops.0) };
         stats::exit();
         pr_info!(

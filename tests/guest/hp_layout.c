@@ -238,6 +238,53 @@ TEST(set_mm_base_is_fixed_without_randomize_va_space)
 	ASSERT_EQ(HALFPROC_RANGE_END - PAGE, a[0]);
 }
 
+/*
+ * The part of the range above a set's random base stays reachable: with
+ * everything from the range's start up to the first mapping taken (one
+ * PROT_NONE, MAP_NORESERVE mapping), a mapping without a hint still fits,
+ * above the base.  Before the set mm's top-down search was kept in the
+ * range it looked below 2^45, always "found" room there, and the address
+ * check turned that into ENOMEM.
+ */
+TEST(range_above_the_random_base_stays_reachable)
+{
+	pid_t pid;
+
+	REQUIRE_HALFPROC();
+	if (read_long("/proc/sys/kernel/randomize_va_space") == 0)
+		SKIP(return, "randomize_va_space is 0: the base is the range's end");
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		char *p = hp_anon(PAGE), *fill, *q;
+		uint64_t base, below;
+
+		if (p == MAP_FAILED)
+			_exit(10);
+		base = (uint64_t)(uintptr_t)p + PAGE;
+		below = (uint64_t)(uintptr_t)p - HALFPROC_RANGE_START;
+		printf("# base %#llx, %llu GiB below the first mapping\n",
+		       (unsigned long long)base, (unsigned long long)(below >> 30));
+		if (base >= HALFPROC_RANGE_END)
+			_exit(11); /* no randomisation after all */
+		fill = hp_mmap((void *)HALFPROC_RANGE_START, below, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE);
+		if (fill != (void *)HALFPROC_RANGE_START)
+			_exit(12);
+		q = hp_anon(PAGE);
+		if (q == MAP_FAILED) {
+			printf("# no hint: %s\n", strerror(errno));
+			_exit(13);
+		}
+		printf("# no hint: %p\n", q);
+		if ((uint64_t)(uintptr_t)q < base || !in_range(q, PAGE))
+			_exit(14);
+		*q = 1;
+		_exit(0);
+	}
+	ASSERT_EQ(0, wait_status(pid));
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
