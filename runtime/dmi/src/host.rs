@@ -50,6 +50,8 @@ struct State {
     targets: HashMap<i64, NodeId>,
     /// The most yields this node reported to node 0.
     reported: u64,
+    /// Scheduled changes node 0 has applied, as its last plan said.
+    applied: u64,
     empty_sent: bool,
     over: bool,
     failed: bool,
@@ -61,7 +63,11 @@ struct Host {
     nranks: u32,
     /// The yield counts at which scheduled changes fall due.
     iters: Vec<u64>,
+    /// The same, one per scheduled change (several may share a count).
+    due: Vec<u64>,
     state: Mutex<State>,
+    /// Signalled when a plan arrives.
+    planned: std::sync::Condvar,
     planner: Option<Mutex<mpsc::Sender<PlanEv>>>,
 }
 
@@ -140,14 +146,35 @@ pub(crate) fn rearm(id: i64, n: u64, mb: &Mailbox, explicit: Option<u64>) {
     mb.set_move_at(at);
 }
 
+/// How long an instance that reported a due change waits for node 0's
+/// plan before it goes on without it (and says so).
+const PLAN_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Instance `id` asks at its `n`-th yield: where the plan sends it (if
-/// anywhere). Reports the yield to node 0 when a scheduled change is due.
+/// anywhere). When a scheduled change is due, reports the yield to node 0
+/// and waits for the plan that applies it, so a change due at yield `n`
+/// takes effect there, however fast the program runs (the other instances
+/// wait for this one in their next barrier); without the wait a program
+/// could end before the plan arrived and nothing would move.
 pub(crate) fn decide(id: i64, n: u64) -> Option<NodeId> {
     let h = host()?;
     let mut s = locked(h);
     if h.iters.iter().any(|&i| i > s.reported && i <= n) {
         s.reported = n;
         let _ = crate::xmove::send(0, InstMsg::Reached { yields: n });
+        let want = h.due.iter().filter(|&&i| i <= n).count() as u64;
+        let (g, t) = h
+            .planned
+            .wait_timeout_while(s, PLAN_WAIT, |s| s.applied < want && !s.over)
+            .unwrap_or_else(|e| e.into_inner());
+        s = g;
+        if t.timed_out() {
+            report(&format!(
+                "dmi: node {}: no plan for the changes due at yield {n} after {} s; going on",
+                h.me,
+                PLAN_WAIT.as_secs()
+            ));
+        }
     }
     s.targets.remove(&id)
 }
@@ -218,10 +245,17 @@ impl crate::xmove::Host for HostRef {
     fn message(&self, from: NodeId, m: InstMsg) {
         let Some(h) = host() else { return };
         match m {
-            InstMsg::Plan { members, leaving } => apply_plan(h, members, leaving),
+            InstMsg::Plan {
+                members,
+                leaving,
+                applied,
+            } => apply_plan(h, members, leaving, applied),
             InstMsg::Reached { yields } => plan_event(h, PlanEv::Reached(yields)),
             InstMsg::Empty => plan_event(h, PlanEv::Empty(from)),
-            InstMsg::Over => locked(h).over = true,
+            InstMsg::Over => {
+                locked(h).over = true;
+                h.planned.notify_all();
+            }
             other => report(&format!(
                 "dmi: node {}: unexpected {other:?} from node {from}",
                 h.me
@@ -237,10 +271,12 @@ fn plan_event(h: &Host, ev: PlanEv) {
 }
 
 /// Every node: the members and the leaving nodes changed.
-fn apply_plan(h: &Host, members: Vec<NodeId>, leaving: Vec<NodeId>) {
+fn apply_plan(h: &Host, members: Vec<NodeId>, leaving: Vec<NodeId>, applied: u64) {
     let mut s = locked(h);
     let before = std::mem::replace(&mut s.members, members);
     s.leaving = leaving;
+    s.applied = s.applied.max(applied);
+    h.planned.notify_all();
     let staying = staying(&s);
     let me_leaving = s.leaving.contains(&h.me);
     let hosted: Vec<(i64, &'static Mailbox)> = s.hosted.iter().map(|(&i, &m)| (i, m)).collect();
@@ -304,6 +340,7 @@ fn planner(caller: Caller, size: u32, nranks: u32, reqs: Vec<Request>, rx: mpsc:
             let plan = InstMsg::Plan {
                 members: members.clone(),
                 leaving: leaving.clone(),
+                applied: applied as u64,
             };
             let _ = crate::xmove::send(n, plan);
         }
@@ -333,19 +370,23 @@ pub(crate) fn run_program(rmw: std::sync::Arc<crate::rmw::RmwTable>) -> Result<(
     let d = Dmi::start(cfg, rmw.clone())?;
     let set = crate::serve::node_set()?;
     let (ptx, prx) = mpsc::channel();
-    let mut iters: Vec<u64> = reqs.iter().map(|r| r.iter).collect();
+    let due: Vec<u64> = reqs.iter().map(|r| r.iter).collect();
+    let mut iters = due.clone();
     iters.dedup();
     let h = Host {
         me,
         size,
         nranks,
         iters,
+        due,
+        planned: std::sync::Condvar::new(),
         state: Mutex::new(State {
             members: (0..nranks).collect(),
             leaving: Vec::new(),
             hosted: HashMap::new(),
             targets: HashMap::new(),
             reported: 0,
+            applied: 0,
             empty_sent: false,
             over: false,
             failed: false,

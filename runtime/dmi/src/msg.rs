@@ -204,10 +204,12 @@ pub enum InstMsg {
     /// Source to target: the move is off, end the copy.
     Abort { token: u64 },
     /// Node 0 to every node: the members of the run and which of them are
-    /// leaving (their instances move away at their next yield).
+    /// leaving (their instances move away at their next yield), and how
+    /// many of the run's scheduled changes node 0 has applied.
     Plan {
         members: Vec<NodeId>,
         leaving: Vec<NodeId>,
+        applied: u64,
     },
     /// To node 0: an instance made `yields` yields (scheduled changes due).
     Reached { yields: u64 },
