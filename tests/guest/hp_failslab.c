@@ -366,40 +366,41 @@ FIXTURE_TEARDOWN(failslab)
 	EXPECT_GE(self->refs, hp_module_refs());
 }
 
+/* Each test forks a process per allocation point: minutes on a loaded host. */
 #define RUN_NTH(op, allow_kill) ({					\
 	int counts_[3] = { 0, 0, 0 };					\
 	ASSERT_EQ(0, for_each_nth(op, counts_, allow_kill));		\
 	counts_[1];							\
 })
 
-TEST_F(failslab, making_a_set)
+TEST_F_TIMEOUT(failslab, making_a_set, 300)
 {
 	/* Some allocation of the set's own must be reachable and fail cleanly. */
 	ASSERT_LT(0, RUN_NTH(op_make_set, 0));
 }
 
-TEST_F(failslab, making_a_member)
+TEST_F_TIMEOUT(failslab, making_a_member, 300)
 {
 	ASSERT_LT(0, RUN_NTH(op_make_member, 0));
 }
 
-TEST_F(failslab, mapping_in_the_range)
+TEST_F_TIMEOUT(failslab, mapping_in_the_range, 300)
 {
 	ASSERT_LT(0, RUN_NTH(op_range_mmap, 0));
 }
 
-TEST_F(failslab, mprotect_splitting_a_range_vma)
+TEST_F_TIMEOUT(failslab, mprotect_splitting_a_range_vma, 300)
 {
 	ASSERT_LT(0, RUN_NTH(op_range_mprotect, 0));
 }
 
-TEST_F(failslab, dmread)
+TEST_F_TIMEOUT(failslab, dmread, 300)
 {
 	/* 64 pages: what dmread allocates, if anything, fails cleanly. */
 	RUN_NTH(op_dmread, 0);
 }
 
-TEST_F(failslab, exec_in_a_member_dies_of_atomic_allocations_no_more_than_outside_a_set)
+TEST_F_TIMEOUT(failslab, exec_in_a_member_dies_of_atomic_allocations_no_more_than_outside_a_set, 300)
 {
 	int plain[3] = { 0, 0, 0 }, member[3] = { 0, 0, 0 };
 

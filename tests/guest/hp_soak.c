@@ -239,7 +239,12 @@ static pid_t start_member(int me, unsigned long seed)
 	return pid;
 }
 
-TEST(random_meta_operations_with_kills)
+FIXTURE(soak) {};
+FIXTURE_SETUP(soak) {}
+FIXTURE_TEARDOWN(soak) {}
+
+/* The harness's limit: the 10-minute soak of scripts/test --soak, and more. */
+TEST_F_TIMEOUT(soak, random_meta_operations_with_kills, 900)
 {
 	int seconds = soak_seconds(), refs, i;
 	unsigned long seed = time(NULL) | 1;
