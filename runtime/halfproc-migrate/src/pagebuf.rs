@@ -52,7 +52,7 @@ impl PageBuf {
             return Ok(PageBuf::new());
         }
         let data_len = len.next_multiple_of(PAGE);
-        let off = huge_offset % HUGE & !(PAGE - 1);
+        let off = (huge_offset % HUGE) & !(PAGE - 1);
         let map_len = data_len + 2 * HUGE;
         // SAFETY: a new private anonymous mapping; trimmed below to the part
         // this buffer owns.
@@ -114,11 +114,20 @@ impl PageBuf {
     }
 }
 
-/// Where in a 2 MiB page an image's contents should start so that its
-/// largest run lies at the same offset in 2 MiB pages as in the process.
+/// Where in a 2 MiB page an image's contents should start so that the
+/// most bytes of its runs of at least 2 MiB lie at the same offset in
+/// 2 MiB pages as in the process (runs at the same distance, modulo 2 MiB,
+/// from their place in the contents are counted together).
 pub(crate) fn huge_offset<'a>(runs: impl Iterator<Item = &'a PageRun>) -> usize {
-    runs.max_by_key(|r| r.len)
-        .map(|r| (r.addr.wrapping_sub(r.file_off) % HUGE as u64) as usize)
+    let mut by: std::collections::BTreeMap<u64, u64> = Default::default();
+    for r in runs {
+        let w = if r.len >= HUGE as u64 { r.len } else { 1 };
+        *by.entry(r.addr.wrapping_sub(r.file_off) % HUGE as u64)
+            .or_default() += w;
+    }
+    by.into_iter()
+        .max_by_key(|&(off, bytes)| (bytes, std::cmp::Reverse(off)))
+        .map(|(off, _)| off as usize)
         .unwrap_or(0)
 }
 
@@ -131,6 +140,17 @@ pub(crate) fn thp_on_request() -> bool {
     *MODE.get_or_init(|| {
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
             .map(|s| s.contains("[madvise]"))
+            .unwrap_or(false)
+    })
+}
+
+/// Whether memory of the tool may get transparent huge pages (THP
+/// `always` or `madvise`: a [`PageBuf`] is advised in the latter).
+pub(crate) fn thp_possible() -> bool {
+    static MODE: OnceLock<bool> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .map(|s| !s.contains("[never]"))
             .unwrap_or(false)
     })
 }
@@ -188,5 +208,25 @@ mod tests {
         assert_eq!(c.as_ptr() as usize % PAGE, 0);
         assert_eq!(&c[..], &b[..]);
         assert!(PageBuf::new().is_empty());
+    }
+
+    #[test]
+    fn placed_for_the_most_bytes_of_large_runs() {
+        let r = |addr, len, file_off| PageRun {
+            addr,
+            len,
+            file_off,
+        };
+        // Two 2 MiB+ runs at distance 0x1000 (mod 2 MiB) from their place
+        // in the contents outweigh one of 8 MiB at 0x5000 and many small ones.
+        let runs = [
+            r(0x40_1000, 4 << 20, 0),
+            r(0xa0_1000, 6 << 20, 4 << 20),
+            r(0x1_0000_5000, 8 << 20, 10 << 20),
+            r(0x2_0000_7000, 4096, 18 << 20),
+        ];
+        assert_eq!(huge_offset(runs.iter()), 0x1000);
+        assert_eq!(huge_offset(runs[2..].iter()), 0x5000);
+        assert_eq!(huge_offset([].iter()), 0);
     }
 }
