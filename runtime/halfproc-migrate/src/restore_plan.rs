@@ -34,9 +34,8 @@ pub(crate) enum Source<'a> {
     /// `data` (page-aligned `span` around it, made of the VMA `pieces`)
     /// is moved into `R` with `mremap` before the tool's memory is unmapped;
     /// then each run is moved into place with `mremap` (see
-    /// [`crate::restore_moves`]) or
-    /// copied there by the blob itself (`restorer::COPY`), and the rest is
-    /// unmapped.
+    /// [`crate::restore_moves`]) or copied there by the blob itself
+    /// (`restorer::COPY`), and the rest is unmapped.
     Memory {
         data: &'a [u8],
         span: (u64, u64),
