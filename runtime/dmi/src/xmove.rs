@@ -365,7 +365,7 @@ pub(crate) fn send_away(
         yields,
         home: home as u64,
         manifest,
-        pages: dumped.pages.clone(),
+        pages: dumped.pages.to_vec(),
     };
     let heard = match mv.caller.send_inst(to, image) {
         Ok(()) => rx

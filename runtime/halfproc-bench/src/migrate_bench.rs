@@ -16,10 +16,14 @@
 //! median of each, throughput = image bytes / (dump + restore), and the
 //! ratio to memcpy. `--phases` also prints, per size, the min and median
 //! of each phase of the engine ([`halfproc_migrate::phases`]) and of the
-//! memfd write.
+//! memfd write. Touch: after each rep the copy (then the original) writes
+//! one byte of every page of its N MiB when sent SIGUSR1 and records how
+//! long that took: the write faults a copy whose pages were moved into
+//! place pays later, outside the frozen time.
 
 use std::io::Write;
 use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const HELP: &str =
@@ -72,6 +76,80 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     Ok(o)
 }
 
+/// The holder's region and the result of its last touch of it (see
+/// [`touch`]), at the same address in the holder and in its restored copies.
+#[repr(C)]
+struct Touch {
+    addr: AtomicU64,
+    len: AtomicU64,
+    /// Touches done so far.
+    seq: AtomicU64,
+    /// Nanoseconds the last one took.
+    ns: AtomicU64,
+}
+static TOUCH: Touch = Touch {
+    addr: AtomicU64::new(0),
+    len: AtomicU64::new(0),
+    seq: AtomicU64::new(0),
+    ns: AtomicU64::new(0),
+};
+
+fn now_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// SIGUSR1 handler of the holder (and so of its copies): writes one byte
+/// of every page of the region (adds 0, the contents stay) and records how
+/// long that took. In a copy whose pages were moved into place (shared with
+/// nobody once the tool dropped its image) each first write is a fault; in
+/// the original, or a copy whose pages were copied in, none is.
+extern "C" fn touch(_: libc::c_int) {
+    let (addr, len) = (
+        TOUCH.addr.load(Ordering::Relaxed),
+        TOUCH.len.load(Ordering::Relaxed),
+    );
+    let t = now_ns();
+    for pg in (0..len).step_by(4096) {
+        let p = (addr + pg) as *mut u8;
+        // SAFETY: the region is the holder's own mapping of `len` bytes,
+        // readable and writable; the value written is the value read.
+        unsafe { p.write_volatile(p.read_volatile()) };
+    }
+    TOUCH.ns.store(now_ns() - t, Ordering::Relaxed);
+    TOUCH.seq.fetch_add(1, Ordering::Release);
+}
+
+/// Has `pid` (the holder or a copy) touch its region; waits for it.
+fn touch_time(pid: i32) -> Result<Duration, String> {
+    let read = || -> Result<(u64, u64), String> {
+        let mut b = [0u8; 32];
+        halfproc_sys::copy::vm_read(pid, &TOUCH as *const Touch as usize, &mut b)
+            .map_err(|e| format!("reading the touch result of {pid}: {e}"))?;
+        let w = |i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        Ok((w(2), w(3)))
+    };
+    let (seq, _) = read()?;
+    // SAFETY: signalling our own child (the holder) or its copy.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let t = Instant::now();
+    loop {
+        let (s, ns) = read()?;
+        if s != seq {
+            return Ok(Duration::from_nanos(ns));
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            return Err(format!("pid {pid} did not touch its memory within 30 s"));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// (min, median) in ms.
 fn min_median(v: &mut [Duration]) -> (f64, f64) {
     v.sort();
@@ -114,6 +192,12 @@ fn spawn_holder(mib: usize) -> Result<(i32, u64), String> {
                     b.add(w).write((pg as u64) << 16 | w as u64);
                 }
             }
+            TOUCH.addr.store(m as u64, Ordering::Relaxed);
+            TOUCH.len.store(len as u64, Ordering::Relaxed);
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = touch as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
             let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
             for fd in 0..3 {
                 libc::dup2(null, fd);
@@ -177,7 +261,19 @@ fn check_copy(pid: i32, addr: u64, mib: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn one(pid: i32, addr: u64, mib: usize, memfd: bool) -> Result<(Duration, Duration, u64), String> {
+/// One rep's times.
+struct Rep {
+    /// Freeze + dump + restore (the original's frozen time).
+    took: Duration,
+    dumped: Duration,
+    bytes: u64,
+    /// The copy's first write to each page, the tool's image dropped.
+    touch_copy: Duration,
+    /// The same in the original, resumed.
+    touch_orig: Duration,
+}
+
+fn one(pid: i32, addr: u64, mib: usize, memfd: bool) -> Result<Rep, String> {
     let t = Instant::now();
     let d = halfproc_migrate::freeze_and_dump(pid, &[]).map_err(|e| e.to_string())?;
     let dumped = t.elapsed();
@@ -200,18 +296,27 @@ fn one(pid: i32, addr: u64, mib: usize, memfd: bool) -> Result<(Duration, Durati
     .map_err(|e| e.to_string())?;
     let took = t.elapsed();
     let bytes = d.pages.len() as u64;
+    // Resumes the original and drops the image: the copy's moved pages are
+    // its own from here on.
     d.resume();
     // The copy exists and runs (it waits in pause() like the original),
     // with the original's contents.
     // SAFETY: kill(pid, 0) probes our own child.
     let alive = unsafe { libc::kill(copy.pid, 0) } == 0;
     let same = check_copy(copy.pid, addr, mib);
+    let touch_copy = touch_time(copy.pid);
     kill_reap(copy.pid);
     if !alive {
         return Err("the restored copy is not running".into());
     }
     same?;
-    Ok((took, dumped, bytes))
+    Ok(Rep {
+        took,
+        dumped,
+        bytes,
+        touch_copy: touch_copy?,
+        touch_orig: touch_time(pid)?,
+    })
 }
 
 /// Faulting in `mib` MiB of fresh private anonymous memory (4 KiB pages,
@@ -279,7 +384,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>12}",
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>12} {:>12} {:>12}",
         "MiB",
         "image MiB",
         "c+r min ms",
@@ -290,7 +395,9 @@ pub fn main(args: &[String]) -> i32 {
         "memcpy MiB/s",
         "ratio",
         "ratio min",
-        "fault-in med"
+        "fault-in med",
+        "touch copy",
+        "touch orig"
     );
     for &mib in &o.sizes {
         let (pid, addr) = match spawn_holder(mib) {
@@ -302,6 +409,8 @@ pub fn main(args: &[String]) -> i32 {
         };
         let mut times = Vec::new();
         let mut dumps = Vec::new();
+        let mut touch_copy = Vec::new();
+        let mut touch_orig = Vec::new();
         let mut bytes = 0;
         let mut phases: Vec<(&'static str, Vec<Duration>)> = Vec::new();
         for _ in 0..o.reps {
@@ -316,10 +425,12 @@ pub fn main(args: &[String]) -> i32 {
                 }
             }
             match r {
-                Ok((t, dt, b)) => {
-                    times.push(t);
-                    dumps.push(dt);
-                    bytes = b;
+                Ok(r) => {
+                    times.push(r.took);
+                    dumps.push(r.dumped);
+                    bytes = r.bytes;
+                    touch_copy.push(r.touch_copy);
+                    touch_orig.push(r.touch_orig);
                 }
                 Err(e) => {
                     kill_reap(pid);
@@ -340,6 +451,8 @@ pub fn main(args: &[String]) -> i32 {
         let (_, fmed) = min_median(&mut fault);
         let (cmin, cmed) = min_median(&mut times);
         let (_, dmed) = min_median(&mut dumps);
+        let (_, tcmed) = min_median(&mut touch_copy);
+        let (_, tomed) = min_median(&mut touch_orig);
         let (mmin, mmed) = min_median(&mut mc);
         let img = bytes as f64 / 1048576.0;
         let cr_bw = img / (cmed / 1e3);
@@ -347,7 +460,7 @@ pub fn main(args: &[String]) -> i32 {
         // Best against best: image bytes / min(c+r) over MiB / min(memcpy).
         let best = (img / cmin) / (mib as f64 / mmin);
         println!(
-            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {fmed:>10.1}ms",
+            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {fmed:>10.1}ms {tcmed:>10.1}ms {tomed:>10.1}ms",
             cr_bw / mc_bw
         );
         for (name, v) in &mut phases {
@@ -362,7 +475,10 @@ pub fn main(args: &[String]) -> i32 {
         "c+r = freeze + dump into memory (+ memfd) + restore (the original is stopped \
          throughout: a local stop-and-copy migration's frozen time); ratio: medians, \
          ratio min: minima; fault-in: MADV_POPULATE_WRITE of SIZE MiB of fresh 4 KiB pages, \
-         which any restore pays"
+         which a restore that copies pays; touch copy / orig (medians): the restored copy \
+         (its pages moved into place, the image dropped) / the original writing one byte \
+         of every page of its SIZE MiB for the first time since the restore: what the \
+         copy pays later for pages moved rather than copied (not in c+r)"
     );
     0
 }

@@ -7,6 +7,7 @@ use crate::image::{
     self, reg, AltStack, FdEntry, Manifest, MmFields, PipeEnd, RelayedEnd, Rlimit, SigAction,
 };
 use crate::mem::{self, MemoryReader};
+use crate::pagebuf::PageBuf;
 use crate::phases::time;
 use crate::procfs;
 use crate::refuse;
@@ -93,8 +94,9 @@ pub struct Dumped {
     frozen: Frozen,
     /// The image description (page runs index into `pages`).
     pub manifest: image::Manifest,
-    /// Page contents, as `pages.img` would hold them.
-    pub pages: Vec<u8>,
+    /// Page contents, as `pages.img` would hold them, page-aligned (a
+    /// [`crate::restore_from_memory`] moves its pages rather than copying).
+    pub pages: PageBuf,
     since: Instant,
     _thread_bound: std::marker::PhantomData<*const ()>,
 }
@@ -138,7 +140,7 @@ pub fn freeze_and_dump_member(
     time("refuse", || refuse::check_member(pid, relayed, set_range))?;
     let frozen = time("seize", || Frozen::seize(pid))?;
     let since = Instant::now();
-    let mut pages = Vec::new();
+    let mut pages = PageBuf::new();
     let manifest = dump_frozen(&frozen, relayed, set_range, Sink::Memory(&mut pages))?;
     Ok(Dumped {
         frozen,
@@ -178,10 +180,13 @@ fn dump_frozen(
     let s = procfs::stat_fields(pid)?;
     let at = |field: usize| s.get(field - 3).copied().unwrap_or(0);
     let start_brk = at(47);
+    // The end of the last `[heap]` VMA: the heap may be more than one VMA
+    // (a restored heap whose first part was moved into place is two).
     let brk = maps
         .iter()
-        .find(|m| m.path == "[heap]")
+        .filter(|m| m.path == "[heap]")
         .map(|m| m.end)
+        .max()
         .unwrap_or(start_brk);
     let mm = MmFields {
         start_code: at(26),

@@ -1,14 +1,16 @@
 //! The memory part of a dump: which VMAs are carried and which of their
 //! pages (pagemap), then the page contents, read run by run (one
-//! `process_vm_readv` or `dmread` per run of contiguous wanted pages)
-//! straight into their place in the image: the in-memory image is sized
-//! first and each run lands at its offset, a file image goes through one
-//! reused buffer. The CRC-32 of the whole contents is computed over large
-//! slices (`crc32fast`, which uses the CPU's carry-less multiply).
+//! `process_vm_readv` or `dmread` per run of contiguous wanted pages, or
+//! per 2 MiB of it) straight into their place in the image: the in-memory
+//! image ([`PageBuf`]) is sized and placed first and each run lands at its
+//! offset, a file image goes through one reused buffer. The CRC-32 of the
+//! whole contents is computed piece by piece right after each read, while
+//! the piece is in the cache (`crc32fast`, carry-less multiply).
 
 use crate::error::{Error, Result};
 use crate::image::{Backing, PageRun, Vma};
 use crate::mem::MemoryReader;
+use crate::pagebuf::{huge_offset, PageBuf, HUGE};
 use crate::phases::time;
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
 use crate::refuse;
@@ -18,15 +20,13 @@ use std::io::Write;
 /// Where page contents go.
 pub(crate) enum Sink<'a> {
     /// Into this vector (replaced by the contents, as `pages.img` would hold them).
-    Memory(&'a mut Vec<u8>),
+    Memory(&'a mut PageBuf),
     /// Written to this writer in order.
     Writer(&'a mut dyn Write),
 }
 
 /// Largest piece read at once into the buffer of a [`Sink::Writer`].
 const CHUNK: u64 = 8 << 20;
-/// Transparent huge page size on x86_64.
-const HUGE: usize = 2 << 20;
 
 fn is_special(path: &str) -> bool {
     refuse::SPECIAL_MAPPINGS.contains(&path)
@@ -60,12 +60,26 @@ pub(crate) fn dump_memory(
     };
     let crc = match out {
         Sink::Memory(pages) => {
-            *pages = time("alloc", || zeroed(total as usize));
+            *pages = time("alloc", || {
+                PageBuf::zeroed(total as usize, huge_offset(runs().map(|(r, _)| r)))
+            })
+            .map_err(|e| Error::io(format!("map {total} bytes for the image"), e))?;
+            // Read and checksum by pieces of a huge page: the piece is
+            // still in the cache when the CRC reads it. Runs lie in file
+            // order, end to end, so the pieces are hashed in order.
+            let mut crc = crc32fast::Hasher::new();
             for (r, v) in runs() {
-                let at = r.file_off as usize;
-                read(r, r.addr, &mut pages[at..at + r.len as usize], path(v))?;
+                let mut done = 0;
+                while done < r.len {
+                    let n = (r.len - done).min(HUGE as u64);
+                    let at = (r.file_off + done) as usize;
+                    let buf = &mut pages[at..at + n as usize];
+                    read(r, r.addr + done, buf, path(v))?;
+                    time("crc", || crc.update(buf));
+                    done += n;
+                }
             }
-            time("crc", || crc32fast::hash(pages))
+            crc.finalize()
         }
         Sink::Writer(w) => {
             let mut buf = vec![0u8; total.min(CHUNK) as usize];
@@ -93,22 +107,6 @@ fn path(v: &Vma) -> &str {
         Backing::Special { name } => name,
         Backing::Anon => "anonymous",
     }
-}
-
-/// A zero-filled vector of `len` bytes. A large one is fresh memory from
-/// `mmap` (calloc), not yet faulted in; it is asked for transparent huge
-/// pages (this is the tool's own buffer, not the target's memory), so
-/// filling it faults once per 2 MiB instead of once per page.
-fn zeroed(len: usize) -> Vec<u8> {
-    let v = vec![0u8; len];
-    let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
-    let end = (v.as_ptr() as usize + len) & !(HUGE - 1);
-    if end > start {
-        // SAFETY: the range lies inside `v`'s allocation; MADV_HUGEPAGE
-        // only changes how its pages are backed, never their contents.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-    }
-    v
 }
 
 /// The carried VMAs with their page runs (offsets into the contents), and

@@ -7,17 +7,19 @@
 //! - `freeze`: ptrace seize/interrupt, registers, injected `rt_sigaction` queries;
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
 //! - `dump`: [`checkpoint`]; `dump_mem`: which pages are carried, and reading them;
-//! - [`image`]: the on-disk format (manifest + pages);
+//! - [`image`]: the on-disk format (manifest + pages); [`PageBuf`]: page contents in memory;
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
-//! - `restore`, `restore_plan`, `restorer`, `sigframe`: [`restore`], the blob's op
-//!   table, the blob, the `rt_sigreturn` frame.
+//! - `restore`, `restore_plan`, `restore_moves`, `restorer`, `sigframe`: [`restore`],
+//!   the blob's op table, which runs it moves rather than copies, the blob, the
+//!   `rt_sigreturn` frame.
 
 pub mod creds;
 pub mod error;
 mod freeze;
 pub mod image;
 mod mem;
+mod pagebuf;
 pub mod phases;
 pub mod precopy;
 mod procfs;
@@ -29,6 +31,7 @@ mod dump;
 mod dump_mem;
 mod restore;
 mod restore_check;
+mod restore_moves;
 mod restore_plan;
 
 pub use creds::Creds;
@@ -38,5 +41,6 @@ pub use dump::{
 };
 pub use error::{Error, Refusal, Result};
 pub use mem::{caller_is_member, reader_kind, DmReader, MemoryReader, PortableReader};
+pub use pagebuf::PageBuf;
 pub use precopy::{probe_soft_dirty, DirtyTracker};
 pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};

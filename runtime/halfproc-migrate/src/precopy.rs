@@ -32,6 +32,7 @@
 use crate::error::{Error, Result};
 use crate::image::Manifest;
 use crate::mem::MemoryReader;
+use crate::pagebuf::PageBuf;
 use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -380,41 +381,52 @@ pub fn included(
 }
 
 /// The included pages' contents from the full page blob of the image.
-pub fn delta(full: &[u8], included: &[bool]) -> Vec<u8> {
-    full.chunks_exact(PAGE as usize)
+pub fn delta(full: &[u8], included: &[bool]) -> Result<PageBuf> {
+    let n = included.iter().filter(|i| **i).count();
+    let mut out = PageBuf::zeroed(n * PAGE as usize, 0)
+        .map_err(|e| Error::io("map the pre-copy delta", e))?;
+    let chosen = full
+        .chunks_exact(PAGE as usize)
         .zip(included)
-        .filter(|(_, i)| **i)
-        .flat_map(|(c, _)| c.iter().copied())
-        .collect()
+        .filter(|(_, i)| **i);
+    for (to, (from, _)) in out.chunks_exact_mut(PAGE as usize).zip(chosen) {
+        to.copy_from_slice(from);
+    }
+    Ok(out)
 }
 
-/// Destination: the full page blob of an image whose pages are `pages`
-/// ([`image_pages`]) from the `delta` (the included pages, in order) and
-/// the pre-copied pages `pre`. The caller checks it with
-/// [`crate::image::verify_pages`].
+/// Destination: fills `out` (the full page blob of an image whose pages
+/// are `pages` ([`image_pages`]), e.g. a [`PageBuf::for_image`]) from the
+/// `delta` (the included pages, in order) and the pre-copied pages `pre`.
+/// The caller checks it with [`crate::image::verify_pages`].
 pub fn assemble(
     pages: &[u64],
     included: &[bool],
     delta: &[u8],
     pre: &HashMap<u64, Vec<u8>>,
-) -> Result<Vec<u8>> {
-    if pages.len() != included.len() {
+    out: &mut [u8],
+) -> Result<()> {
+    if pages.len() != included.len() || out.len() != pages.len() * PAGE as usize {
         return Err(Error::Image(format!(
-            "pre-copy: {} pages in the image, {} in the delta map",
+            "pre-copy: {} pages in the image, {} in the delta map, {} bytes to fill",
             pages.len(),
-            included.len()
+            included.len(),
+            out.len()
         )));
     }
-    let mut out = Vec::with_capacity(pages.len() * PAGE as usize);
     let mut d = delta.chunks_exact(PAGE as usize);
-    for (a, inc) in pages.iter().zip(included) {
+    for ((a, inc), to) in pages
+        .iter()
+        .zip(included)
+        .zip(out.chunks_exact_mut(PAGE as usize))
+    {
         let page = if *inc {
             d.next()
         } else {
             pre.get(a).map(Vec::as_slice)
         };
         match page {
-            Some(p) if p.len() == PAGE as usize => out.extend_from_slice(p),
+            Some(p) if p.len() == PAGE as usize => to.copy_from_slice(p),
             _ => {
                 return Err(Error::Image(format!(
                     "pre-copy: no content for page {a:#x}"
@@ -422,7 +434,7 @@ pub fn assemble(
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Destination: keeps pre-copied runs by page.

@@ -107,8 +107,9 @@ fn migrate(fake: &Rc<RefCell<Fake>>, last_writes: &[u64]) -> (Vec<usize>, usize,
     // Frozen: the full dump, and what has to travel.
     let (pages, full) = fake.borrow().full();
     let inc = included(&pages, &pre, &mut tracker, &full).unwrap();
-    let d = delta(&full, &inc.pages);
-    let got = assemble(&pages, &inc.pages, &d, &dest).unwrap();
+    let d = delta(&full, &inc.pages).unwrap();
+    let mut got = vec![0u8; full.len()];
+    assemble(&pages, &inc.pages, &d, &dest, &mut got).unwrap();
     (
         pre.rounds,
         inc.pages.iter().filter(|i| **i).count(),

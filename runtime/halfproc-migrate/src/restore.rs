@@ -95,10 +95,20 @@ pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<
 
 /// [`restore_from`] with the page contents in the caller's memory (as
 /// [`crate::Dumped::pages`] holds them; checked by the caller). Nothing is
-/// written to a file: the forked child, which inherits `pages`, copies each
-/// run into place itself (one memory copy instead of a write into a file
-/// and a read back). Another thread of the caller must not unmap or split the
-/// memory of `pages` meanwhile (it is borrowed, so it cannot be freed).
+/// written to a file: the forked child inherits `pages` and, when they start
+/// on a page boundary (a [`crate::PageBuf`]), moves each large run of an
+/// anonymous VMA into place with `mremap` (no fault-in, no copy; see
+/// `restore_moves`) and copies the rest. Another thread of the caller must
+/// not unmap or split the memory of `pages` meanwhile (it is borrowed, so it
+/// cannot be freed).
+///
+/// The moved pages stay shared, copy on write, between the restored process
+/// and the caller's `pages` until the caller drops them: each page the
+/// process writes before that is copied. Drop `pages` as soon as the call
+/// returns (before continuing a process restored with
+/// [`RestoreOptions::stopped`]); after that, the process's first write to
+/// a moved page is a fault that reuses the page (one per 4 KiB page, or per
+/// 2 MiB for a huge page), not a copy.
 pub fn restore_from_memory(m: &Manifest, pages: &[u8], opts: &RestoreOptions) -> Result<Restored> {
     if pages.len() as u64 != m.pages_len {
         return Err(Error::Image(format!(

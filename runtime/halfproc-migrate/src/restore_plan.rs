@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::image::{reg, Backing, Manifest};
 use crate::restore::{Helpers, STACK_SIZE};
 use crate::restore_check::unmap_ranges;
+use crate::restore_moves::Moves;
 use crate::restorer::{Op, ANY_OK, CODE_SIZE, COPY, IGNORE};
 use crate::sigframe;
 use std::collections::BTreeMap;
@@ -31,9 +32,10 @@ pub(crate) enum Source<'a> {
     File,
     /// The restoring process's memory, which the forked child inherits:
     /// `data` (page-aligned `span` around it, made of the VMA `pieces`)
-    /// is moved into `R` with `mremap` before the tool's memory is unmapped,
-    /// copied into place by the blob itself (`restorer::COPY`), then
-    /// unmapped.
+    /// is moved into `R` with `mremap` before the tool's memory is unmapped;
+    /// then each run is moved into place with `mremap` (see
+    /// [`crate::restore_moves`]) or copied there by the blob itself
+    /// (`restorer::COPY`), and the rest is unmapped.
     Memory {
         data: &'a [u8],
         span: (u64, u64),
@@ -259,8 +261,11 @@ pub(crate) fn plan(
         at += len;
     }
 
+    let mut moves = Moves::new(m, source);
+    let nohuge = moves.any && crate::pagebuf::thp_on_request();
     for v in &m.vmas {
         let len = v.end - v.start;
+        let mut moved = Vec::new();
         let grows = if v.grows_down { MAP_GROWSDOWN } else { 0 };
         let wprot = if v.pages.is_empty() {
             v.prot
@@ -306,6 +311,10 @@ pub(crate) fn plan(
             }
         }
         for r in &v.pages {
+            if moves.take(v, r) {
+                moved.push(r);
+                continue;
+            }
             // Fault the run in with one call (Linux 5.14; ignored where
             // missing) rather than page by page inside the copy.
             op(
@@ -349,7 +358,46 @@ pub(crate) fn plan(
                 done += n;
             }
         }
-        if wprot != v.prot {
+        for r in moved.iter() {
+            let Source::Memory { data, span, .. } = source else {
+                break;
+            };
+            if r.addr < v.start || r.addr + r.len > v.end || r.file_off + r.len > data.len() as u64
+            {
+                return Err(Error::Image(format!(
+                    "page run {:#x}+{:#x} outside its VMA or the contents",
+                    r.addr, r.len
+                )));
+            }
+            // Replaces the part of the VMA just mapped: the pages become
+            // this process's (shared with the restoring tool, copy on
+            // write, until it drops its contents), huge pages included.
+            let at = lay.pages_at + (data.as_ptr() as u64 - span.0) + r.file_off;
+            op(
+                SYS_mremap,
+                &[
+                    at,
+                    r.len,
+                    r.len,
+                    (MREMAP_MAYMOVE | MREMAP_FIXED) as u64,
+                    r.addr,
+                ],
+                r.addr,
+                what("move pages into"),
+            );
+            if nohuge {
+                // The contents were advised MADV_HUGEPAGE (see PageBuf) and
+                // the moved VMA kept that; undo it: with THP on request,
+                // "no huge pages" behaves as the original's no advice.
+                op(
+                    SYS_madvise,
+                    &[r.addr, r.len, MADV_NOHUGEPAGE as u64],
+                    0,
+                    what("no huge page advice on"),
+                );
+            }
+        }
+        if wprot != v.prot || (!moved.is_empty() && v.prot != PROT_READ | PROT_WRITE) {
             op(
                 SYS_mprotect,
                 &[v.start, len, v.prot as u64],

@@ -98,6 +98,54 @@ int main(int argc, char **argv)
 		w[2] = again + w[1];
 		w[3] = getpid();
 		return 9;
+	} else if (!strcmp(mode, "layout")) {
+		/* VMAs a restore moves pages into (see tests/moved_layout.rs):
+		 * full: 8 MiB, every page written; half: 4 MiB, first half
+		 * written; ro: 1 MiB written, then read-only. Prints their
+		 * addresses, then on SIGUSR1 checks the contents, writes them,
+		 * grows full with mremap, and reports. */
+		const size_t F = 8 << 20, H = 4 << 20, R = 1 << 20;
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		unsigned char *full = mmap(NULL, F, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		unsigned char *half = mmap(NULL, H, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		unsigned char *ro = mmap(NULL, R, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (full == MAP_FAILED || half == MAP_FAILED || ro == MAP_FAILED)
+			return 1;
+		for (size_t i = 0; i < F; i += 512)
+			full[i] = (unsigned char)(i >> 9);
+		for (size_t i = 0; i < H / 2; i += 512)
+			half[i] = (unsigned char)(i >> 9) ^ 0x5a;
+		for (size_t i = 0; i < R; i += 512)
+			ro[i] = (unsigned char)(i >> 9) ^ 0xa5;
+		mprotect(ro, R, PROT_READ);
+		printf("full %lx half %lx ro %lx\n", (unsigned long)full, (unsigned long)half,
+		       (unsigned long)ro);
+		fflush(stdout);
+		while (!got)
+			spin++;
+		int bad = 0;
+		for (size_t i = 0; i < F; i += 512)
+			bad += full[i] != (unsigned char)(i >> 9);
+		for (size_t i = 0; i < H; i += 512)
+			bad += half[i] != (i < H / 2 ? (unsigned char)((i >> 9) ^ 0x5a) : 0);
+		for (size_t i = 0; i < R; i += 512)
+			bad += ro[i] != (unsigned char)((i >> 9) ^ 0xa5);
+		for (size_t i = 0; i < F; i += 4096)
+			full[i]++;
+		for (size_t i = 0; i < H; i += 4096)
+			half[i]++;
+		unsigned char *grown = mremap(full, F, 2 * F, MREMAP_MAYMOVE);
+		int grew = grown != MAP_FAILED;
+		if (grew) {
+			grown[2 * F - 1] = 1;
+			for (size_t i = 0; i < F; i += 4096)
+				bad += grown[i] != (unsigned char)((i >> 9) + 1);
+		}
+		printf("bad %d grew %d\n", bad, grew);
+		return bad ? 1 : 8;
 	} else if (!strcmp(mode, "signals")) {
 		/* handler, blocked mask, cwd, umask: all must survive a restore */
 		struct sigaction sa;

@@ -13,7 +13,7 @@
 use crate::daemon::Node;
 use crate::program::{self, How, Link, Pages};
 use crate::proto::{Conn, End, Exit, Msg, Origin, Outcome, CHUNK};
-use halfproc_migrate::image;
+use halfproc_migrate::{image, PageBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -508,24 +508,44 @@ async fn receive_and_restore(
         ));
     }
     let m = image::parse_manifest(&manifest).map_err(|e| e.to_string())?;
-    let mut pages = Vec::with_capacity(m.pages_len as usize);
+    // Page-aligned and placed for the image (PageBuf::for_image), so the
+    // restore moves its pages into place rather than copying them.
+    let mut full = PageBuf::for_image(&m).map_err(|e| format!("memory for the pages: {e}"))?;
+    let mut delta = Vec::new();
+    let mut got = 0usize;
     loop {
         match conn
             .recv()
             .await
             .map_err(|e| format!("receiving pages: {e}"))?
         {
-            Msg::Pages(c) => pages.extend_from_slice(&c),
+            Msg::Pages(c) if included.is_some() => delta.extend_from_slice(&c),
+            Msg::Pages(c) => {
+                let Some(to) = full.get_mut(got..got + c.len()) else {
+                    return Err(format!(
+                        "more page contents than the manifest's {} bytes",
+                        m.pages_len
+                    ));
+                };
+                to.copy_from_slice(&c);
+                got += c.len();
+            }
             Msg::PagesEnd => break,
             other => return Err(format!("expected pages, got {other:?}")),
         }
     }
     if let Some(inc) = &included {
         let all = halfproc_migrate::precopy::image_pages(&m);
-        pages = halfproc_migrate::precopy::assemble(&all, inc, &pages, &pre)
+        halfproc_migrate::precopy::assemble(&all, inc, &delta, &pre, &mut full)
             .map_err(|e| e.to_string())?;
         drop(pre);
+    } else if got != full.len() {
+        return Err(format!(
+            "{got} bytes of page contents, the manifest says {}",
+            m.pages_len
+        ));
     }
+    let pages = full;
     // After a pre-copy this also checks that no write was missed.
     image::verify_pages(&m, &pages).map_err(|e| e.to_string())?;
     let started = program::create(How::Restore {

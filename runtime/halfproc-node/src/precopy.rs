@@ -45,7 +45,7 @@ impl Mode {
 pub struct Image {
     pub manifest: Vec<u8>,
     /// Page contents to send (all, or the included ones after a pre-copy).
-    pub pages: Vec<u8>,
+    pub pages: halfproc_migrate::PageBuf,
     pub included: Option<Vec<bool>>,
     /// What happened, for the user: mechanism, rounds, pages frozen.
     pub mode: String,
@@ -98,7 +98,7 @@ pub fn dump(
             let inc =
                 precopy::included(&precopy::image_pages(&d.manifest), &done, t.as_mut(), &all)
                     .map_err(|e| e.to_string())?;
-            let pages = precopy::delta(&all, &inc.pages);
+            let pages = precopy::delta(&all, &inc.pages).map_err(|e| e.to_string())?;
             let name = if matches!(mode, Mode::SoftDirty) {
                 "soft-dirty"
             } else {

@@ -337,9 +337,12 @@ pub enum Pages {
     /// A file (`pages.bin` of a checkpoint directory).
     File(File),
     /// The daemon's memory: an image that arrived over the network and was
-    /// checked there. The restorer copies from it directly, with no file in
-    /// between (`halfproc_migrate::restore_from_memory`).
-    Memory(Vec<u8>),
+    /// checked there. The restorer moves (or copies) its pages into place,
+    /// with no file in between (`halfproc_migrate::restore_from_memory`);
+    /// it is dropped as soon as the restore returns, before the stopped
+    /// copy is continued, so the copy's pages are no longer shared with
+    /// the daemon when it writes them.
+    Memory(halfproc_migrate::PageBuf),
 }
 
 fn pipe_pair() -> Result<(OwnedFd, OwnedFd), String> {
@@ -574,7 +577,12 @@ fn keeper(
             };
             let r = match pages {
                 Pages::File(f) => halfproc_migrate::restore_from(&manifest, f, &opts),
-                Pages::Memory(m) => halfproc_migrate::restore_from_memory(&manifest, &m, &opts),
+                Pages::Memory(m) => {
+                    let r = halfproc_migrate::restore_from_memory(&manifest, &m, &opts);
+                    // Before the copy is continued: see `Pages::Memory`.
+                    drop(m);
+                    r
+                }
             };
             drop(child);
             match r {
