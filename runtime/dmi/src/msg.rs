@@ -63,6 +63,12 @@ pub enum ReqKind {
         #[serde(with = "serde_bytes")]
         arg: Vec<u8>,
     },
+    /// The origin dropped its copy to make room (`swap.rs`): the owner drops
+    /// it from the copyset and answers `Done`.
+    Forget,
+    /// The origin takes the page over to make room at the owner
+    /// (`swap.rs`): an EXCLUSIVE without a write.
+    Adopt,
 }
 
 /// One page access on its way to the owner.
@@ -127,6 +133,15 @@ pub enum Msg {
     },
     /// An Invalidate or Update was applied.
     Ack {
+        page: PageId,
+    },
+    /// A full node asks the receiver to adopt `page`, which it owns
+    /// (`swap.rs`); the receiver sends `ReqKind::Adopt` to the home, or
+    /// answers `SwapNo` when its pool is full too.
+    SwapAsk {
+        page: PageId,
+    },
+    SwapNo {
         page: PageId,
     },
     /// Ask node 0 for a fresh region id.

@@ -327,3 +327,65 @@ fn the_launcher_names_failing_nodes_and_prefixes_output() {
         text(&o)
     );
 }
+
+/// Remote swap across processes: node 0 writes more pages than its pool
+/// holds; every node reads them all back. With one node there is nowhere
+/// to move them: a clear error naming the pool size. A bad pool size is a
+/// start-up error.
+#[test]
+fn pages_past_a_full_pool_move_to_other_nodes() {
+    let (prog, lib) = build_c("swap");
+    let prog = prog.to_str().unwrap();
+    let o = dmi_run(3, &[], &[prog, "20"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("DMI_POOL_PAGES", "10")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("swap ok: 20 pages on 3 nodes"),
+        "{}",
+        text(&o)
+    );
+
+    let o = dmi_run(1, &[], &[prog, "20"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("DMI_POOL_PAGES", "10")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("write of page") && err.contains("DMI_POOL_PAGES=10"),
+        "{}",
+        text(&o)
+    );
+
+    // 3 pools of 6 cannot hold 21 pages (the root page counts too).
+    let o = dmi_run(3, &[], &[prog, "20"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("DMI_POOL_PAGES", "6")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("every node's memory pool is full"),
+        "{}",
+        text(&o)
+    );
+
+    for bad in ["0", "many", "-3"] {
+        let o = dmi_run(2, &[], &[prog, "4"])
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("DMI_POOL_PAGES", bad)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains(&format!("DMI_POOL_PAGES=\"{bad}\" is not valid")),
+            "{}",
+            text(&o)
+        );
+    }
+}
