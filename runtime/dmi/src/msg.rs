@@ -141,9 +141,15 @@ pub enum Msg {
     SwapAsk {
         page: PageId,
     },
+    /// The receiver is full; `busy`: some of its slots are reserved for
+    /// pages on their way to it, so a `SwapRoom` follows when one arrived.
     SwapNo {
         page: PageId,
+        busy: bool,
     },
+    /// A node that answered `SwapNo { busy: true }` received a page it had
+    /// reserved a slot for (or has room): ask again.
+    SwapRoom,
     /// Ask node 0 for a fresh region id.
     NewRegionId {
         op: OpId,

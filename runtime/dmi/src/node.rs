@@ -457,27 +457,7 @@ impl Node {
             return None;
         };
         let (span, page_id) = (*span, span.page);
-        if self.must_stall(page_id, fx) {
-            self.stall(crate::swap::Stalled::Own(op, page_id));
-            return None;
-        }
-        self.ensure_created(page_id);
-        // An EXCLUSIVE write that will receive the page needs a free slot
-        // before it asks (the page counts from then on).
-        let counted = self
-            .pages
-            .get(&page_id)
-            .is_some_and(|p| p.owner.is_some() || p.copy.is_some() || !p.awaiting.is_empty());
-        if !counted
-            && matches!(
-                self.ops.get(&op),
-                Some(Op::Page {
-                    kind: PageOpKind::Exclusive(_),
-                    ..
-                })
-            )
-            && !self.make_room(page_id, true, fx)
-        {
+        if !self.slot_for(op, page_id, fx) {
             self.stall(crate::swap::Stalled::Own(op, page_id));
             return None;
         }
@@ -731,25 +711,13 @@ impl Node {
                 version,
                 data,
             } => {
-                let p = self.pages.entry(page).or_default();
-                if p.owner.is_none() && p.copy.as_ref().is_none_or(|c| c.version < version) {
-                    // No copy (an Update that overtook the Copy, or one
-                    // dropped to make room): keep it only if this node has
-                    // not asked the owner to forget it and there is room;
-                    // else no older Copy may be cached later either.
-                    let new = p.copy.is_none() && p.awaiting.is_empty();
-                    if p.forgets == 0 && (!new || self.make_room(page, false, fx)) {
-                        self.pages.entry(page).or_default().copy = Some(Copy { data, version });
-                    } else {
-                        let p = self.pages.entry(page).or_default();
-                        p.inval_seen = p.inval_seen.max(version);
-                    }
-                }
+                self.update_copy(page, version, data, fx);
                 fx.sends.push((from, Msg::Ack { page }));
             }
             Msg::Ack { page } => self.ack(page, fx),
             Msg::SwapAsk { page } => self.swap_ask(from, page, fx),
-            Msg::SwapNo { page } => self.swap_refused(page, fx),
+            Msg::SwapNo { page, busy } => self.swap_refused(page, busy, fx),
+            Msg::SwapRoom => self.swap.waiting = None,
             other => self.handle_control(from, other, fx),
         }
     }

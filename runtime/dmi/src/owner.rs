@@ -31,6 +31,9 @@ impl Node {
                 self.reply(req.origin, req.op, unmapped(req.page), fx);
                 continue;
             }
+            if self.hand_fresh(&req, fx) {
+                continue;
+            }
             if self.must_stall(req.page, fx) {
                 self.stall(Stalled::Home(req));
                 continue;
@@ -134,6 +137,7 @@ impl Node {
             // This node adopted a page it owns by now: nothing moves.
             ReqKind::Adopt if req.origin == me => {
                 page.awaiting.retain(|&o| o != req.op);
+                self.swap.resolved += 1;
                 self.finish_op(req.op, Reply::Done, fx);
             }
             ReqKind::Exclusive | ReqKind::Adopt => {
@@ -311,6 +315,7 @@ impl Node {
             ..Owner::default()
         });
         let early = std::mem::take(&mut page.early);
+        self.swap.resolved += 1;
         if matches!(self.ops.get(&op), Some(Op::Adopt { .. })) {
             self.ops.remove(&op);
         }

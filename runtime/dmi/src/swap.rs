@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use crate::addr::{NodeId, PageId};
 use crate::error::DmiError;
 use crate::msg::{Msg, OpId, Reply, ReqKind, Request};
-use crate::node::{Effects, Node, Op};
+use crate::node::{Copy, Effects, Node, Op, PageOpKind};
 
 /// Something that waits for a free slot in this node's pool.
 #[derive(Debug, Clone)]
@@ -60,6 +60,8 @@ pub(crate) struct SwapOut {
     page: PageId,
     /// Members not asked yet.
     left: VecDeque<NodeId>,
+    /// Some member refused while slots were reserved somewhere.
+    busy: bool,
 }
 
 /// The pool's state.
@@ -68,12 +70,34 @@ pub(crate) struct Swap {
     pub stalled: VecDeque<Stalled>,
     out: Option<SwapOut>,
     unstalling: bool,
+    /// Reserved slots filled so far (pages that arrived for an EXCLUSIVE
+    /// write or an adoption).
+    pub resolved: u64,
+    /// Every member refused, but reserved slots were pending: ask again
+    /// after a `SwapRoom` or once `resolved` passes this.
+    pub waiting: Option<u64>,
+    /// Members refused while busy, and `resolved` then: they get a
+    /// `SwapRoom` when it grows or a slot is free.
+    asked_back: Vec<NodeId>,
+    asked_back_at: u64,
+    /// Nowhere to move a page: what waits for room fails in `unstall`
+    /// (after the access that found it out has been queued as well).
+    full: bool,
     /// Owned pages moved away and copies dropped (for tests and the dump).
     pub moved_out: u64,
     pub dropped: u64,
 }
 
 impl Node {
+    /// Pages on their way here (their slot is reserved, or held by a copy
+    /// that the page will replace).
+    fn reserved(&self) -> usize {
+        self.pages
+            .values()
+            .filter(|p| p.owner.is_none() && !p.awaiting.is_empty())
+            .count()
+    }
+
     /// Pages this node holds or has reserved a slot for.
     pub fn pool_used(&self) -> usize {
         self.pages
@@ -169,13 +193,89 @@ impl Node {
         self.swap.stalled.iter().any(|s| s.page() == page) || !self.make_room(page, true, fx)
     }
 
+    /// Creates `page` here if this node is its home and it is new, and
+    /// reserves a slot for an EXCLUSIVE write `op` that will receive the
+    /// page (it counts from then on); false: `op` has to wait for room.
+    pub(crate) fn slot_for(&mut self, op: OpId, page: PageId, fx: &mut Effects) -> bool {
+        if self.must_stall(page, fx) {
+            return false;
+        }
+        self.ensure_created(page);
+        let counted = self
+            .pages
+            .get(&page)
+            .is_some_and(|p| p.owner.is_some() || p.copy.is_some() || !p.awaiting.is_empty());
+        let exclusive = matches!(
+            self.ops.get(&op),
+            Some(Op::Page {
+                kind: PageOpKind::Exclusive(_),
+                ..
+            })
+        );
+        counted || !exclusive || self.make_room(page, true, fx)
+    }
+
+    /// An Update of a write at `version`: replaces an older copy. Without a
+    /// copy (the Update overtook the Copy, or the copy was dropped to make
+    /// room) it makes one only if this node has not asked the owner to
+    /// forget it and there is room; else no older Copy is cached later.
+    pub(crate) fn update_copy(
+        &mut self,
+        page: PageId,
+        version: u64,
+        data: Vec<u8>,
+        fx: &mut Effects,
+    ) {
+        let p = self.pages.entry(page).or_default();
+        if p.owner.is_some() || p.copy.as_ref().is_some_and(|c| c.version >= version) {
+            return;
+        }
+        let new = p.copy.is_none() && p.awaiting.is_empty();
+        if p.forgets == 0 && (!new || self.make_room(page, false, fx)) {
+            self.pages.entry(page).or_default().copy = Some(Copy { data, version });
+        } else {
+            let p = self.pages.entry(page).or_default();
+            p.inval_seen = p.inval_seen.max(version);
+        }
+    }
+
+    /// A home with a pool limit hands a page nobody touched yet straight
+    /// to the node that takes it over (EXCLUSIVE or adoption), zero-filled
+    /// at version 0, instead of creating it here first: that needs no slot
+    /// here, so a slot reserved for it is filled without waiting for room
+    /// at the home (requests for the page waiting here then go to the new
+    /// owner). True when done.
+    pub(crate) fn hand_fresh(&mut self, req: &Request, fx: &mut Effects) -> bool {
+        if self.pool.is_none()
+            || !matches!(req.kind, ReqKind::Exclusive | ReqKind::Adopt)
+            || req.origin == self.me
+            || !self.needs_create(req.page)
+        {
+            return false;
+        }
+        let Some(size) = self.regions.page_size(req.page) else {
+            return false;
+        };
+        self.pages.entry(req.page).or_default().created = true;
+        self.owners.insert(req.page, req.origin);
+        let m = Msg::Transfer {
+            op: req.op,
+            page: req.page,
+            version: 0,
+            data: vec![0; size],
+            copyset: Vec::new(),
+        };
+        fx.sends.push((req.origin, m));
+        true
+    }
+
     pub(crate) fn stall(&mut self, s: Stalled) {
         self.swap.stalled.push_back(s);
     }
 
     /// Asks the next member to adopt an owned page at rest.
     fn start_swap_out(&mut self, fx: &mut Effects) {
-        if self.swap.out.is_some() {
+        if self.swap.out.is_some() || self.swap.waiting.is_some() {
             return;
         }
         let victim = self
@@ -206,9 +306,13 @@ impl Node {
         match left.pop_front() {
             Some(t) => {
                 fx.sends.push((t, Msg::SwapAsk { page }));
-                self.swap.out = Some(SwapOut { page, left });
+                self.swap.out = Some(SwapOut {
+                    page,
+                    left,
+                    busy: false,
+                });
             }
-            None => self.fail_stalled(fx),
+            None => self.swap.full = true,
         }
     }
 
@@ -221,7 +325,12 @@ impl Node {
             && p.is_none_or(|p| p.owner.is_none() && p.awaiting.is_empty())
             && (p.is_some_and(|p| p.copy.is_some()) || self.make_room(page, false, fx));
         if !can {
-            fx.sends.push((from, Msg::SwapNo { page }));
+            let busy = self.reserved() > 0;
+            if busy && !self.swap.asked_back.contains(&from) {
+                self.swap.asked_back.push(from);
+                self.swap.asked_back_at = self.swap.resolved;
+            }
+            fx.sends.push((from, Msg::SwapNo { page, busy }));
             return;
         }
         let op = self.fresh_id();
@@ -239,11 +348,14 @@ impl Node {
         self.send_home(h, vec![req], fx);
     }
 
-    /// `SwapNo` from a full member: ask the next one.
-    pub(crate) fn swap_refused(&mut self, page: PageId, fx: &mut Effects) {
+    /// `SwapNo` from a full member: ask the next one. When all refused and
+    /// slots were reserved somewhere (here too), pages are on their way and
+    /// free slots where they come from: ask again once one arrived.
+    pub(crate) fn swap_refused(&mut self, page: PageId, busy: bool, fx: &mut Effects) {
         let Some(out) = self.swap.out.as_mut().filter(|o| o.page == page) else {
             return;
         };
+        out.busy |= busy;
         let still_mine = self
             .pages
             .get(&page)
@@ -255,8 +367,13 @@ impl Node {
         match out.left.pop_front() {
             Some(t) => fx.sends.push((t, Msg::SwapAsk { page })),
             None => {
+                let busy = out.busy;
                 self.swap.out = None;
-                self.fail_stalled(fx);
+                if busy || self.reserved() > 0 {
+                    self.swap.waiting = Some(self.swap.resolved);
+                } else {
+                    self.swap.full = true;
+                }
             }
         }
     }
@@ -297,18 +414,35 @@ impl Node {
 
     /// Runs what waited for room once there is some (after every step).
     pub(crate) fn unstall(&mut self, fx: &mut Effects) {
+        let s = &self.swap;
+        if !s.asked_back.is_empty()
+            && (s.resolved > s.asked_back_at || self.pool.is_some_and(|c| self.pool_used() < c))
+        {
+            for n in std::mem::take(&mut self.swap.asked_back) {
+                fx.sends.push((n, Msg::SwapRoom));
+            }
+        }
+        if self.swap.stalled.is_empty() || self.swap.waiting.is_some_and(|w| self.swap.resolved > w)
+        {
+            self.swap.waiting = None;
+        }
         if let Some(out) = &self.swap.out {
             if self.pages.get(&out.page).is_none_or(|p| p.owner.is_none()) {
                 self.swap.out = None;
             }
         }
-        if self.swap.stalled.is_empty() || self.swap.unstalling {
+        if self.swap.unstalling {
             return;
         }
-        let first = self.swap.stalled[0].page();
-        if !self.make_room(first, true, fx) {
+        if std::mem::take(&mut self.swap.full) {
+            self.fail_stalled(fx);
+        }
+        if self.swap.stalled.is_empty() {
             return;
         }
+        // Everything runs again: what still lacks a slot waits again (and
+        // keeps its order per page); what no longer needs one (its page was
+        // handed out fresh meanwhile) goes on.
         self.swap.unstalling = true;
         for s in std::mem::take(&mut self.swap.stalled) {
             match s {
@@ -323,5 +457,8 @@ impl Node {
             }
         }
         self.swap.unstalling = false;
+        if std::mem::take(&mut self.swap.full) {
+            self.fail_stalled(fx);
+        }
     }
 }
