@@ -760,6 +760,10 @@ impl Node {
             );
         }
         s += &format!("  ops={:?}\n", self.ops);
+        if let Some(cap) = self.pool {
+            let used = self.pool_used();
+            s += &format!("  pool {used}/{cap}: {:?}\n", self.swap);
+        }
         s
     }
 }

@@ -176,6 +176,31 @@ fn three_processes_are_sequentially_consistent_per_page() {
     }
 }
 
+/// The random workload over three processes whose pools (5 pages) hold
+/// less than the 8 pages in use (7 and the root page): pages move between
+/// the processes and every history stays sequentially consistent.
+#[test]
+fn three_processes_with_small_pools_are_sequentially_consistent() {
+    for seed in ["1", "2"] {
+        let dir = tmp(&format!("stress-pool-{seed}"));
+        let stress = [env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "300"];
+        let o = dmi_run(3, &[], &stress)
+            .args(["--pages", "7", "--seed", seed, "--dir"])
+            .arg(&dir)
+            .env("DMI_POOL_PAGES", "5")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let c = dmi().arg("check").arg(&dir).output().unwrap();
+        assert!(c.status.success(), "{}", text(&c));
+        assert!(
+            String::from_utf8_lossy(&c.stdout).contains("on 7 pages from 3 nodes"),
+            "{}",
+            text(&c)
+        );
+    }
+}
+
 /// Starts 3 stress nodes that run long, returns the launcher and node pids.
 fn start_long_run(extra: &[&str]) -> (Child, Vec<u32>, std::sync::mpsc::Receiver<String>) {
     let dir = tmp(&format!("long-{}", extra.join("")));
