@@ -562,6 +562,8 @@ impl Node {
                     if let Some(p) = self.pages.get_mut(&span.page) {
                         p.awaiting.retain(|&a| a != op);
                     }
+                    // A reserved slot is free again (`swap.rs` waits on it).
+                    self.swap.resolved += 1;
                 }
                 self.fail_call(call, e, fx);
                 return;

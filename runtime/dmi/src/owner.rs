@@ -70,8 +70,11 @@ impl Node {
             self.reply(req.origin, req.op, unmapped(req.page), fx);
             return;
         }
+        // Only a home creates pages: the request runs through the home
+        // side again once there is room (the page may have been handed out
+        // fresh meanwhile, `swap::hand_fresh`).
         if self.must_stall(req.page, fx) {
-            self.stall(Stalled::Owner(req));
+            self.stall(Stalled::Home(req));
             return;
         }
         self.ensure_created(req.page);
@@ -137,7 +140,6 @@ impl Node {
             // This node adopted a page it owns by now: nothing moves.
             ReqKind::Adopt if req.origin == me => {
                 page.awaiting.retain(|&o| o != req.op);
-                self.swap.resolved += 1;
                 self.finish_op(req.op, Reply::Done, fx);
             }
             ReqKind::Exclusive | ReqKind::Adopt => {

@@ -37,10 +37,8 @@ use crate::node::{Copy, Effects, Node, Op, PageOpKind};
 /// Something that waits for a free slot in this node's pool.
 #[derive(Debug, Clone)]
 pub(crate) enum Stalled {
-    /// A request that reached this node as home.
+    /// A request for a page this node is home of.
     Home(Request),
-    /// A request for this node as owner.
-    Owner(Request),
     /// An access of this node (`Node::dispatch`).
     Own(OpId, PageId),
 }
@@ -48,7 +46,7 @@ pub(crate) enum Stalled {
 impl Stalled {
     fn page(&self) -> PageId {
         match self {
-            Stalled::Home(r) | Stalled::Owner(r) => r.page,
+            Stalled::Home(r) => r.page,
             Stalled::Own(_, p) => *p,
         }
     }
@@ -389,6 +387,7 @@ impl Node {
                 if let Some(p) = self.pages.get_mut(&page) {
                     p.awaiting.retain(|&o| o != id);
                 }
+                self.swap.resolved += 1;
             }
             _ => {}
         }
@@ -404,9 +403,7 @@ impl Node {
         ));
         for s in std::mem::take(&mut self.swap.stalled) {
             match s {
-                Stalled::Home(r) | Stalled::Owner(r) => {
-                    self.reply(r.origin, r.op, Reply::Err(e.clone()), fx)
-                }
+                Stalled::Home(r) => self.reply(r.origin, r.op, Reply::Err(e.clone()), fx),
                 Stalled::Own(op, _) => self.finish_op(op, Reply::Err(e.clone()), fx),
             }
         }
@@ -447,7 +444,6 @@ impl Node {
         for s in std::mem::take(&mut self.swap.stalled) {
             match s {
                 Stalled::Home(r) => self.at_home(vec![r], fx),
-                Stalled::Owner(r) => self.at_owner(r, fx),
                 Stalled::Own(op, page) => {
                     if let Some(r) = self.dispatch(op, fx) {
                         let h = self.home_of(page);

@@ -380,3 +380,74 @@ fn every_pool_full_is_a_clear_error_and_loses_nothing() {
         assert!(sim.peak.iter().all(|&u| u <= 2), "{:?}", sim.peak);
     }
 }
+
+/// A full home receives first accesses to pages nobody touched yet: GETs
+/// and INVALIDATE reads wait at the home for room, an EXCLUSIVE write gets
+/// the page handed out fresh (the home needs no slot for it), and the
+/// waiting reads then go to the new owner. Nothing fails, the reads see 0
+/// or the write, and a final read sees the write.
+#[test]
+fn a_full_home_hands_untouched_pages_out() {
+    for seed in 0..100 {
+        let mut sim = Sim::new(3, seed);
+        sim.nodes[0].set_pool_pages(Some(2));
+        for n in &mut sim.nodes[1..] {
+            n.set_pool_pages(Some(4));
+        }
+        let base = mmap(&mut sim, 9);
+        // Region 2: page i's home is (2 + i) % 3, so node 0 is home of 1, 4, 7.
+        let region = (base as u64 >> dmi::addr::REGION_SHIFT) as u32;
+        let homed: Vec<u64> = (0..9)
+            .filter(|i| (u64::from(region) + i) % 3 == 0)
+            .collect();
+        let at = |p: u64| base + p as i64 * PAGE as i64;
+        for (k, &p) in homed[..2].iter().enumerate() {
+            let items = vec![(at(p), value_bytes(k as u64 + 1))];
+            let mode = WriteMode::Exclusive;
+            sim.run(0, CallReq::Write { items, mode }).unwrap();
+        }
+        let c = homed[2];
+        let read = |mode| CallReq::Read {
+            items: vec![(at(c), PAGE as i64)],
+            mode,
+        };
+        let write = CallReq::Write {
+            items: vec![(at(c), value_bytes(99))],
+            mode: WriteMode::Exclusive,
+        };
+        let calls = [
+            (1, sim.start(1, read(ReadMode::Get)), true),
+            (2, sim.start(2, read(ReadMode::Invalidate)), true),
+            (1, sim.start(1, write), false),
+            (0, sim.start(0, read(ReadMode::Update)), true),
+        ];
+        for (node, call, is_read) in calls {
+            let out = sim
+                .wait(node, call)
+                .unwrap_or_else(|e| panic!("seed {seed}: node {node}: {e}"));
+            if is_read {
+                let v = decode(&out);
+                assert!(v == 0 || v == 99, "seed {seed}: read {v}");
+            }
+        }
+        sim.settle();
+        for node in 0..3 {
+            let out = sim.run(node, read(ReadMode::Get)).unwrap();
+            assert_eq!(decode(&out), 99, "seed {seed}: node {node}");
+        }
+        for (k, &p) in homed[..2].iter().enumerate() {
+            let items = vec![(at(p), PAGE as i64)];
+            let out = sim
+                .run(
+                    2,
+                    CallReq::Read {
+                        items,
+                        mode: ReadMode::Get,
+                    },
+                )
+                .unwrap();
+            assert_eq!(decode(&out), k as u64 + 1, "seed {seed}: page {p}");
+        }
+        assert!(sim.peak[0] <= 2, "seed {seed}: {:?}", sim.peak);
+    }
+}
