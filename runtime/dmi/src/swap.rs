@@ -19,13 +19,19 @@
 //!    write, so the home records the target as owner and the owner on
 //!    record hands the page over (data, version, copyset) with a Transfer;
 //!    forwarding keeps working as for any change of owner. A full target
-//!    answers `SwapNo` and the next member is asked.
-//! 3. **Only when every member refused** do the accesses waiting for room
-//!    fail, with [`DmiError::PoolFull`] naming the pool size.
+//!    answers `SwapNo` and the next member is asked; `busy` when pages are
+//!    on their way to it (they free slots where they come from), and then
+//!    it sends `SwapRoom` once one arrived.
+//! 3. **Only when every member refused**, none of them busy, do the
+//!    accesses waiting for room fail, with [`DmiError::PoolFull`] naming
+//!    the pool size; after a busy refusal the node asks again on
+//!    `SwapRoom`.
 //!
 //! Accesses that need a slot while there is none (a home creating a page,
 //! an EXCLUSIVE write that will receive one) wait in `Swap::stalled`, in
-//! order per page, and run again whenever the node has room.
+//! order per page, and run again after every step. A full home hands a
+//! page nobody touched yet straight to the EXCLUSIVE writer that reserved
+//! a slot for it (`hand_fresh`), so a reservation never waits for room.
 
 use std::collections::VecDeque;
 
@@ -68,8 +74,8 @@ pub(crate) struct Swap {
     pub stalled: VecDeque<Stalled>,
     out: Option<SwapOut>,
     unstalling: bool,
-    /// Reserved slots filled so far (pages that arrived for an EXCLUSIVE
-    /// write or an adoption).
+    /// Reservations settled so far (pages that arrived for an EXCLUSIVE
+    /// write or an adoption, or accesses that failed).
     pub resolved: u64,
     /// Every member refused, but reserved slots were pending: ask again
     /// after a `SwapRoom` or once `resolved` passes this.
