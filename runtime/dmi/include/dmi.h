@@ -13,7 +13,8 @@
  * outside every region, ERANGE for an access past a region's end, EINVAL
  * for a bad mode, size, function, NULL buffer or handle, ENOTCONN before
  * DMI_init or after DMI_finalize, EHOSTDOWN when a node failed, EIO when
- * start-up failed, ECHILD when a compute instance failed. DMI_rank and
+ * start-up failed, ECHILD when a compute instance failed, ENOMEM when
+ * every node's pool (DMI_POOL_PAGES) is full. DMI_rank and
  * DMI_size return -1 before DMI_init and leave the last error alone. A node that loses a peer prints which and exits with
  * status 3 (set DMI_ERRORS=return to get -1 from the calls instead).
  * Sequential consistency holds per page; an access spanning pages behaves

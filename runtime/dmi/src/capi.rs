@@ -36,6 +36,7 @@ pub fn errno_of(e: &DmiError) -> c_int {
         DmiError::NodeFailed { .. } => libc::EHOSTDOWN,
         DmiError::Setup(_) => libc::EIO,
         DmiError::Instance(_) => libc::ECHILD,
+        DmiError::PoolFull(_) => libc::ENOMEM,
     }
 }
 

@@ -23,6 +23,8 @@ pub enum DmiError {
     Setup(String),
     /// A compute instance of this node failed (how, in words).
     Instance(String),
+    /// No node's memory pool had room for a page (`DMI_POOL_PAGES`).
+    PoolFull(String),
 }
 
 impl fmt::Display for DmiError {
@@ -35,6 +37,7 @@ impl fmt::Display for DmiError {
             DmiError::NodeFailed { node, reason } => write!(f, "node {node} failed: {reason}"),
             DmiError::Setup(s) => write!(f, "start-up: {s}"),
             DmiError::Instance(s) => write!(f, "{s}"),
+            DmiError::PoolFull(s) => write!(f, "out of memory: {s}"),
         }
     }
 }

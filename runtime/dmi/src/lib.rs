@@ -2,8 +2,9 @@
 //! DMI: a global address space with selective coherence over nodes
 //! (dmi-reconfiguration sec. 3; the protocol is described in `docs/dmi.md`).
 //!
-//! * `addr`, `msg`, `node`, `owner`, `control`, `rmw`, `epoch`: the protocol
-//!   core, a state machine without I/O (`epoch`: nodes joining and leaving).
+//! * `addr`, `msg`, `node`, `owner`, `control`, `rmw`, `epoch`, `swap`: the
+//!   protocol core, a state machine without I/O (`epoch`: nodes joining and
+//!   leaving; `swap`: moving pages away when a node's pool is full).
 //! * `sim` and `check`: a deterministic in-process network and the
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
@@ -44,6 +45,7 @@ pub mod schedule;
 pub mod serve;
 pub mod sim;
 pub mod slurm;
+mod swap;
 pub mod transport;
 mod xmove;
 

@@ -63,6 +63,12 @@ pub enum ReqKind {
         #[serde(with = "serde_bytes")]
         arg: Vec<u8>,
     },
+    /// The origin dropped its copy to make room (`swap.rs`): the owner drops
+    /// it from the copyset and answers `Done`.
+    Forget,
+    /// The origin takes the page over to make room at the owner
+    /// (`swap.rs`): an EXCLUSIVE without a write.
+    Adopt,
 }
 
 /// One page access on its way to the owner.
@@ -129,6 +135,21 @@ pub enum Msg {
     Ack {
         page: PageId,
     },
+    /// A full node asks the receiver to adopt `page`, which it owns
+    /// (`swap.rs`); the receiver sends `ReqKind::Adopt` to the home, or
+    /// answers `SwapNo` when its pool is full too.
+    SwapAsk {
+        page: PageId,
+    },
+    /// The receiver is full; `busy`: some of its slots are reserved for
+    /// pages on their way to it, so a `SwapRoom` follows when one arrived.
+    SwapNo {
+        page: PageId,
+        busy: bool,
+    },
+    /// A node that answered `SwapNo { busy: true }` received a page it had
+    /// reserved a slot for (or has room): ask again.
+    SwapRoom,
     /// Ask node 0 for a fresh region id.
     NewRegionId {
         op: OpId,

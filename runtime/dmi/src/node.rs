@@ -124,6 +124,12 @@ pub(crate) struct Page {
     /// This node has held the page at some time (a home creates each of its
     /// pages, zero-filled, once).
     pub created: bool,
+    /// `Forget` requests of this node not answered yet: no Update makes a
+    /// copy meanwhile (`swap.rs`).
+    pub forgets: u32,
+    /// The newest `Forget` of this node: a Copy answering a Fetch sent
+    /// before it (a smaller op id) is not cached.
+    pub forget_op: OpId,
 }
 
 #[derive(Debug, Clone)]
@@ -156,15 +162,24 @@ pub(crate) enum Op {
     Sync {
         call: CallId,
     },
+    /// This node dropped its copy of `page` and tells the owner (`swap.rs`).
+    Forget {
+        page: PageId,
+    },
+    /// This node adopts `page` from a full owner (`swap.rs`).
+    Adopt {
+        page: PageId,
+    },
 }
 
 impl Op {
-    fn call(&self) -> CallId {
+    fn call(&self) -> Option<CallId> {
         match self {
             Op::Page { call, .. }
             | Op::NewRegion { call, .. }
             | Op::RegionAcks { call, .. }
-            | Op::Sync { call } => *call,
+            | Op::Sync { call } => Some(*call),
+            Op::Forget { .. } | Op::Adopt { .. } => None,
         }
     }
 }
@@ -195,6 +210,9 @@ pub struct Node {
     pub(crate) barrier: BTreeMap<u32, Vec<(NodeId, OpId)>>,
     pub(crate) next_region: u32,
     failed: Option<DmiError>,
+    /// The pool's capacity in pages (None: unlimited) and its state.
+    pub(crate) pool: Option<usize>,
+    pub(crate) swap: crate::swap::Swap,
 }
 
 impl Node {
@@ -233,6 +251,8 @@ impl Node {
             barrier: BTreeMap::new(),
             next_region: crate::addr::ROOT.id + 1,
             failed: None,
+            pool: None,
+            swap: crate::swap::Swap::default(),
         }
     }
 
@@ -278,6 +298,7 @@ impl Node {
         if let Some(req) = self.defer_call(call, req, fx) {
             self.run_call(call, req, fx);
         }
+        self.unstall(fx);
         call
     }
 
@@ -436,7 +457,10 @@ impl Node {
             return None;
         };
         let (span, page_id) = (*span, span.page);
-        self.ensure_created(page_id);
+        if !self.slot_for(op, page_id, fx) {
+            self.stall(crate::swap::Stalled::Own(op, page_id));
+            return None;
+        }
         // Borrowed, not cloned: an EXCLUSIVE op carries the written bytes,
         // which only the owner side copies (once, into the page).
         let Some(Op::Page { kind, .. }) = self.ops.get(&op) else {
@@ -528,9 +552,19 @@ impl Node {
         let Some(o) = self.ops.remove(&op) else {
             return;
         };
-        let call = o.call();
+        let Some(call) = o.call() else {
+            self.swap_op_done(op, o, reply);
+            return;
+        };
         match (o, reply) {
-            (_, Reply::Err(e)) => {
+            (o, Reply::Err(e)) => {
+                if let Op::Page { span, .. } = o {
+                    if let Some(p) = self.pages.get_mut(&span.page) {
+                        p.awaiting.retain(|&a| a != op);
+                    }
+                    // A reserved slot is free again (`swap.rs` waits on it).
+                    self.swap.resolved += 1;
+                }
                 self.fail_call(call, e, fx);
                 return;
             }
@@ -544,7 +578,7 @@ impl Node {
                 Reply::Copy { version, data },
             ) => {
                 let bytes = data[span.off..span.off + span.len].to_vec();
-                self.cache_copy(span.page, version, data, mode);
+                self.cache_copy(op, span.page, version, data, mode, fx);
                 self.put_out(call, out_base + span.buf_off, &bytes);
             }
             (
@@ -580,11 +614,32 @@ impl Node {
         self.maybe_finish(call, fx);
     }
 
-    fn cache_copy(&mut self, page_id: PageId, version: u64, data: Vec<u8>, mode: ReadMode) {
+    fn cache_copy(
+        &mut self,
+        op: OpId,
+        page_id: PageId,
+        version: u64,
+        data: Vec<u8>,
+        mode: ReadMode,
+        fx: &mut Effects,
+    ) {
         let page = self.pages.entry(page_id).or_default();
         let newer = page.copy.as_ref().is_none_or(|c| c.version < version);
-        if page.owner.is_none() && mode != ReadMode::Get && version >= page.inval_seen && newer {
-            page.copy = Some(Copy { data, version });
+        if page.owner.is_some()
+            || mode == ReadMode::Get
+            || version < page.inval_seen
+            || !newer
+            || op < page.forget_op
+        {
+            return;
+        }
+        // A new copy needs a free slot; without one the owner forgets this
+        // node again (it put it in the copyset).
+        let counted = page.copy.is_some() || !page.awaiting.is_empty();
+        if counted || self.make_room(page_id, false, fx) {
+            self.pages.entry(page_id).or_default().copy = Some(Copy { data, version });
+        } else {
+            self.send_forget(page_id, fx);
         }
     }
 
@@ -602,7 +657,7 @@ impl Node {
     }
 
     pub(crate) fn fail_call(&mut self, call: CallId, e: DmiError, fx: &mut Effects) {
-        self.ops.retain(|_, o| o.call() != call);
+        self.ops.retain(|_, o| o.call() != Some(call));
         if self.calls.remove(&call).is_some() {
             fx.done.push((call, Err(e)));
         }
@@ -624,6 +679,7 @@ impl Node {
         if let Some(msg) = self.epoch_filter(from, msg, fx) {
             self.handle_now(from, msg, fx);
         }
+        self.unstall(fx);
         self.check_drained(fx);
     }
 
@@ -657,13 +713,13 @@ impl Node {
                 version,
                 data,
             } => {
-                let p = self.pages.entry(page).or_default();
-                if p.owner.is_none() && p.copy.as_ref().is_none_or(|c| c.version < version) {
-                    p.copy = Some(Copy { data, version });
-                }
+                self.update_copy(page, version, data, fx);
                 fx.sends.push((from, Msg::Ack { page }));
             }
             Msg::Ack { page } => self.ack(page, fx),
+            Msg::SwapAsk { page } => self.swap_ask(from, page, fx),
+            Msg::SwapNo { page, busy } => self.swap_refused(page, busy, fx),
+            Msg::SwapRoom => self.swap.waiting = None,
             other => self.handle_control(from, other, fx),
         }
     }
@@ -706,6 +762,10 @@ impl Node {
             );
         }
         s += &format!("  ops={:?}\n", self.ops);
+        if let Some(cap) = self.pool {
+            let used = self.pool_used();
+            s += &format!("  pool {used}/{cap}: {:?}\n", self.swap);
+        }
         s
     }
 }

@@ -19,6 +19,7 @@ use crate::addr::{NodeId, PageId};
 use crate::error::DmiError;
 use crate::msg::{CopyMode, Msg, OpId, Reply, ReqKind, Request};
 use crate::node::{Effects, Node, Op, Owner, PageOpKind};
+use crate::swap::Stalled;
 
 impl Node {
     /// Home side: forward each request to the owner on record.
@@ -30,8 +31,15 @@ impl Node {
                 self.reply(req.origin, req.op, unmapped(req.page), fx);
                 continue;
             }
+            if self.hand_fresh(&req, fx) {
+                continue;
+            }
+            if self.must_stall(req.page, fx) {
+                self.stall(Stalled::Home(req));
+                continue;
+            }
             let owner = self.owners.get(&req.page).copied().unwrap_or(self.me);
-            if req.kind == ReqKind::Exclusive {
+            if matches!(req.kind, ReqKind::Exclusive | ReqKind::Adopt) {
                 self.ensure_created(req.page);
                 if req.origin == self.me {
                     self.owners.remove(&req.page);
@@ -60,6 +68,13 @@ impl Node {
     pub(crate) fn at_owner(&mut self, req: Request, fx: &mut Effects) {
         if self.regions.page_size(req.page).is_none() {
             self.reply(req.origin, req.op, unmapped(req.page), fx);
+            return;
+        }
+        // Only a home creates pages: the request runs through the home
+        // side again once there is room (the page may have been handed out
+        // fresh meanwhile, `swap::hand_fresh`).
+        if self.must_stall(req.page, fx) {
+            self.stall(Stalled::Home(req));
             return;
         }
         self.ensure_created(req.page);
@@ -118,7 +133,20 @@ impl Node {
                 page.awaiting.retain(|&o| o != req.op);
                 self.write_exclusive(req.page, req.op, fx);
             }
-            ReqKind::Exclusive => {
+            ReqKind::Forget => {
+                owner.copyset.remove(&req.origin);
+                self.reply(req.origin, req.op, Reply::Done, fx);
+            }
+            // This node adopted a page it owns by now: nothing moves.
+            ReqKind::Adopt if req.origin == me => {
+                page.awaiting.retain(|&o| o != req.op);
+                self.finish_op(req.op, Reply::Done, fx);
+            }
+            ReqKind::Exclusive | ReqKind::Adopt => {
+                if req.kind == ReqKind::Adopt {
+                    self.swap.moved_out += 1;
+                }
+                let page = self.pages.entry(req.page).or_default();
                 let Some(owner) = page.owner.take() else {
                     return;
                 };
@@ -289,6 +317,10 @@ impl Node {
             ..Owner::default()
         });
         let early = std::mem::take(&mut page.early);
+        self.swap.resolved += 1;
+        if matches!(self.ops.get(&op), Some(Op::Adopt { .. })) {
+            self.ops.remove(&op);
+        }
         self.write_exclusive(page_id, op, fx);
         self.drain(page_id, early, fx);
     }

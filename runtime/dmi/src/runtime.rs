@@ -9,7 +9,9 @@
 //! `DMI_LISTEN_FD` (an inherited listening socket for this rank's address)
 //! and `DMI_ERRORS=return` (a dead peer makes calls fail instead of ending
 //! the process; the default ends it with status 3, like MPI's
-//! `MPI_ERRORS_ARE_FATAL`).
+//! `MPI_ERRORS_ARE_FATAL`). `DMI_POOL_PAGES=N` limits the pages this
+//! node's pool holds (default: unlimited); past it pages move to other
+//! nodes (`swap.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -41,6 +43,21 @@ pub struct Config {
     /// Ranks below this are members at start, the others spares that join
     /// later (None: all are members). `reconf::run` sets it to 1.
     pub members: Option<u32>,
+    /// The most pages this node's pool holds (None: unlimited).
+    pub pool_pages: Option<usize>,
+}
+
+/// `DMI_POOL_PAGES`: a number of pages greater than 0, or unset.
+pub fn pool_pages_from_env() -> Result<Option<usize>, DmiError> {
+    let Ok(v) = std::env::var("DMI_POOL_PAGES") else {
+        return Ok(None);
+    };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(DmiError::Setup(format!(
+            "DMI_POOL_PAGES={v:?} is not valid (the pool's size in pages, a number greater than 0)"
+        ))),
+    }
 }
 
 fn env(name: &str) -> Result<String, DmiError> {
@@ -102,6 +119,7 @@ impl Config {
         };
         Ok(Config {
             members: None,
+            pool_pages: pool_pages_from_env()?,
             rank,
             peers,
             listener,
@@ -546,6 +564,7 @@ async fn engine(
         Some(m) => Node::with_first(me, m, rmw),
         None => Node::new(me, n, rmw),
     };
+    node.set_pool_pages(cfg.pool_pages);
     let mut left = false;
     let mut waiting: HashMap<CallId, oneshot::Sender<Outcome>> = HashMap::new();
     let mut byes: HashSet<NodeId> = HashSet::new();

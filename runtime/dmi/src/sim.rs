@@ -44,6 +44,8 @@ pub struct Sim {
     pub rng: Rng,
     /// Messages delivered so far.
     pub delivered: u64,
+    /// The most pages each node's pool held after any step.
+    pub peak: Vec<usize>,
 }
 
 impl Sim {
@@ -55,6 +57,14 @@ impl Sim {
             done: HashMap::new(),
             rng: Rng::new(seed),
             delivered: 0,
+            peak: vec![0; n as usize],
+        }
+    }
+
+    /// Gives every node a pool of `pages` pages.
+    pub fn set_pool(&mut self, pages: usize) {
+        for n in &mut self.nodes {
+            n.set_pool_pages(Some(pages));
         }
     }
 
@@ -65,11 +75,15 @@ impl Sim {
         let rmw = Arc::new(RmwTable::default());
         for i in members..members + spares {
             sim.nodes.push(Node::spare(i, rmw.clone()));
+            sim.peak.push(0);
         }
         sim
     }
 
     fn absorb(&mut self, from: NodeId, fx: Effects) {
+        let used = self.nodes[from as usize].pool_used();
+        let peak = &mut self.peak[from as usize];
+        *peak = (*peak).max(used);
         for (to, m) in fx.sends {
             self.links.entry((from, to)).or_default().push_back(m);
         }

@@ -128,6 +128,7 @@ pub fn config() -> Result<Config, DmiError> {
         listener: Some(listener),
         fatal_errors: std::env::var("DMI_ERRORS").map_or(true, |v| v != "return"),
         members: None,
+        pool_pages: crate::runtime::pool_pages_from_env()?,
     })
 }
 

@@ -48,7 +48,27 @@ fn write_mode(r: &mut Rng) -> WriteMode {
 
 /// Runs one random program; returns the history and the message count.
 fn run(seed: u64, nodes: u32, per_node: u32, pages: u64, ops: usize) -> (History, u64) {
+    let (h, m, _) = run_with(seed, nodes, per_node, pages, ops, None);
+    (h, m)
+}
+
+/// `run` with every node's pool limited to `pool` pages; also returns the
+/// pages moved away and the copies dropped (over all nodes). Ends with a
+/// GET of every page by every client (so the history checks that the final
+/// contents are those of the last write), and checks that each page has
+/// exactly one owner and no pool ever held more than `pool` pages.
+pub fn run_with(
+    seed: u64,
+    nodes: u32,
+    per_node: u32,
+    pages: u64,
+    ops: usize,
+    pool: Option<usize>,
+) -> (History, u64, (u64, u64)) {
     let mut sim = Sim::new(nodes, seed);
+    if let Some(p) = pool {
+        sim.set_pool(p);
+    }
     let mut rng = Rng::new(seed ^ 0xD31);
     let base = i64::from_le_bytes(
         sim.run(
@@ -82,7 +102,10 @@ fn run(seed: u64, nodes: u32, per_node: u32, pages: u64, ops: usize) -> (History
             match sim.take(c.node, call) {
                 None => c.pending = Some((call, pages_written)),
                 Some(out) => {
-                    let out = out.unwrap_or_else(|e| panic!("seed {seed}: call failed: {e}"));
+                    let out = out.unwrap_or_else(|e| {
+                        let dump: String = sim.nodes.iter().map(|n| n.debug_state()).collect();
+                        panic!("seed {seed}: call failed: {e}\n{dump}")
+                    });
                     let mut at = 0;
                     for (p, w) in pages_written {
                         match w {
@@ -147,7 +170,42 @@ fn run(seed: u64, nodes: u32, per_node: u32, pages: u64, ops: usize) -> (History
     for n in &sim.nodes {
         assert_eq!(n.pending_calls(), 0, "seed {seed}");
     }
-    (hist, sim.delivered)
+    for c in &clients {
+        for p in 0..pages {
+            let req = CallReq::Read {
+                items: vec![(addr(p), PAGE as i64)],
+                mode: ReadMode::Get,
+            };
+            let out = sim
+                .run(c.node, req)
+                .unwrap_or_else(|e| panic!("seed {seed}: final read of page {p}: {e}"));
+            hist.record(c.id, p, Event::Read(decode(&out)));
+        }
+    }
+    sim.settle();
+    let mut owners = vec![0; pages as usize];
+    for n in &sim.nodes {
+        for (p, _, _) in n.owned_pages() {
+            owners[p.index as usize] += 1;
+        }
+    }
+    assert!(
+        owners.iter().all(|&o| o == 1),
+        "seed {seed}: owners per page {owners:?}"
+    );
+    if let Some(cap) = pool {
+        assert!(
+            sim.peak.iter().all(|&u| u <= cap),
+            "seed {seed}: pool peaks {:?} over {cap}",
+            sim.peak
+        );
+    }
+    let moved = sim
+        .nodes
+        .iter()
+        .map(|n| n.swap_counts())
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    (hist, sim.delivered, moved)
 }
 
 #[test]
@@ -201,4 +259,195 @@ fn the_checker_catches_a_stale_cache() {
         h.check().is_err(),
         "a read of the initial value after a newer read must be rejected"
     );
+}
+
+/// Remote swap: pools of 3-4 pages on 3-4 nodes, more pages than one node
+/// holds, the same random workloads in every mode. The pools together
+/// leave room for every page plus some slots reserved for accesses in
+/// flight (a tighter total, 3 pools of 3 for 5 pages, can find every pool
+/// full for a moment and fail an access with `PoolFull`: `docs/dmi.md`),
+/// so no access may fail here; pages must move and copies be dropped.
+#[test]
+fn small_pools_swap_pages_and_stay_sequentially_consistent() {
+    let (mut moved, mut dropped, mut events) = (0, 0, 0);
+    for seed in std::env::var("DMI_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(0..200u64, |s: u64| s..s + 1)
+    {
+        // (nodes, pool pages, pages)
+        let (nodes, pool, pages) = [(3, 4, 6), (4, 3, 9), (3, 3, 5), (4, 3, 7)][seed as usize % 4];
+        let (h, _, (m, d)) = run_with(seed, nodes, 1, pages, 25, Some(pool));
+        if let Err(e) = h.check() {
+            panic!("seed {seed} ({nodes} nodes, pool {pool}, {pages} pages): {e}\n{h:?}");
+        }
+        // Two clients per node: a Fetch in flight while the node drops
+        // (or declines to cache) a copy of the same page.
+        let (h2, _, (m2, d2)) = run_with(seed + 1_000_000, 3, 2, 6, 10, Some(5));
+        if let Err(e) = h2.check() {
+            panic!("seed {seed} (3 nodes, 2 clients each, pool 5, 6 pages): {e}\n{h2:?}");
+        }
+        moved += m + m2;
+        dropped += d + d2;
+        events += h.len() + h2.len();
+    }
+    eprintln!("checked {events} events; {moved} pages moved away, {dropped} copies dropped");
+    assert!(moved > 0 && dropped > 0, "{moved} moved, {dropped} dropped");
+}
+
+fn mmap(sim: &mut Sim, pages: i64) -> i64 {
+    let req = CallReq::Mmap {
+        page_size: PAGE as i64,
+        page_num: pages,
+    };
+    i64::from_le_bytes(sim.run(0, req).unwrap().try_into().unwrap())
+}
+
+/// One node writes 5 pages with a pool of 2 (3 nodes): owned pages move to
+/// the others; then every node reads every page in every mode.
+#[test]
+fn a_writer_with_a_small_pool_loses_nothing() {
+    for seed in 0..50 {
+        let mut sim = Sim::new(3, seed);
+        sim.set_pool(2);
+        let base = mmap(&mut sim, 5);
+        for p in 0..5u64 {
+            let mode = [WriteMode::Exclusive, WriteMode::Put][(p % 2) as usize];
+            let items = vec![(base + p as i64 * PAGE as i64, value_bytes(p + 1))];
+            sim.run(0, CallReq::Write { items, mode })
+                .unwrap_or_else(|e| panic!("seed {seed}: write {p}: {e}"));
+        }
+        for round in 0..2 {
+            for node in 0..3 {
+                for p in 0..5u64 {
+                    let mode = [ReadMode::Invalidate, ReadMode::Update, ReadMode::Get]
+                        [((p + node as u64 + round) % 3) as usize];
+                    let items = vec![(base + p as i64 * PAGE as i64, PAGE as i64)];
+                    let out = sim
+                        .run(node, CallReq::Read { items, mode })
+                        .unwrap_or_else(|e| panic!("seed {seed}: read {p} on {node}: {e}"));
+                    assert_eq!(decode(&out), p + 1, "seed {seed}: page {p} on node {node}");
+                }
+            }
+        }
+        sim.settle();
+        assert!(
+            sim.peak.iter().all(|&u| u <= 2),
+            "seed {seed}: {:?}",
+            sim.peak
+        );
+        let moved: u64 = sim.nodes.iter().map(|n| n.swap_counts().0).sum();
+        assert!(moved > 0, "seed {seed}: no page moved");
+    }
+}
+
+/// One node, or two, with pools of 2 cannot hold 5 pages: a write fails
+/// with an error naming the pool size (it must not wait forever), and what
+/// was written before stays intact.
+#[test]
+fn every_pool_full_is_a_clear_error_and_loses_nothing() {
+    for nodes in [1u32, 2] {
+        let mut sim = Sim::new(nodes, 1);
+        sim.set_pool(2);
+        let base = mmap(&mut sim, 5);
+        let mut written = 0u64;
+        let err = loop {
+            let at = base + written as i64 * PAGE as i64;
+            let items = vec![(at, value_bytes(written + 1))];
+            let mode = WriteMode::Exclusive;
+            match sim.run(0, CallReq::Write { items, mode }) {
+                Ok(_) => written += 1,
+                Err(e) => break e,
+            }
+            assert!(written < 5, "5 pages fit into {nodes} pools of 2");
+        };
+        assert!(matches!(err, dmi::DmiError::PoolFull(_)), "{err:?}");
+        assert!(err.to_string().contains("DMI_POOL_PAGES=2"), "{err}");
+        // One pool holds 2; two hold at least 3 (one more than one node).
+        assert!(
+            written > u64::from(nodes),
+            "{nodes} nodes: only {written} pages fit"
+        );
+        sim.settle();
+        for node in 0..nodes {
+            for p in 0..written {
+                let items = vec![(base + p as i64 * PAGE as i64, PAGE as i64)];
+                let mode = ReadMode::Get;
+                let out = sim.run(node, CallReq::Read { items, mode }).unwrap();
+                assert_eq!(decode(&out), p + 1, "page {p} on node {node}");
+            }
+        }
+        assert!(sim.peak.iter().all(|&u| u <= 2), "{:?}", sim.peak);
+    }
+}
+
+/// A full home receives first accesses to pages nobody touched yet: GETs
+/// and INVALIDATE reads wait at the home for room, an EXCLUSIVE write gets
+/// the page handed out fresh (the home needs no slot for it), and the
+/// waiting reads then go to the new owner. Nothing fails, the reads see 0
+/// or the write, and a final read sees the write.
+#[test]
+fn a_full_home_hands_untouched_pages_out() {
+    for seed in 0..100 {
+        let mut sim = Sim::new(3, seed);
+        sim.nodes[0].set_pool_pages(Some(2));
+        for n in &mut sim.nodes[1..] {
+            n.set_pool_pages(Some(4));
+        }
+        let base = mmap(&mut sim, 9);
+        // Region 2: page i's home is (2 + i) % 3, so node 0 is home of 1, 4, 7.
+        let region = (base as u64 >> dmi::addr::REGION_SHIFT) as u32;
+        let homed: Vec<u64> = (0..9)
+            .filter(|i| (u64::from(region) + i) % 3 == 0)
+            .collect();
+        let at = |p: u64| base + p as i64 * PAGE as i64;
+        for (k, &p) in homed[..2].iter().enumerate() {
+            let items = vec![(at(p), value_bytes(k as u64 + 1))];
+            let mode = WriteMode::Exclusive;
+            sim.run(0, CallReq::Write { items, mode }).unwrap();
+        }
+        let c = homed[2];
+        let read = |mode| CallReq::Read {
+            items: vec![(at(c), PAGE as i64)],
+            mode,
+        };
+        let write = CallReq::Write {
+            items: vec![(at(c), value_bytes(99))],
+            mode: WriteMode::Exclusive,
+        };
+        let calls = [
+            (1, sim.start(1, read(ReadMode::Get)), true),
+            (2, sim.start(2, read(ReadMode::Invalidate)), true),
+            (1, sim.start(1, write), false),
+            (0, sim.start(0, read(ReadMode::Update)), true),
+        ];
+        for (node, call, is_read) in calls {
+            let out = sim
+                .wait(node, call)
+                .unwrap_or_else(|e| panic!("seed {seed}: node {node}: {e}"));
+            if is_read {
+                let v = decode(&out);
+                assert!(v == 0 || v == 99, "seed {seed}: read {v}");
+            }
+        }
+        sim.settle();
+        for node in 0..3 {
+            let out = sim.run(node, read(ReadMode::Get)).unwrap();
+            assert_eq!(decode(&out), 99, "seed {seed}: node {node}");
+        }
+        for (k, &p) in homed[..2].iter().enumerate() {
+            let items = vec![(at(p), PAGE as i64)];
+            let out = sim
+                .run(
+                    2,
+                    CallReq::Read {
+                        items,
+                        mode: ReadMode::Get,
+                    },
+                )
+                .unwrap();
+            assert_eq!(decode(&out), k as u64 + 1, "seed {seed}: page {p}");
+        }
+        assert!(sim.peak[0] <= 2, "seed {seed}: {:?}", sim.peak);
+    }
 }

@@ -22,6 +22,7 @@ fn node() -> Dmi {
         listener: Some(l),
         fatal_errors: false,
         members: None,
+        pool_pages: None,
     };
     Dmi::start(cfg, Arc::new(RmwTable::default())).unwrap()
 }

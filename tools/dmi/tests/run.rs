@@ -176,6 +176,31 @@ fn three_processes_are_sequentially_consistent_per_page() {
     }
 }
 
+/// The random workload over three processes whose pools (5 pages) hold
+/// less than the 8 pages in use (7 and the root page): pages move between
+/// the processes and every history stays sequentially consistent.
+#[test]
+fn three_processes_with_small_pools_are_sequentially_consistent() {
+    for seed in ["1", "2"] {
+        let dir = tmp(&format!("stress-pool-{seed}"));
+        let stress = [env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "300"];
+        let o = dmi_run(3, &[], &stress)
+            .args(["--pages", "7", "--seed", seed, "--dir"])
+            .arg(&dir)
+            .env("DMI_POOL_PAGES", "5")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let c = dmi().arg("check").arg(&dir).output().unwrap();
+        assert!(c.status.success(), "{}", text(&c));
+        assert!(
+            String::from_utf8_lossy(&c.stdout).contains("on 7 pages from 3 nodes"),
+            "{}",
+            text(&c)
+        );
+    }
+}
+
 /// Starts 3 stress nodes that run long, returns the launcher and node pids.
 fn start_long_run(extra: &[&str]) -> (Child, Vec<u32>, std::sync::mpsc::Receiver<String>) {
     let dir = tmp(&format!("long-{}", extra.join("")));
@@ -326,4 +351,66 @@ fn the_launcher_names_failing_nodes_and_prefixes_output() {
         "{}",
         text(&o)
     );
+}
+
+/// Remote swap across processes: node 0 writes more pages than its pool
+/// holds; every node reads them all back. With one node there is nowhere
+/// to move them: a clear error naming the pool size. A bad pool size is a
+/// start-up error.
+#[test]
+fn pages_past_a_full_pool_move_to_other_nodes() {
+    let (prog, lib) = build_c("swap");
+    let prog = prog.to_str().unwrap();
+    let o = dmi_run(3, &[], &[prog, "20"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("DMI_POOL_PAGES", "10")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("swap ok: 20 pages on 3 nodes"),
+        "{}",
+        text(&o)
+    );
+
+    let o = dmi_run(1, &[], &[prog, "20"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("DMI_POOL_PAGES", "10")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("write of page") && err.contains("DMI_POOL_PAGES=10"),
+        "{}",
+        text(&o)
+    );
+
+    // 3 pools of 6 cannot hold 21 pages (the root page counts too).
+    let o = dmi_run(3, &[], &[prog, "20"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("DMI_POOL_PAGES", "6")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("every node's memory pool is full"),
+        "{}",
+        text(&o)
+    );
+
+    for bad in ["0", "many", "-3"] {
+        let o = dmi_run(2, &[], &[prog, "4"])
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("DMI_POOL_PAGES", bad)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains(&format!("DMI_POOL_PAGES=\"{bad}\" is not valid")),
+            "{}",
+            text(&o)
+        );
+    }
 }
