@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
  * A plain DMI program (main, DMI_init, one rank per node) plus one
- * DMI_yield() per iteration, for movable runs (docs/dmi.md, "DMI_yield":
+ * DMI_yield() per iteration, for movable runs (docs/dmi-reconf.md, "DMI_yield":
  * cross-node moves): `dmi run -n N --movable ./roam [ITERS]` runs each
  * rank as a compute instance that DMI_MOVE_AT=N:RANK@NODE, --shrink-at and
  * --grow-at move between nodes. Each rank's state that matters is private

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
- * DMI_yield (docs/dmi.md, "DMI_yield"): every node creates NINST compute
+ * DMI_yield (docs/dmi-reconf.md, "DMI_yield"): every node creates NINST compute
  * instances; each runs ITERS iterations over private state that matters -
  * a global array, a malloc'd buffer and an array on its stack - calling
  * DMI_yield() every iteration and, after it, a DMI_write/DMI_read round

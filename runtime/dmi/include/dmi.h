@@ -171,7 +171,7 @@ int DMI_detach(DMI_instance_t handle);
  * no DMI call then). Returns 1 when it was moved (it runs on as another
  * process with the same globals, heap and stack), 0 when not (always in
  * the node's own program), -1 on error. Moves are scheduled with
- * DMI_MOVE_AT (docs/dmi.md, "DMI_yield"). */
+ * DMI_MOVE_AT (docs/dmi-reconf.md, "DMI_yield"). */
 int DMI_yield(void);
 
 #ifdef __cplusplus

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR MIT */
 /*
- * dmi_main.h - main() of a reconfigurable DMI program (dmi.h, docs/dmi.md).
+ * dmi_main.h - main() of a reconfigurable DMI program (dmi.h, docs/dmi-reconf.md).
  * Include it in exactly one file of a program that defines DMI_main and
  * DMI_itergroup; DMI_judge_rescale is optional.
  */

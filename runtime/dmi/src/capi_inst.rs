@@ -76,7 +76,7 @@ pub extern "C" fn DMI_detach(handle: DMI_instance_t) -> c_int {
     serve::detach(handle.id).map_or_else(fail, |_| 0)
 }
 
-/// Where the node may move the calling compute instance (`docs/dmi.md`,
+/// Where the node may move the calling compute instance (`docs/dmi-reconf.md`,
 /// "DMI_yield"): 1 when it was moved (it now runs as another process,
 /// served by its new mailbox), 0 when not (also in the node's own
 /// program), -1 on error.

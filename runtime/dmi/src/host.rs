@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
-//! Movable runs (`DMI_MOVABLE=1`, set by `dmi run --movable`; `docs/dmi.md`,
+//! Movable runs (`DMI_MOVABLE=1`, set by `dmi run --movable`; `docs/dmi-reconf.md`,
 //! "DMI_yield"): `DMI_init` makes the node process the host of its
 //! half-process set and runs the rest of the program (after `DMI_init`) as
 //! a compute instance, a member forked from it: so an unchanged DMI

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
-//! Moving a compute instance at `DMI_yield` (`docs/dmi.md`, "DMI_yield"):
+//! Moving a compute instance at `DMI_yield` (`docs/dmi-reconf.md`, "DMI_yield"):
 //! the policy ([`MoveSchedule`], `DMI_MOVE_AT`) and the move itself
 //! ([`relocate`]): the parked instance is checkpointed with the migration
 //! engine (its set range left out), restored as a child of this node that
