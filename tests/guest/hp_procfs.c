@@ -10,6 +10,8 @@
 #include "../lib/halfproc_test.h"
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include "kselftest_harness.h"
 
 #define NPAGES		8	/* the read-write mapping; pages 0, 2, 5 touched */
@@ -386,6 +388,168 @@ TEST(smaps_rollup_sums_the_sets_mappings)
 {
 	REQUIRE_HALFPROC();
 	EXPECT_EQ(0, run_check(_metadata, 3));
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The state letter of /proc/<pid>/stat ('D': blocked, killable or not). */
+static char task_state(pid_t pid)
+{
+	char path[64], buf[512], *e;
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return '?';
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return '?';
+	buf[n] = 0;
+	e = strrchr(buf, ')');
+	return e && e[1] == ' ' ? e[2] : '?';
+}
+
+#define BIG (512UL << 20)
+#define ROUNDS 3	/* kills that landed on a reader blocked behind the lock */
+#define MAX_TRIES 12
+
+enum reader { QUERY, PAGEMAP, ROLLUP };
+
+/* Read /proc/<target>'s @how view of @p for ever. */
+static void read_forever(pid_t target, enum reader how, char *p)
+{
+	const char *file[] = { "maps", "pagemap", "smaps_rollup" };
+	struct procmap_query q;
+	char path[64], buf[4096];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", target, file[how]);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		_exit(1);
+	for (;;) {
+		if (how == QUERY) {
+			memset(&q, 0, sizeof(q));
+			q.size = sizeof(q);
+			q.query_addr = (unsigned long)p;
+			ioctl(fd, PROCMAP_QUERY, &q);
+		} else if (how == PAGEMAP) {
+			pread(fd, buf, 8, (unsigned long)p / PAGE * 8);
+		} else {
+			pread(fd, buf, sizeof(buf), 0);
+		}
+	}
+}
+
+struct lock_ctl {
+	volatile int go;	/* round the looper is asked to run */
+	volatile int busy;	/* round whose mprotect() has started */
+	volatile int ended;	/* round whose mprotect() has returned */
+};
+
+/*
+ * As hp_mmstate's proc_maps_reader_is_killable_behind_a_long_meta_operation
+ * for maps: a reader of @how of a member, blocked on the set mm's lock
+ * behind another member's long mprotect(), must die of SIGKILL while that
+ * mprotect() still runs.  The verdict is an ordering, not a duration; a
+ * round where the reader never blocked says nothing and is not counted.
+ */
+static void killable(struct __test_metadata *_metadata, enum reader how)
+{
+	int i, counted = 0, late = 0, tries;
+	struct lock_ctl *ctl;
+	pid_t looper, reader;
+	double t0, d = 0;
+	char st, *p;
+
+	ctl = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, (void *)ctl);
+	p = hp_anon(BIG);
+	ASSERT_NE(MAP_FAILED, p);
+	/* 4 KiB pages: a PTE each for mprotect() to change. */
+	ASSERT_EQ(0, madvise(p, BIG, MADV_NOHUGEPAGE));
+	memset(p, 1, BIG);
+	for (i = 0; i < 3; i++) {
+		t0 = now_ms();
+		ASSERT_EQ(0, mprotect(p, BIG, i & 1 ? PROT_READ | PROT_WRITE : PROT_READ));
+		d += (now_ms() - t0) / 3;
+	}
+	ASSERT_EQ(0, mprotect(p, BIG, PROT_READ | PROT_WRITE));
+	if (d < 40)
+		SKIP(return, "mprotect() of %lu MiB takes %.1f ms: too short to tell", BIG >> 20, d);
+	looper = hp_spawn();
+	ASSERT_LE(0, looper);
+	if (looper == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (int r = 1; r <= MAX_TRIES; r++) {
+			while (ctl->go >= 0 && ctl->go < r)
+				usleep(1000);
+			if (ctl->go < 0)
+				break;
+			ctl->busy = r;
+			mprotect(p, BIG, r & 1 ? PROT_READ : PROT_READ | PROT_WRITE);
+			ctl->ended = r;
+		}
+		_exit(0);
+	}
+	for (tries = 1; tries <= MAX_TRIES && counted < ROUNDS; tries++) {
+		reader = fork();
+		ASSERT_LE(0, reader);
+		if (reader == 0)
+			read_forever(getppid(), how, p);
+		ctl->go = tries;
+		while (ctl->busy < tries)
+			usleep(500);
+		/* Until the reader is blocked, or the mprotect() is over. */
+		while ((st = task_state(reader)) != 'D' && ctl->ended < tries)
+			usleep(500);
+		kill(reader, SIGKILL);
+		waitpid(reader, NULL, 0);
+		if (st == 'D') {
+			counted++;
+			late += ctl->ended >= tries;
+		}
+		while (ctl->ended < tries)
+			usleep(1000);
+	}
+	ctl->go = -1;
+	ASSERT_EQ(0, wait_status(looper));
+	TH_LOG("mprotect() of %lu MiB holds the set mm's lock %.1f ms; %d of %d kills hit a blocked reader, %d of those were seen only after the mprotect() ended",
+	       BIG >> 20, d, counted, tries - 1, late);
+	ASSERT_EQ(ROUNDS, counted);
+	EXPECT_EQ(0, late);
+}
+
+/* Up to MAX_TRIES long mprotect()s each: more than the default 30 s. */
+FIXTURE(slow) {};
+FIXTURE_SETUP(slow) {}
+FIXTURE_TEARDOWN(slow) {}
+
+TEST_F_TIMEOUT(slow, procmap_query_is_killable_behind_a_long_meta_operation, 180)
+{
+	REQUIRE_HALFPROC();
+	killable(_metadata, QUERY);
+}
+
+TEST_F_TIMEOUT(slow, pagemap_is_killable_behind_a_long_meta_operation, 180)
+{
+	REQUIRE_HALFPROC();
+	killable(_metadata, PAGEMAP);
+}
+
+TEST_F_TIMEOUT(slow, smaps_rollup_is_killable_behind_a_long_meta_operation, 180)
+{
+	REQUIRE_HALFPROC();
+	killable(_metadata, ROLLUP);
 }
 
 TEST_HARNESS_MAIN
