@@ -5,7 +5,9 @@
  * maps finds the set's VMAs as maps lists them, pagemap shows the set's
  * pages as present (with the PFN the other members see), and
  * smaps_rollup sums the set's mappings with the member's own.  Each is
- * read by a non-member and by a second member of the set.
+ * read by a non-member and by a second member of the set.  A reader of
+ * each, blocked on the set mm's lock behind a long meta-operation of
+ * another member, dies of SIGKILL at once (patch 0030's rule for maps).
  */
 #include "../lib/halfproc_test.h"
 #include <linux/fs.h>
@@ -459,18 +461,59 @@ struct lock_ctl {
 /*
  * As hp_mmstate's proc_maps_reader_is_killable_behind_a_long_meta_operation
  * for maps: a reader of @how of a member, blocked on the set mm's lock
- * behind another member's long mprotect(), must die of SIGKILL while that
- * mprotect() still runs.  The verdict is an ordering, not a duration; a
- * round where the reader never blocked says nothing and is not counted.
+ * behind another member's long mprotect() of @p, must die of SIGKILL while
+ * that mprotect() still runs.  The verdict is an ordering, not a duration;
+ * a round where the reader never blocked says nothing and is not counted.
  */
-static void killable(struct __test_metadata *_metadata, enum reader how)
+static void killable(struct __test_metadata *_metadata, enum reader how,
+		     struct lock_ctl *ctl, char *p, double d)
 {
-	int i, counted = 0, late = 0, tries;
-	struct lock_ctl *ctl;
-	pid_t looper, reader;
-	double t0, d = 0;
-	char st, *p;
+	const char *name[] = { "PROCMAP_QUERY", "pagemap", "smaps_rollup" };
+	int counted = 0, late = 0, tries, r;
+	pid_t reader;
+	char st;
 
+	for (tries = 1; tries <= MAX_TRIES && counted < ROUNDS; tries++) {
+		r = ctl->ended + 1;
+		reader = fork();
+		ASSERT_LE(0, reader);
+		if (reader == 0)
+			read_forever(getppid(), how, p);
+		ctl->go = r;
+		while (ctl->busy < r)
+			usleep(500);
+		/* Until the reader is blocked, or the mprotect() is over. */
+		while ((st = task_state(reader)) != 'D' && ctl->ended < r)
+			usleep(500);
+		kill(reader, SIGKILL);
+		waitpid(reader, NULL, 0);
+		if (st == 'D') {
+			counted++;
+			late += ctl->ended >= r;
+		}
+		while (ctl->ended < r)
+			usleep(1000);
+	}
+	TH_LOG("%s: mprotect() of %lu MiB holds the set mm's lock %.1f ms; %d of %d kills hit a blocked reader, %d of those were seen only after the mprotect() ended",
+	       name[how], BIG >> 20, d, counted, tries - 1, late);
+	EXPECT_EQ(ROUNDS, counted);
+	EXPECT_EQ(0, late);
+}
+
+/* Up to 3 x MAX_TRIES long mprotect()s: more than the default 30 s. */
+FIXTURE(slow) {};
+FIXTURE_SETUP(slow) {}
+FIXTURE_TEARDOWN(slow) {}
+
+TEST_F_TIMEOUT(slow, proc_views_are_killable_behind_a_long_meta_operation, 300)
+{
+	struct lock_ctl *ctl;
+	double t0, d = 0;
+	pid_t looper;
+	char *p;
+	int i;
+
+	REQUIRE_HALFPROC();
 	ctl = hp_anon(PAGE);
 	ASSERT_NE(MAP_FAILED, (void *)ctl);
 	p = hp_anon(BIG);
@@ -490,7 +533,7 @@ static void killable(struct __test_metadata *_metadata, enum reader how)
 	ASSERT_LE(0, looper);
 	if (looper == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		for (int r = 1; r <= MAX_TRIES; r++) {
+		for (int r = 1; ; r++) {
 			while (ctl->go >= 0 && ctl->go < r)
 				usleep(1000);
 			if (ctl->go < 0)
@@ -501,55 +544,11 @@ static void killable(struct __test_metadata *_metadata, enum reader how)
 		}
 		_exit(0);
 	}
-	for (tries = 1; tries <= MAX_TRIES && counted < ROUNDS; tries++) {
-		reader = fork();
-		ASSERT_LE(0, reader);
-		if (reader == 0)
-			read_forever(getppid(), how, p);
-		ctl->go = tries;
-		while (ctl->busy < tries)
-			usleep(500);
-		/* Until the reader is blocked, or the mprotect() is over. */
-		while ((st = task_state(reader)) != 'D' && ctl->ended < tries)
-			usleep(500);
-		kill(reader, SIGKILL);
-		waitpid(reader, NULL, 0);
-		if (st == 'D') {
-			counted++;
-			late += ctl->ended >= tries;
-		}
-		while (ctl->ended < tries)
-			usleep(1000);
-	}
+	killable(_metadata, QUERY, ctl, p, d);
+	killable(_metadata, PAGEMAP, ctl, p, d);
+	killable(_metadata, ROLLUP, ctl, p, d);
 	ctl->go = -1;
 	ASSERT_EQ(0, wait_status(looper));
-	TH_LOG("mprotect() of %lu MiB holds the set mm's lock %.1f ms; %d of %d kills hit a blocked reader, %d of those were seen only after the mprotect() ended",
-	       BIG >> 20, d, counted, tries - 1, late);
-	ASSERT_EQ(ROUNDS, counted);
-	EXPECT_EQ(0, late);
-}
-
-/* Up to MAX_TRIES long mprotect()s each: more than the default 30 s. */
-FIXTURE(slow) {};
-FIXTURE_SETUP(slow) {}
-FIXTURE_TEARDOWN(slow) {}
-
-TEST_F_TIMEOUT(slow, procmap_query_is_killable_behind_a_long_meta_operation, 180)
-{
-	REQUIRE_HALFPROC();
-	killable(_metadata, QUERY);
-}
-
-TEST_F_TIMEOUT(slow, pagemap_is_killable_behind_a_long_meta_operation, 180)
-{
-	REQUIRE_HALFPROC();
-	killable(_metadata, PAGEMAP);
-}
-
-TEST_F_TIMEOUT(slow, smaps_rollup_is_killable_behind_a_long_meta_operation, 180)
-{
-	REQUIRE_HALFPROC();
-	killable(_metadata, ROLLUP);
 }
 
 TEST_HARNESS_MAIN
