@@ -16,6 +16,7 @@
  */
 #include "../lib/halfproc_test.h"
 #include "kselftest_harness.h"
+#include "../lib/hp_blocked.h"
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -392,131 +393,53 @@ TEST(lam_cannot_be_enabled_in_a_member)
 	EXPECT_EQ(EBUSY, errno);
 }
 
-static double now_ms(void)
+/* A reader of the test process's maps, for ever. */
+static pid_t maps_reader(void *unused)
 {
-	struct timespec ts;
+	char path[64], buf[4096];
+	pid_t pid = fork();
+	int fd;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	snprintf(path, sizeof(path), "/proc/%d/maps", getppid());
+	for (;;) {
+		fd = open(path, O_RDONLY);
+		while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0)
+			;
+		if (fd >= 0)
+			close(fd);
+	}
 }
 
-#define BIG (512UL << 20)
-#define ROUNDS 3	/* kills that landed on a reader blocked behind the lock */
-#define MAX_TRIES 12
-
-/* The state letter of /proc/<pid>/stat ('D': blocked, killable or not). */
-static char task_state(pid_t pid)
-{
-	char path[64], buf[512], *e;
-	int fd, n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return '?';
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return '?';
-	buf[n] = 0;
-	e = strrchr(buf, ')');
-	return e && e[1] == ' ' ? e[2] : '?';
-}
-
-struct lock_ctl {
-	volatile int go;	/* round the looper is asked to run */
-	volatile int busy;	/* round whose mprotect() has started */
-	volatile int ended;	/* round whose mprotect() has returned */
-};
-
-/*
- * Defect 6 (b): a reader of a member's /proc/<pid>/maps waits for the set
- * mm's mmap lock; while another member's mprotect() of a large populated
- * region holds it for writing, SIGKILL must end the reader at once, not
- * when the mprotect() is over.  Each round: the looper starts one long
- * mprotect(), a reader blocks behind it (state D), the reader is killed,
- * and its death must be seen while that same mprotect() still runs.  The
- * verdict is an ordering, not a duration, so a loaded host cannot change
- * it; a round where the reader never blocked before the mprotect() ended
- * says nothing and is not counted.
- */
 /* The verdict is an order, so only the harness's limit depends on speed. */
 FIXTURE(killable) {};
 FIXTURE_SETUP(killable) {}
 FIXTURE_TEARDOWN(killable) {}
 
+/*
+ * Defect 6 (b): a reader of a member's /proc/<pid>/maps waits for the set
+ * mm's mmap lock; while another member's mprotect() of a large populated
+ * region holds it for writing, SIGKILL must end the reader at once, not
+ * when the mprotect() is over (tests/lib/hp_blocked.h: judged by order).
+ */
 TEST_F_TIMEOUT(killable, proc_maps_reader_is_killable_behind_a_long_meta_operation, 600)
 {
-	double t0, d = 0;
-	struct lock_ctl *ctl;
-	int i, fd, counted = 0, late = 0, tries;
-	pid_t looper, reader;
-	char path[64], buf[4096], st;
-	char *p;
+	struct blocked b;
+	int r, counted, late, tries;
 
 	REQUIRE_HALFPROC();
-	ctl = hp_anon(PAGE);
-	ASSERT_NE(MAP_FAILED, (void *)ctl);
-	p = hp_anon(BIG);
-	ASSERT_NE(MAP_FAILED, p);
-	/* 4 KiB pages: a PTE each for mprotect() to change. */
-	ASSERT_EQ(0, madvise(p, BIG, MADV_NOHUGEPAGE));
-	memset(p, 1, BIG);
-	for (i = 0; i < 3; i++) {
-		t0 = now_ms();
-		ASSERT_EQ(0, mprotect(p, BIG, i & 1 ? PROT_READ | PROT_WRITE : PROT_READ));
-		d += (now_ms() - t0) / 3;
-	}
-	ASSERT_EQ(0, mprotect(p, BIG, PROT_READ | PROT_WRITE));
-	if (d < 40)
-		SKIP(return, "mprotect() of %lu MiB takes %.1f ms: too short to tell", BIG >> 20, d);
-	looper = hp_spawn();
-	ASSERT_LE(0, looper);
-	if (looper == 0) {
-		for (int r = 1; r <= MAX_TRIES; r++) {
-			while (ctl->go >= 0 && ctl->go < r)
-				usleep(1000);
-			if (ctl->go < 0)
-				break;
-			ctl->busy = r;
-			mprotect(p, BIG, r & 1 ? PROT_READ : PROT_READ | PROT_WRITE);
-			ctl->ended = r;
-		}
-		_exit(0);
-	}
-	snprintf(path, sizeof(path), "/proc/%d/maps", getpid());
-	for (tries = 1; tries <= MAX_TRIES && counted < ROUNDS; tries++) {
-		reader = fork();
-		ASSERT_LE(0, reader);
-		if (reader == 0) {
-			for (;;) {
-				fd = open(path, O_RDONLY);
-				while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0)
-					;
-				if (fd >= 0)
-					close(fd);
-			}
-		}
-		ctl->go = tries;
-		while (ctl->busy < tries)
-			usleep(500);
-		/* Until the reader is blocked, or the mprotect() is over. */
-		while ((st = task_state(reader)) != 'D' && ctl->ended < tries)
-			usleep(500);
-		kill(reader, SIGKILL);
-		waitpid(reader, NULL, 0);
-		if (st == 'D') {
-			counted++;
-			late += ctl->ended >= tries;
-		}
-		while (ctl->ended < tries)
-			usleep(1000);
-	}
-	ctl->go = -1;
-	ASSERT_EQ(0, wait_status(looper));
+	r = blocked_start(&b);
+	ASSERT_LE(0, r);
+	if (r > 0)
+		SKIP(return, "mprotect() of %lu MiB takes %.1f ms: too short to tell",
+		     BLOCKED_BIG >> 20, b.hold_ms);
+	tries = blocked_rounds(&b, maps_reader, NULL, &counted, &late);
+	ASSERT_EQ(0, blocked_stop(&b));
 	TH_LOG("mprotect() of %lu MiB holds the set mm's lock %.1f ms; %d of %d kills hit a blocked maps reader, %d of those were seen only after the mprotect() ended",
-	       BIG >> 20, d, counted, tries - 1, late);
-	ASSERT_EQ(ROUNDS, counted);
+	       BLOCKED_BIG >> 20, b.hold_ms, counted, tries, late);
+	ASSERT_EQ(BLOCKED_ROUNDS, counted);
 	EXPECT_EQ(0, late);
 }
 

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 #include "kselftest_harness.h"
+#include "../lib/hp_blocked.h"
 
 #define NPAGES		8	/* the read-write mapping; pages 0, 2, 5 touched */
 #define NRO		2	/* the read-only mapping after it */
@@ -392,163 +393,77 @@ TEST(smaps_rollup_sums_the_sets_mappings)
 	EXPECT_EQ(0, run_check(_metadata, 3));
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* The state letter of /proc/<pid>/stat ('D': blocked, killable or not). */
-static char task_state(pid_t pid)
-{
-	char path[64], buf[512], *e;
-	int fd, n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return '?';
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return '?';
-	buf[n] = 0;
-	e = strrchr(buf, ')');
-	return e && e[1] == ' ' ? e[2] : '?';
-}
-
-#define BIG (512UL << 20)
-#define ROUNDS 3	/* kills that landed on a reader blocked behind the lock */
-#define MAX_TRIES 12
-
 enum reader { QUERY, PAGEMAP, ROLLUP };
 
-/* Read /proc/<target>'s @how view of @p for ever. */
-static void read_forever(pid_t target, enum reader how, char *p)
+struct reading {
+	enum reader how;
+	char *p;
+};
+
+/* A reader of the test process's @how view of @p, for ever. */
+static pid_t view_reader(void *arg)
 {
 	const char *file[] = { "maps", "pagemap", "smaps_rollup" };
+	struct reading *rd = arg;
 	struct procmap_query q;
 	char path[64], buf[4096];
+	pid_t pid = fork();
 	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/%s", target, file[how]);
+	if (pid != 0)
+		return pid;
+	snprintf(path, sizeof(path), "/proc/%d/%s", getppid(), file[rd->how]);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	fd = open(path, O_RDONLY);
 	if (fd < 0)
 		_exit(1);
 	for (;;) {
-		if (how == QUERY) {
+		if (rd->how == QUERY) {
 			memset(&q, 0, sizeof(q));
 			q.size = sizeof(q);
-			q.query_addr = (unsigned long)p;
+			q.query_addr = (unsigned long)rd->p;
 			ioctl(fd, PROCMAP_QUERY, &q);
-		} else if (how == PAGEMAP) {
-			pread(fd, buf, 8, (unsigned long)p / PAGE * 8);
+		} else if (rd->how == PAGEMAP) {
+			pread(fd, buf, 8, (unsigned long)rd->p / PAGE * 8);
 		} else {
 			pread(fd, buf, sizeof(buf), 0);
 		}
 	}
 }
 
-struct lock_ctl {
-	volatile int go;	/* round the looper is asked to run */
-	volatile int busy;	/* round whose mprotect() has started */
-	volatile int ended;	/* round whose mprotect() has returned */
-};
-
-/*
- * As hp_mmstate's proc_maps_reader_is_killable_behind_a_long_meta_operation
- * for maps: a reader of @how of a member, blocked on the set mm's lock
- * behind another member's long mprotect() of @p, must die of SIGKILL while
- * that mprotect() still runs.  The verdict is an ordering, not a duration;
- * a round where the reader never blocked says nothing and is not counted.
- */
-static void killable(struct __test_metadata *_metadata, enum reader how,
-		     struct lock_ctl *ctl, char *p, double d)
-{
-	const char *name[] = { "PROCMAP_QUERY", "pagemap", "smaps_rollup" };
-	int counted = 0, late = 0, tries, r;
-	pid_t reader;
-	char st;
-
-	for (tries = 1; tries <= MAX_TRIES && counted < ROUNDS; tries++) {
-		r = ctl->ended + 1;
-		reader = fork();
-		ASSERT_LE(0, reader);
-		if (reader == 0)
-			read_forever(getppid(), how, p);
-		ctl->go = r;
-		while (ctl->busy < r)
-			usleep(500);
-		/* Until the reader is blocked, or the mprotect() is over. */
-		while ((st = task_state(reader)) != 'D' && ctl->ended < r)
-			usleep(500);
-		kill(reader, SIGKILL);
-		waitpid(reader, NULL, 0);
-		if (st == 'D') {
-			counted++;
-			late += ctl->ended >= r;
-		}
-		while (ctl->ended < r)
-			usleep(1000);
-	}
-	TH_LOG("%s: mprotect() of %lu MiB holds the set mm's lock %.1f ms; %d of %d kills hit a blocked reader, %d of those were seen only after the mprotect() ended",
-	       name[how], BIG >> 20, d, counted, tries - 1, late);
-	EXPECT_EQ(ROUNDS, counted);
-	EXPECT_EQ(0, late);
-}
-
-/* Up to 3 x MAX_TRIES long mprotect()s: more than the default 30 s. */
+/* Up to 3 x BLOCKED_TRIES long mprotect()s: more than the default 30 s. */
 FIXTURE(slow) {};
 FIXTURE_SETUP(slow) {}
 FIXTURE_TEARDOWN(slow) {}
 
+/*
+ * As hp_mmstate's proc_maps_reader_is_killable_behind_a_long_meta_operation
+ * for maps (tests/lib/hp_blocked.h): a reader of each view of a member,
+ * blocked on the set mm's lock behind another member's long mprotect(),
+ * must die of SIGKILL while that mprotect() still runs.
+ */
 TEST_F_TIMEOUT(slow, proc_views_are_killable_behind_a_long_meta_operation, 300)
 {
-	struct lock_ctl *ctl;
-	double t0, d = 0;
-	pid_t looper;
-	char *p;
-	int i;
+	const char *name[] = { "PROCMAP_QUERY", "pagemap", "smaps_rollup" };
+	int r, counted, late, tries;
+	struct blocked b;
 
 	REQUIRE_HALFPROC();
-	ctl = hp_anon(PAGE);
-	ASSERT_NE(MAP_FAILED, (void *)ctl);
-	p = hp_anon(BIG);
-	ASSERT_NE(MAP_FAILED, p);
-	/* 4 KiB pages: a PTE each for mprotect() to change. */
-	ASSERT_EQ(0, madvise(p, BIG, MADV_NOHUGEPAGE));
-	memset(p, 1, BIG);
-	for (i = 0; i < 3; i++) {
-		t0 = now_ms();
-		ASSERT_EQ(0, mprotect(p, BIG, i & 1 ? PROT_READ | PROT_WRITE : PROT_READ));
-		d += (now_ms() - t0) / 3;
+	r = blocked_start(&b);
+	ASSERT_LE(0, r);
+	if (r > 0)
+		SKIP(return, "mprotect() of %lu MiB takes %.1f ms: too short to tell",
+		     BLOCKED_BIG >> 20, b.hold_ms);
+	for (enum reader how = QUERY; how <= ROLLUP; how++) {
+		struct reading rd = { how, b.p };
+
+		tries = blocked_rounds(&b, view_reader, &rd, &counted, &late);
+		TH_LOG("%s: mprotect() of %lu MiB holds the set mm's lock %.1f ms; %d of %d kills hit a blocked reader, %d of those were seen only after the mprotect() ended",
+		       name[how], BLOCKED_BIG >> 20, b.hold_ms, counted, tries, late);
+		EXPECT_EQ(BLOCKED_ROUNDS, counted);
+		EXPECT_EQ(0, late);
 	}
-	ASSERT_EQ(0, mprotect(p, BIG, PROT_READ | PROT_WRITE));
-	if (d < 40)
-		SKIP(return, "mprotect() of %lu MiB takes %.1f ms: too short to tell", BIG >> 20, d);
-	looper = hp_spawn();
-	ASSERT_LE(0, looper);
-	if (looper == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		for (int r = 1; ; r++) {
-			while (ctl->go >= 0 && ctl->go < r)
-				usleep(1000);
-			if (ctl->go < 0)
-				break;
-			ctl->busy = r;
-			mprotect(p, BIG, r & 1 ? PROT_READ : PROT_READ | PROT_WRITE);
-			ctl->ended = r;
-		}
-		_exit(0);
-	}
-	killable(_metadata, QUERY, ctl, p, d);
-	killable(_metadata, PAGEMAP, ctl, p, d);
-	killable(_metadata, ROLLUP, ctl, p, d);
-	ctl->go = -1;
-	ASSERT_EQ(0, wait_status(looper));
+	ASSERT_EQ(0, blocked_stop(&b));
 }
 
 TEST_HARNESS_MAIN
