@@ -15,27 +15,16 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/../scripts/lib.sh"
+. "$here/lib.sh"
 app="${1:-}"
 size="${2:-bench}"
 case "$app" in jacobi | nbody | pagerank | cg) ;;
 *) die "usage: apps/timeline-yield.sh jacobi|nbody|pagerank|cg [small|bench [GROW SHRINK]]" ;;
 esac
 case "$size" in small | bench) ;; *) die "size '$size': small or bench" ;; esac
-profile="${DMI_PROFILE:-release}"
-case "$profile" in release) pflag=--release ;; debug) pflag= ;; *) die "DMI_PROFILE=$profile: release or debug" ;; esac
-target="${CARGO_TARGET_DIR:-$here/../target}"
 out="$here/../out/timeline"
-build="$here/../out/apps-$profile"
-dmi="$target/$profile/dmi"
 mkdir -p "$out"
-
-phase "build libdmi and dmi ($profile), the apps against it"
-# shellcheck disable=SC2086 # empty for debug
-cargo build -q -j2 $pflag --manifest-path "$here/../Cargo.toml" -p dmi -p dmi-cli ||
-	die "cargo build -p dmi -p dmi-cli failed"
-make -s -C "$here" -j2 O="$build" DMI_LIBDIR="$target/$profile" dmi "$build/cks-cmp" >&2 ||
-	die "make failed"
-done_phase
+apps_build_dmi
 
 phase "the normal form on 3 nodes: reference checksum and iterations"
 read -r ref iters < <("$dmi" run -n 3 "$build/dmi/$app" "$size" 2>/dev/null </dev/null |

@@ -201,15 +201,20 @@ def svg(its, recs, title):
     return "\n".join(o) + "\n"
 
 
-def main():
+def inputs(doc, who):
+    """LOG BENCH_JSON PREFIX from the command line: the log's text, the
+    bench JSON, the paths (shared with timeline_yield.py)."""
     if len(sys.argv) != 4:
-        sys.exit(__doc__.strip().splitlines()[-1])
+        sys.exit(doc.strip().splitlines()[-1])
     log_path, bench_path, prefix = sys.argv[1:]
     try:
-        log = open(log_path).read()
-        bench = json.load(open(bench_path))
+        return open(log_path).read(), json.load(open(bench_path)), log_path, prefix
     except (OSError, ValueError) as e:
-        sys.exit(f"timeline: {e}")
+        sys.exit(f"{who}: {e}")
+
+
+def main():
+    log, bench, log_path, prefix = inputs(__doc__, "timeline")
     groups, changes, report = parse(log)
     if not groups or "checksum" not in report:
         sys.exit(f"timeline: {log_path}: no trace lines or no report (APPS_TRACE unset, or the run failed)")

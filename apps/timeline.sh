@@ -13,6 +13,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/../scripts/lib.sh"
+. "$here/lib.sh"
 app="${1:-}"
 size="${2:-bench}"
 case "$app" in
@@ -27,19 +28,9 @@ if [ $# -ge 3 ]; then
 	[ $# -eq 4 ] || die "give both GROW and SHRINK"
 	grow="$3" shrink="$4"
 fi
-profile="${DMI_PROFILE:-release}"
-case "$profile" in release) pflag=--release ;; debug) pflag= ;; *) die "DMI_PROFILE=$profile: release or debug" ;; esac
-target="${CARGO_TARGET_DIR:-$here/../target}"
 out="$here/../out/timeline"
-build="$here/../out/apps-$profile"
 mkdir -p "$out"
-
-phase "build libdmi and dmi ($profile), the apps against it"
-# shellcheck disable=SC2086 # empty for debug
-cargo build -q -j2 $pflag --manifest-path "$here/../Cargo.toml" -p dmi -p dmi-cli ||
-	die "cargo build -p dmi -p dmi-cli failed"
-make -s -C "$here" -j2 O="$build" DMI_LIBDIR="$target/$profile" dmi >&2 || die "make dmi failed"
-done_phase
+apps_build_dmi
 
 phase "memcpy and loopback TCP (dmi bench --nodes 2)"
 "$target/$profile/dmi" bench --nodes 2 --sizes "${TIMELINE_BENCH_SIZES:-65536,1048576}" --reps 10 \

@@ -19,7 +19,7 @@ import json
 import re
 import sys
 
-from timeline import phys, svg
+from timeline import inputs, phys, svg
 
 TRACE = re.compile(r"^dmi: trace yield (\d+) (\d+) ([0-9.]+)$")
 MOVE = re.compile(r"^dmi: node (\d+): instance (\d+) moved at yield (\d+) to node (\d+): "
@@ -63,14 +63,7 @@ def placement(ranks, moves, last):
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__.strip().splitlines()[-1])
-    log_path, bench_path, prefix = sys.argv[1:]
-    try:
-        log = open(log_path).read()
-        bench = json.load(open(bench_path))
-    except (OSError, ValueError) as e:
-        sys.exit(f"timeline_yield: {e}")
+    log, bench, log_path, prefix = inputs(__doc__, "timeline_yield")
     yields, moves, report = parse(log)
     if not yields or "checksum" not in report:
         sys.exit(f"timeline_yield: {log_path}: no yield traces or no report "

@@ -14,6 +14,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/../scripts/lib.sh"
+. "$here/lib.sh"
 size=bench apps=()
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -25,19 +26,7 @@ while [ $# -gt 0 ]; do
 done
 case "$size" in small | bench) ;; *) die "size '$size': small or bench" ;; esac
 ((${#apps[@]})) || apps=(jacobi nbody pagerank cg)
-profile="${DMI_PROFILE:-release}"
-case "$profile" in release) pflag=--release ;; debug) pflag= ;; *) die "DMI_PROFILE=$profile: release or debug" ;; esac
-target="${CARGO_TARGET_DIR:-$here/../target}"
-build="$here/../out/apps-$profile"
-dmi="$target/$profile/dmi"
-
-phase "build libdmi and dmi ($profile), the apps against it"
-# shellcheck disable=SC2086 # empty for debug
-cargo build -q -j2 $pflag --manifest-path "$here/../Cargo.toml" -p dmi -p dmi-cli ||
-	die "cargo build -p dmi -p dmi-cli failed"
-make -s -C "$here" -j2 O="$build" DMI_LIBDIR="$target/$profile" dmi "$build/cks-cmp" >&2 ||
-	die "make failed"
-done_phase
+apps_build_dmi
 
 phase "memcpy and loopback TCP (dmi bench --nodes 2), the limits a move's rate is compared with"
 "$dmi" bench --nodes 2 --sizes 1048576 --reps 10 --json "$build/yield-moves-bench.json" >/dev/null 2>&1 ||
