@@ -27,9 +27,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const HELP: &str =
-    "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--phases] [--memfd]\n\
+    "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--threads 1,2] [--phases] [--memfd]\n\
   checkpoint+restore (in memory) of a process with SIZE MiB of private memory,\n\
   min/median over REPS, throughput vs memcpy bandwidth measured in the same run;\n\
+  --threads: reader thread counts of the dump to compare, alternated rep by rep\n\
+  (default: the engine's default, the CPUs available, at most 8; HALFPROC_DUMP_THREADS);\n\
   --phases: also min/median time of each phase (freeze, pagemap, read, crc, restore fill, ...)\n\
   --memfd: restore from a memfd the pages are written into (as from a file), not from memory\n";
 
@@ -38,6 +40,8 @@ struct Opts {
     reps: usize,
     phases: bool,
     memfd: bool,
+    /// Reader thread counts to compare (empty: the engine's default).
+    threads: Vec<usize>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -46,6 +50,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         reps: 3,
         phases: false,
         memfd: false,
+        threads: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -63,6 +68,18 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             }
             "--reps" => {
                 o.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?;
+            }
+            "--threads" => {
+                o.threads = val()?
+                    .split(',')
+                    .map(|s| match s.trim().parse::<usize>() {
+                        Ok(n) if (1..=halfproc_migrate::DUMP_MAX_THREADS).contains(&n) => Ok(n),
+                        _ => Err(format!(
+                            "--threads {s}: a thread count from 1 to {}",
+                            halfproc_migrate::DUMP_MAX_THREADS
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?;
             }
             "--phases" => o.phases = true,
             "--memfd" => o.memfd = true,
@@ -370,6 +387,36 @@ fn memcpy_times(mib: usize, reps: usize) -> Vec<Duration> {
         .collect()
 }
 
+/// One size and thread count's measurements over the reps.
+#[derive(Default)]
+struct Acc {
+    times: Vec<Duration>,
+    dumps: Vec<Duration>,
+    touch_copy: Vec<Duration>,
+    touch_orig: Vec<Duration>,
+    bytes: u64,
+    phases: Vec<(&'static str, Vec<Duration>)>,
+}
+
+impl Acc {
+    fn add(&mut self, r: Rep) {
+        self.times.push(r.took);
+        self.dumps.push(r.dumped);
+        self.bytes = r.bytes;
+        self.touch_copy.push(r.touch_copy);
+        self.touch_orig.push(r.touch_orig);
+    }
+
+    fn add_phases(&mut self, taken: Vec<(&'static str, Duration)>) {
+        for (name, d) in taken {
+            match self.phases.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push(d),
+                None => self.phases.push((name, vec![d])),
+            }
+        }
+    }
+}
+
 /// Entry point; returns the exit code.
 pub fn main(args: &[String]) -> i32 {
     let o = match parse(args) {
@@ -384,8 +431,9 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>12} {:>12} {:>12}",
+        "{:>6} {:>3} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>12} {:>12} {:>12}",
         "MiB",
+        "thr",
         "image MiB",
         "c+r min ms",
         "c+r med ms",
@@ -399,6 +447,11 @@ pub fn main(args: &[String]) -> i32 {
         "touch copy",
         "touch orig"
     );
+    let threads = if o.threads.is_empty() {
+        vec![halfproc_migrate::reader_threads(u64::MAX)]
+    } else {
+        o.threads.clone()
+    };
     for &mib in &o.sizes {
         let (pid, addr) = match spawn_holder(mib) {
             Ok(p) => p,
@@ -407,35 +460,22 @@ pub fn main(args: &[String]) -> i32 {
                 return 1;
             }
         };
-        let mut times = Vec::new();
-        let mut dumps = Vec::new();
-        let mut touch_copy = Vec::new();
-        let mut touch_orig = Vec::new();
-        let mut bytes = 0;
-        let mut phases: Vec<(&'static str, Vec<Duration>)> = Vec::new();
+        let mut accs: Vec<Acc> = threads.iter().map(|_| Acc::default()).collect();
         for _ in 0..o.reps {
-            if o.phases {
-                halfproc_migrate::phases::start();
-            }
-            let r = one(pid, addr, mib, o.memfd);
-            for (name, d) in halfproc_migrate::phases::take() {
-                match phases.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, v)) => v.push(d),
-                    None => phases.push((name, vec![d])),
+            for (acc, &t) in accs.iter_mut().zip(&threads) {
+                halfproc_migrate::set_reader_threads(t);
+                if o.phases {
+                    halfproc_migrate::phases::start();
                 }
-            }
-            match r {
-                Ok(r) => {
-                    times.push(r.took);
-                    dumps.push(r.dumped);
-                    bytes = r.bytes;
-                    touch_copy.push(r.touch_copy);
-                    touch_orig.push(r.touch_orig);
-                }
-                Err(e) => {
-                    kill_reap(pid);
-                    eprintln!("halfproc-bench migrate: {mib} MiB: {e}");
-                    return 1;
+                let r = one(pid, addr, mib, o.memfd);
+                acc.add_phases(halfproc_migrate::phases::take());
+                match r {
+                    Ok(r) => acc.add(r),
+                    Err(e) => {
+                        kill_reap(pid);
+                        eprintln!("halfproc-bench migrate: {mib} MiB, {t} threads: {e}");
+                        return 1;
+                    }
                 }
             }
         }
@@ -449,26 +489,28 @@ pub fn main(args: &[String]) -> i32 {
             }
         };
         let (_, fmed) = min_median(&mut fault);
-        let (cmin, cmed) = min_median(&mut times);
-        let (_, dmed) = min_median(&mut dumps);
-        let (_, tcmed) = min_median(&mut touch_copy);
-        let (_, tomed) = min_median(&mut touch_orig);
         let (mmin, mmed) = min_median(&mut mc);
-        let img = bytes as f64 / 1048576.0;
-        let cr_bw = img / (cmed / 1e3);
-        let mc_bw = mib as f64 / (mmed / 1e3);
-        // Best against best: image bytes / min(c+r) over MiB / min(memcpy).
-        let best = (img / cmin) / (mib as f64 / mmin);
-        println!(
-            "{mib:>6} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {fmed:>10.1}ms {tcmed:>10.1}ms {tomed:>10.1}ms",
-            cr_bw / mc_bw
-        );
-        for (name, v) in &mut phases {
-            let (min, med) = min_median(v);
+        for (acc, &t) in accs.iter_mut().zip(&threads) {
+            let (cmin, cmed) = min_median(&mut acc.times);
+            let (_, dmed) = min_median(&mut acc.dumps);
+            let (_, tcmed) = min_median(&mut acc.touch_copy);
+            let (_, tomed) = min_median(&mut acc.touch_orig);
+            let img = acc.bytes as f64 / 1048576.0;
+            let cr_bw = img / (cmed / 1e3);
+            let mc_bw = mib as f64 / (mmed / 1e3);
+            // Best against best: image bytes / min(c+r) over MiB / min(memcpy).
+            let best = (img / cmin) / (mib as f64 / mmin);
             println!(
-                "{:>8}phase {name:<12} min {min:>9.2} ms  median {med:>9.2} ms",
-                ""
+                "{mib:>6} {t:>3} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {fmed:>10.1}ms {tcmed:>10.1}ms {tomed:>10.1}ms",
+                cr_bw / mc_bw
             );
+            for (name, v) in &mut acc.phases {
+                let (min, med) = min_median(v);
+                println!(
+                    "{:>8}phase {name:<18} min {min:>9.2} ms  median {med:>9.2} ms",
+                    ""
+                );
+            }
         }
     }
     println!(

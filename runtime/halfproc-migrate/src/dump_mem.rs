@@ -3,10 +3,12 @@
 //! `process_vm_readv` or `dmread` per run of contiguous wanted pages, or
 //! per 2 MiB of it) straight into their place in the image: the in-memory
 //! image ([`PageBuf`]) is sized and placed first and each run lands at its
-//! offset, a file image goes through one reused buffer. The CRC-32 of the
+//! offset, by one or more threads (`dump_read`); a file image goes through
+//! one reused buffer. The CRC-32 of the
 //! whole contents is computed piece by piece right after each read, while
 //! the piece is in the cache (`crc32fast`, carry-less multiply).
 
+use crate::dump_read::{read_pieces, reader_threads, Piece};
 use crate::error::{Error, Result};
 use crate::image::{Backing, PageRun, Vma};
 use crate::mem::MemoryReader;
@@ -64,22 +66,43 @@ pub(crate) fn dump_memory(
                 PageBuf::zeroed(total as usize, huge_offset(runs().map(|(r, _)| r)))
             })
             .map_err(|e| Error::io(format!("map {total} bytes for the image"), e))?;
-            // Read and checksum by pieces of a huge page: the piece is
-            // still in the cache when the CRC reads it. Runs lie in file
-            // order, end to end, so the pieces are hashed in order.
-            let mut crc = crc32fast::Hasher::new();
-            for (r, v) in runs() {
+            // Pieces of at most a huge page: each is hashed right after
+            // it is read, while it is still in the cache. Runs lie in file
+            // order, end to end, and so do the pieces.
+            let list: Vec<(&PageRun, &Vma)> = runs().collect();
+            let mut pieces = Vec::new();
+            for (i, (r, _)) in list.iter().enumerate() {
                 let mut done = 0;
                 while done < r.len {
-                    let n = (r.len - done).min(HUGE as u64);
-                    let at = (r.file_off + done) as usize;
-                    let buf = &mut pages[at..at + n as usize];
-                    read(r, r.addr + done, buf, path(v))?;
-                    time("crc", || crc.update(buf));
-                    done += n;
+                    let len = (r.len - done).min(HUGE as u64);
+                    pieces.push(Piece {
+                        addr: r.addr + done,
+                        off: r.file_off + done,
+                        len,
+                        run: i,
+                    });
+                    done += len;
                 }
             }
-            crc.finalize()
+            let threads = reader_threads(total);
+            let name = if threads > 1 {
+                "read+crc (threads)"
+            } else {
+                "read+crc"
+            };
+            time(name, || read_pieces(reader, &pieces, pages, threads)).map_err(|e| {
+                let (r, v) = list[e.piece.run];
+                Error::io(
+                    format!(
+                        "read memory {:#x}+{:#x} of run {:#x} ({})",
+                        e.piece.addr,
+                        e.piece.len,
+                        r.addr,
+                        path(v)
+                    ),
+                    e.err,
+                )
+            })?
         }
         Sink::Writer(w) => {
             let mut buf = vec![0u8; total.min(CHUNK) as usize];

@@ -29,6 +29,7 @@ mod sigframe;
 
 mod dump;
 mod dump_mem;
+mod dump_read;
 mod restore;
 mod restore_check;
 mod restore_moves;
@@ -39,6 +40,7 @@ pub use dump::{
     checkpoint, checkpoint_relayed, freeze_and_dump, freeze_and_dump_member, CheckpointStats,
     Dumped, Leave,
 };
+pub use dump_read::{reader_threads, set_reader_threads, MAX_THREADS as DUMP_MAX_THREADS};
 pub use error::{Error, Refusal, Result};
 pub use mem::{caller_is_member, reader_kind, DmReader, MemoryReader, PortableReader};
 pub use pagebuf::PageBuf;

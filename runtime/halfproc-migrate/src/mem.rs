@@ -10,8 +10,9 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-/// Copies memory of a stopped process.
-pub trait MemoryReader {
+/// Copies memory of a stopped process (from any thread: a dump may read
+/// with several).
+pub trait MemoryReader: Sync {
     /// Fills `buf` from `addr` in the target, all of it or an error.
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()>;
 }

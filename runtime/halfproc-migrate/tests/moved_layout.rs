@@ -5,11 +5,14 @@
 //! into the tool's image (copy on write) and the program must run on. The
 //! same image restored from contents that are not page-aligned (a `Vec`)
 //! takes the copying path and must give the same result without splits.
+//! The image (21 MiB) is read by 3 threads (`set_reader_threads`): the
+//! contents the copy checks and the image's CRC-32 must be those of a
+//! single pass.
 
 mod common;
 
 use common::*;
-use halfproc_migrate::{freeze_and_dump, restore_from_memory, RestoreOptions};
+use halfproc_migrate::{freeze_and_dump, restore_from_memory, set_reader_threads, RestoreOptions};
 use std::path::Path;
 
 /// One line of /proc/PID/maps: (start, end, perms, offset, path).
@@ -106,7 +109,14 @@ fn restore_and_compare(aligned: bool) -> (Vec<Line>, Vec<u64>) {
         .step_by(2)
         .map(|a| u64::from_str_radix(a, 16).unwrap())
         .collect();
+    set_reader_threads(3);
+    assert_eq!(halfproc_migrate::reader_threads(20 << 20), 3);
     let d = freeze_and_dump(pid, &[]).expect("freeze_and_dump");
+    assert_eq!(
+        crc32fast::hash(&d.pages),
+        d.manifest.pages_crc,
+        "the threads' CRCs combined"
+    );
     let opts = RestoreOptions {
         stopped: true,
         ..Default::default()
@@ -181,9 +191,9 @@ fn moved_runs_keep_the_original_layout() {
     let (got, a) = restore_and_compare(true);
     // `full` (every page written) was moved as one run: one VMA exactly
     // (the copy's mremap of it above needs that).
-    let f = lines_in(&got, a[0], 8 << 20);
+    let f = lines_in(&got, a[0], 16 << 20);
     assert_eq!(f.len(), 1, "full: {f:x?}");
-    assert_eq!((f[0].0, f[0].1), (a[0], a[0] + (8 << 20)), "full: {f:x?}");
+    assert_eq!((f[0].0, f[0].1), (a[0], a[0] + (16 << 20)), "full: {f:x?}");
     // `half` is split where its written part ends (moved part, empty part).
     let h = lines_in(&got, a[1], 4 << 20);
     assert!(

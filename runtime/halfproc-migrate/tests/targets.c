@@ -100,11 +100,11 @@ int main(int argc, char **argv)
 		return 9;
 	} else if (!strcmp(mode, "layout")) {
 		/* VMAs a restore moves pages into (see tests/moved_layout.rs):
-		 * full: 8 MiB, every page written; half: 4 MiB, first half
+		 * full: 16 MiB, every page written; half: 4 MiB, first half
 		 * written; ro: 1 MiB written, then read-only. Prints their
 		 * addresses, then on SIGUSR1 checks the contents, writes them,
 		 * grows full with mremap, and reports. */
-		const size_t F = 8 << 20, H = 4 << 20, R = 1 << 20;
+		const size_t F = 16 << 20, H = 4 << 20, R = 1 << 20;
 		struct sigaction sa;
 		memset(&sa, 0, sizeof(sa));
 		sa.sa_handler = on_usr1;
