@@ -1,5 +1,5 @@
 //! The memory part of a dump: which VMAs are carried and which of their
-//! pages (pagemap), then the page contents, read run by run (one
+//! pages (`pagescan`: the `PAGEMAP_SCAN` ioctl, or the pagemap file), then the page contents, read run by run (one
 //! `process_vm_readv` or `dmread` per run of contiguous wanted pages, or
 //! per 2 MiB of it) straight into their place in the image: the in-memory
 //! image ([`PageBuf`]) is sized and placed first and each run lands at its
@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::image::{Backing, PageRun, Vma};
 use crate::mem::MemoryReader;
 use crate::pagebuf::{huge_offset, PageBuf, HUGE};
+use crate::pagescan;
 use crate::phases::time;
-use crate::procfs::{self, PM_FILE, PM_PRESENT, PM_SWAP};
+use crate::procfs;
 use crate::refuse;
 use std::fs::File;
 use std::io::Write;
@@ -140,7 +141,6 @@ fn plan(
     maps: &[procfs::MapsEntry],
     set_range: Option<(u64, u64)>,
 ) -> Result<(Vec<Vma>, u64)> {
-    let ps = procfs::page_size();
     let pm_path = format!("/proc/{pid}/pagemap");
     let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
     let mut off = 0u64;
@@ -169,34 +169,20 @@ fn plan(
         } else {
             Backing::Anon
         };
-        let wanted: Vec<bool> = match &backing {
+        let runs = match &backing {
             Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
-            _ => time("pagemap", || procfs::pagemap(&pm, m.start, m.end))?
-                .iter()
-                .map(|&e| {
-                    let cow = e & PM_PRESENT != 0 && e & PM_FILE == 0;
-                    deleted || cow || e & PM_SWAP != 0
-                })
-                .collect(),
+            // A deleted file cannot be mapped again: every page is carried.
+            _ if deleted => vec![(m.start, m.end)],
+            _ => time("pagemap", || pagescan::wanted_runs(&pm, m.start, m.end))?,
         };
-        let mut pages = Vec::new();
-        let mut i = 0;
-        while i < wanted.len() {
-            if !wanted[i] {
-                i += 1;
-                continue;
-            }
-            let first = i;
-            while i < wanted.len() && wanted[i] {
-                i += 1;
-            }
-            let len = (i - first) as u64 * ps;
+        let mut pages = Vec::with_capacity(runs.len());
+        for (s, e) in runs {
             pages.push(PageRun {
-                addr: m.start + first as u64 * ps,
-                len,
+                addr: s,
+                len: e - s,
                 file_off: off,
             });
-            off += len;
+            off += e - s;
         }
         vmas.push(Vma {
             grows_down: m.path == "[stack]",

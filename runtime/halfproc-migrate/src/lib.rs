@@ -20,6 +20,7 @@ mod freeze;
 pub mod image;
 mod mem;
 mod pagebuf;
+mod pagescan;
 pub mod phases;
 pub mod precopy;
 mod procfs;
