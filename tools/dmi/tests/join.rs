@@ -138,10 +138,20 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut r = self.readers.drain(..);
+        let mut r = std::mem::take(&mut self.readers).into_iter();
         let out = r.next().unwrap().join().unwrap();
         let err = r.next().unwrap().join().unwrap();
         (st.success(), out, err)
+    }
+}
+
+impl Drop for Proc {
+    /// A failed test leaves no node running.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
