@@ -11,12 +11,18 @@
  * each itergroup, what DMI_judge_rescale was asked, and "reconf ok". Bad
  * calls (outside DMI_itergroup, bad addresses, bad init_node_num, unknown
  * modes) must return -1 with a message.
+ *
+ * `reconf_test [ITERS [PAUSE_MS [LINGER_MS]]]`: ITERS iterations (default
+ * 10), a pause of PAUSE_MS after each (so that nodes can join from outside
+ * while it runs, tools/dmi/tests/join.rs), and node 0 waits LINGER_MS
+ * after DMI_rescale returned (printing "rescale returned" first).
  */
 #include <dmi_main.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CELLS 24
 #define ITERS 10
@@ -26,6 +32,8 @@ struct data_t {
 	int64_t iter;
 	int64_t cells;			/* CELLS pages of 64 bytes */
 	int64_t groups;
+	int64_t iters;
+	int64_t pause_ms;
 	int64_t pnum[MAX_GROUPS];
 	int64_t judged[MAX_GROUPS][3];	/* in, out, cur of the first "yes" */
 };
@@ -87,7 +95,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 	EXPECT(DMI_read(d.cells + CELLS * 64, 8, buf, GET) == -1,
 	       "a read past the region must fail");
 	memset(judged, 0, sizeof(judged));
-	while (d.iter < ITERS) {
+	while (d.iter < d.iters) {
 		int rc = DMI_check_rescale();
 
 		CHECK(rc);
@@ -102,6 +110,8 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 		}
 		CHECK(DMI_barrier());
 		d.iter++;
+		if (d.pause_ms > 0)
+			usleep(d.pause_ms * 1000);
 	}
 	if (rank == 0 && d.groups < MAX_GROUPS) {
 		d.pnum[d.groups] = pnum;
@@ -109,14 +119,20 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 		d.groups++;
 		CHECK(DMI_write(addr, sizeof(d), &d, PUT));
 	}
-	return failures ? 0 : d.iter != ITERS;
+	return failures ? 0 : d.iter != d.iters;
 }
 
 void DMI_main(int argc, char **argv)
 {
 	struct data_t d = { 0 };
-	(void)argc;
-	(void)argv;
+	int64_t linger_ms = argc > 3 ? atoll(argv[3]) : 0;
+
+	d.iters = argc > 1 ? atoll(argv[1]) : ITERS;
+	d.pause_ms = argc > 2 ? atoll(argv[2]) : 0;
+	if (d.iters < 1 || d.pause_ms < 0 || linger_ms < 0) {
+		fprintf(stderr, "usage: reconf_test [ITERS>0 [PAUSE_MS [LINGER_MS]]]\n");
+		exit(2);
+	}
 
 	EXPECT(DMI_check_rescale() == -1 && strstr(DMI_errmsg(), "DMI_itergroup"),
 	       "DMI_check_rescale outside DMI_itergroup must fail: %s", DMI_errmsg());
@@ -133,6 +149,11 @@ void DMI_main(int argc, char **argv)
 	EXPECT(DMI_rescale(addr, 99) == -1 && strstr(DMI_errmsg(), "available"),
 	       "init_node_num 99 must fail: %s", DMI_errmsg());
 	CHECK(DMI_rescale(addr, 1));
+	if (linger_ms > 0) {
+		printf("rescale returned\n");
+		fflush(stdout);
+		usleep(linger_ms * 1000);
+	}
 	CHECK(DMI_read(addr, sizeof(d), &d, GET));
 	int64_t bad = 0;
 
@@ -140,9 +161,10 @@ void DMI_main(int argc, char **argv)
 		int64_t v;
 
 		CHECK(DMI_read(d.cells + c * 64, 8, &v, GET));
-		bad += v != ITERS;
+		bad += v != d.iters;
 	}
-	EXPECT(bad == 0, "%lld of %d counters are not %d", (long long)bad, CELLS, ITERS);
+	EXPECT(bad == 0, "%lld of %d counters are not %lld", (long long)bad, CELLS,
+	       (long long)d.iters);
 	printf("itergroups");
 	for (int g = 0; g < d.groups && g < MAX_GROUPS; g++)
 		printf(" %lld(in %lld out %lld cur %lld)", (long long)d.pnum[g],
@@ -151,6 +173,6 @@ void DMI_main(int argc, char **argv)
 	printf("\n");
 	if (failures)
 		exit(1);
-	printf("reconf ok: %d counters at %d\n", CELLS, ITERS);
+	printf("reconf ok: %d counters at %lld\n", CELLS, (long long)d.iters);
 	fflush(stdout);
 }

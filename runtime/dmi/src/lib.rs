@@ -20,6 +20,7 @@
 //!   `DMI_rescale`, `DMI_itergroup`, `DMI_check_rescale`).
 
 pub mod addr;
+pub mod auth;
 #[allow(non_camel_case_types, non_snake_case)]
 pub mod capi;
 #[allow(non_camel_case_types, non_snake_case)]
@@ -27,11 +28,13 @@ pub mod capi_inst;
 #[allow(non_camel_case_types, non_snake_case)]
 pub mod capi_reconf;
 pub mod check;
+mod config;
 mod control;
 pub mod epoch;
 pub mod error;
 mod host;
 pub mod hostlist;
+pub mod join;
 pub mod msg;
 pub mod node;
 mod owner;

@@ -249,6 +249,11 @@ pub enum AppMsg {
     Spawn { thread: u32, args: i64, vars: i64 },
     /// The program is over: finalise and exit.
     Exit,
+    /// To a node that joined from outside: recorded as a join request
+    /// (`text` says when it is brought in).
+    Admitted { text: String },
+    /// To a node that joined from outside: not taken after all.
+    Refused { reason: String },
 }
 
 /// An owned page moving to another node when its owner leaves.

@@ -84,10 +84,15 @@ pub(crate) enum Var {
     Flags(usize),
     /// Rank of the i-th live leave request.
     LiveLeave(usize),
+    /// Rank of the i-th live join request (a spare, or a node that joined
+    /// from outside).
+    LiveJoin(usize),
+    /// Spares `dmi node join` took so far.
+    SparesTaken,
 }
 
-const FIXED: usize = 13;
-const SLOTS: usize = FIXED + 4 * MAX_THREADS;
+const FIXED: usize = 14;
+const SLOTS: usize = FIXED + 5 * MAX_THREADS;
 
 impl Var {
     fn addr(self, vars: i64) -> i64 {
@@ -104,10 +109,12 @@ impl Var {
             Var::LiveJoinsDone => 9,
             Var::LiveLeavesDone => 10,
             Var::Decide(par) => 11 + (par & 1),
+            Var::SparesTaken => 13,
             Var::Nodes(i) => FIXED + i,
             Var::Ranks(t) => FIXED + MAX_THREADS + t,
             Var::Flags(t) => FIXED + 2 * MAX_THREADS + t,
             Var::LiveLeave(i) => FIXED + 3 * MAX_THREADS + i,
+            Var::LiveJoin(i) => FIXED + 4 * MAX_THREADS + i,
         };
         vars + 8 * slot as i64
     }
@@ -199,6 +206,9 @@ struct Shared {
     initial: u32,
     /// The control socket of `dmi node join/leave` (`DMI_CONTROL`).
     control: Option<std::path::PathBuf>,
+    /// Live requests: a control socket, or joins from outside
+    /// (`DMI_ACCEPT_JOINS`, `join.rs`).
+    live: bool,
 }
 
 impl Shared {
@@ -247,7 +257,9 @@ fn infos(dmi: &Dmi, ids: &[NodeId]) -> Vec<NodeInfo> {
         .map(|&id| NodeInfo {
             id,
             core_num: 1,
-            addr: dmi.peers()[id as usize],
+            addr: dmi
+                .peer_addr(id)
+                .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
         })
         .collect()
 }
@@ -277,7 +289,7 @@ pub fn check_rescale(dmi: &Dmi) -> Result<bool, DmiError> {
             .collect();
         Ok((now, ctx.rank, ctx.vars, ctx.pnum, due, ctx.nodes.clone()))
     })?;
-    if sh.control.is_some() {
+    if sh.live {
         let slot = Var::Decide(now as usize & 1);
         if rank == 0 {
             let j = get(dmi, vars, Var::LiveJoins)?;
@@ -296,16 +308,17 @@ pub fn check_rescale(dmi: &Dmi) -> Result<bool, DmiError> {
 
 /// The live requests not applied yet, given the counts asked for so far.
 fn live_request(dmi: &Dmi, vars: i64, joins: i64, leaves: i64) -> Result<Request, DmiError> {
-    let sh = shared()?;
-    let from = i64::from(sh.live_spares_from());
     let jd = get(dmi, vars, Var::LiveJoinsDone)?;
     let ld = get(dmi, vars, Var::LiveLeavesDone)?;
+    let join = (jd..joins)
+        .map(|i| get(dmi, vars, Var::LiveJoin(i as usize)).map(|r| r as NodeId))
+        .collect::<Result<Vec<_>, _>>()?;
     let leave_ranks = (ld..leaves)
         .map(|i| get(dmi, vars, Var::LiveLeave(i as usize)).map(|r| r as NodeId))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Request {
         iter: 0,
-        join: (from + jd..from + joins).map(|r| r as NodeId).collect(),
+        join,
         leave: 0,
         leave_ranks,
     })
@@ -417,12 +430,20 @@ pub fn rescale(dmi: &Dmi, addr: i64, init_node_num: i32) -> Result<(), DmiError>
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| -> Result<(), DmiError> {
-        if let Some(path) = &sh.control {
-            let listener = crate::reconf_ctl::bind(path)?;
+        if sh.live {
+            // Joins open before the control socket exists: a test that
+            // waits for the socket may join at once.
+            dmi.open_joins(true)?;
+            let listener = sh
+                .control
+                .as_deref()
+                .map(crate::reconf_ctl::bind)
+                .transpose()?;
             let (stop, from) = (&stop, sh.live_spares_from());
             s.spawn(move || crate::reconf_ctl::serve(dmi, vars, listener, from, stop));
         }
         let r = c.rounds(dmi, s);
+        let _ = dmi.open_joins(false);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         r
     })
@@ -559,7 +580,7 @@ impl Controller {
             .collect();
         self.consumed += due.len();
         put(dmi, vars, Var::Consumed, self.consumed as i64)?;
-        if shared()?.control.is_some() {
+        if shared()?.live {
             let j = get(dmi, vars, Var::LiveJoins)?;
             let l = get(dmi, vars, Var::LiveLeaves)?;
             due.push(live_request(dmi, vars, j, l)?);
@@ -585,21 +606,23 @@ pub enum Ending {
 /// the others serve node 0's instructions. `dmi` must come from
 /// [`start_node`]. Returns how the process must end.
 pub fn run(dmi: &Dmi, program: Box<dyn Program>, args: &[String]) -> Result<Ending, DmiError> {
-    let changes = schedule::parse(&std::env::var("DMI_SCHEDULE").unwrap_or_default())?;
-    let initial = match std::env::var("DMI_INITIAL") {
-        Ok(v) => v
+    let changes = schedule::parse(&dmi.run_var("DMI_SCHEDULE").unwrap_or_default())?;
+    let initial = match dmi.run_var("DMI_INITIAL") {
+        Some(v) => v
             .parse::<u32>()
             .ok()
             .filter(|&n| n >= 1 && n <= dmi.size())
             .ok_or_else(|| DmiError::Setup(format!("DMI_INITIAL={v:?} is not valid")))?,
-        Err(_) => dmi.size(),
+        None => dmi.size(),
     };
-    let control = std::env::var_os("DMI_CONTROL").map(std::path::PathBuf::from);
+    let control = dmi.run_var("DMI_CONTROL").map(std::path::PathBuf::from);
+    let live = control.is_some() || dmi.run_var("DMI_ACCEPT_JOINS").is_some_and(|v| v == "1");
     let sh = Shared {
         program,
         changes,
         initial,
         control,
+        live,
     };
     if SHARED.set(sh).is_err() {
         return Err(DmiError::BadArgument(
@@ -609,18 +632,34 @@ pub fn run(dmi: &Dmi, program: Box<dyn Program>, args: &[String]) -> Result<Endi
     let sh = shared()?;
     if dmi.rank() == 0 {
         sh.program.main(dmi, args);
-        for r in 1..dmi.size() {
+        for r in 1..dmi.nodes() {
             dmi.send_app(r, AppMsg::Exit)?;
         }
         return Ok(Ending::Finalize);
     }
+    let mut was_member = false;
     loop {
         match dmi.next_app_event()? {
             AppEvent::Msg(AppMsg::Spawn { thread, args, vars }) => {
+                was_member = true;
                 wrapper_or_exit(dmi, thread as usize, args, vars)
+            }
+            AppEvent::Msg(AppMsg::Admitted { text }) => {
+                eprintln!("dmi: node {}: {text}", dmi.rank());
+            }
+            AppEvent::Msg(AppMsg::Refused { reason }) => {
+                return Err(DmiError::Setup(format!(
+                    "joining the run: refused: {reason}"
+                )));
             }
             AppEvent::Msg(AppMsg::Exit) => {
                 let member = dmi.members().is_ok_and(|m| m.contains(&dmi.rank()));
+                if dmi.rank() >= dmi.size() && !member && !was_member {
+                    eprintln!(
+                        "dmi: node {}: the program ended before this node was brought in",
+                        dmi.rank()
+                    );
+                }
                 return Ok(if member {
                     Ending::Finalize
                 } else {

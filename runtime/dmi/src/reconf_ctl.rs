@@ -5,7 +5,9 @@
 //! "error: ..."). A request is recorded in the rescale state in global
 //! memory (`reconf::Var::Live*`) and is seen by every thread of the running
 //! itergroup at the same `DMI_check_rescale` call; the controller applies it
-//! when the itergroup ends.
+//! when the itergroup ends. Nodes from outside (`join.rs`) that node 0's
+//! engine welcomed and that are connected to every node are recorded the
+//! same way, by their new rank.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use crate::addr::NodeId;
 use crate::error::DmiError;
+use crate::msg::AppMsg;
 use crate::reconf::{get, put, Var, MAX_THREADS};
 use crate::runtime::Dmi;
 
@@ -29,13 +32,26 @@ pub(crate) fn bind(path: &Path) -> Result<UnixListener, DmiError> {
 }
 
 /// Answers requests until `stop`; live joins take spare ranks from
-/// `spares_from` on.
-pub(crate) fn serve(dmi: &Dmi, vars: i64, l: UnixListener, spares_from: u32, stop: &AtomicBool) {
+/// `spares_from` on. Records the nodes from outside that are ready.
+pub(crate) fn serve(
+    dmi: &Dmi,
+    vars: i64,
+    l: Option<UnixListener>,
+    spares_from: u32,
+    stop: &AtomicBool,
+) {
     let path = l
-        .local_addr()
-        .ok()
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
         .and_then(|a| a.as_pathname().map(Path::to_path_buf));
     while !stop.load(Ordering::Relaxed) {
+        while let Some(rank) = dmi.next_joined() {
+            admit(dmi, vars, rank);
+        }
+        let Some(l) = &l else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
         match l.accept() {
             Ok((s, _)) => {
                 if let Err(e) = answer(dmi, vars, s, spares_from) {
@@ -56,6 +72,32 @@ pub(crate) fn serve(dmi: &Dmi, vars: i64, l: UnixListener, spares_from: u32, sto
     }
 }
 
+/// A node from outside is ready: record it as a live join and tell it.
+fn admit(dmi: &Dmi, vars: i64, rank: NodeId) {
+    // Told first: the controller may bring it in (Spawn) as soon as the
+    // request is recorded, and the two travel on the same connection.
+    let text =
+        format!("joined the run as node {rank}; it is brought in at the next DMI_check_rescale");
+    let _ = dmi.send_app(rank, AppMsg::Admitted { text });
+    if let Err(e) = record_join(dmi, vars, rank) {
+        eprintln!("dmi: node 0: refusing node {rank}: {e}");
+        let _ = dmi.send_app(rank, AppMsg::Refused { reason: e });
+    } else {
+        eprintln!("dmi: node 0: node {rank} joined from outside; it is brought in at the next DMI_check_rescale");
+    }
+}
+
+/// Appends `rank` to the live join requests.
+fn record_join(dmi: &Dmi, vars: i64, rank: NodeId) -> Result<(), String> {
+    let e = |e: DmiError| e.to_string();
+    let n = get(dmi, vars, Var::LiveJoins).map_err(e)?;
+    if n as usize >= MAX_THREADS {
+        return Err(format!("more than {MAX_THREADS} join requests"));
+    }
+    put(dmi, vars, Var::LiveJoin(n as usize), i64::from(rank)).map_err(e)?;
+    put(dmi, vars, Var::LiveJoins, n + 1).map_err(e)
+}
+
 fn answer(dmi: &Dmi, vars: i64, s: UnixStream, spares_from: u32) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -73,12 +115,17 @@ fn request(dmi: &Dmi, vars: i64, line: &str, spares_from: u32) -> Result<String,
     let words: Vec<&str> = line.split_whitespace().collect();
     match words[..] {
         ["join"] => {
-            let asked = get(dmi, vars, Var::LiveJoins).map_err(e)?;
-            let rank = i64::from(spares_from) + asked;
+            let taken = get(dmi, vars, Var::SparesTaken).map_err(e)?;
+            let rank = i64::from(spares_from) + taken;
             if rank >= i64::from(dmi.size()) {
-                return Err("no spare node left (start the run with dmi run --spares K)".into());
+                return Err(
+                    "no spare node left (start the run with dmi run --spares K, or join one from \
+                     outside: dmi node join --run HOST:PORT)"
+                        .into(),
+                );
             }
-            put(dmi, vars, Var::LiveJoins, asked + 1).map_err(e)?;
+            record_join(dmi, vars, rank as NodeId)?;
+            put(dmi, vars, Var::SparesTaken, taken + 1).map_err(e)?;
             Ok(format!("node {rank} joins at the next DMI_check_rescale"))
         }
         ["leave", r] => {

@@ -11,7 +11,9 @@
 //! the process; the default ends it with status 3, like MPI's
 //! `MPI_ERRORS_ARE_FATAL`). `DMI_POOL_PAGES=N` limits the pages this
 //! node's pool holds (default: unlimited); past it pages move to other
-//! nodes (`swap.rs`).
+//! nodes (`swap.rs`). `DMI_SECRET_FILE` (the run's secret, `auth.rs`),
+//! `DMI_ACCEPT_JOINS=1` (node 0 takes nodes from outside) and `DMI_JOIN`
+//! (this process joins a running program, `join.rs`): `config.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -23,110 +25,16 @@ use tokio::sync::{mpsc, oneshot};
 use crate::addr::{NodeId, ROOT};
 use crate::epoch::Phase;
 use crate::error::DmiError;
+use crate::join::Accepting;
 use crate::msg::{AppMsg, InstMsg, Msg, ReadMode, WriteMode};
 use crate::node::{CallId, CallReq, Effects, Node, Outcome};
 use crate::rmw::RmwTable;
-use crate::transport::{connect_all, Frame, NetEvent};
+use crate::transport::{accept_late, Frame, Late, NetEvent};
 
 /// Exit status of a node whose peer died (with the default error policy).
 pub const PEER_FAILED_EXIT: i32 = 3;
 
-/// Where this node is and who its peers are.
-#[derive(Debug)]
-pub struct Config {
-    pub rank: NodeId,
-    pub peers: Vec<SocketAddr>,
-    /// An already bound listener for `peers[rank]`.
-    pub listener: Option<std::net::TcpListener>,
-    /// End the process when a peer dies (else calls return the error).
-    pub fatal_errors: bool,
-    /// Ranks below this are members at start, the others spares that join
-    /// later (None: all are members). `reconf::run` sets it to 1.
-    pub members: Option<u32>,
-    /// The most pages this node's pool holds (None: unlimited).
-    pub pool_pages: Option<usize>,
-}
-
-/// `DMI_POOL_PAGES`: a number of pages greater than 0, or unset.
-pub fn pool_pages_from_env() -> Result<Option<usize>, DmiError> {
-    let Ok(v) = std::env::var("DMI_POOL_PAGES") else {
-        return Ok(None);
-    };
-    match v.trim().parse::<usize>() {
-        Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(DmiError::Setup(format!(
-            "DMI_POOL_PAGES={v:?} is not valid (the pool's size in pages, a number greater than 0)"
-        ))),
-    }
-}
-
-fn env(name: &str) -> Result<String, DmiError> {
-    std::env::var(name).map_err(|_| {
-        DmiError::Setup(format!(
-            "{name} is not set (start the program with `dmi run -n N prog` or `srun -n N prog`)"
-        ))
-    })
-}
-
-impl Config {
-    /// Reads `DMI_RANK`, `DMI_SIZE`, `DMI_PEERS`, `DMI_LISTEN_FD`, `DMI_ERRORS`;
-    /// under `srun` without them, the `SLURM_*` variables (`slurm.rs`).
-    pub fn from_env() -> Result<Config, DmiError> {
-        if crate::slurm::detected() {
-            return crate::slurm::config();
-        }
-        let bad = |what: &str, v: &str| DmiError::Setup(format!("{what}={v:?} is not valid"));
-        let rank_s = env("DMI_RANK")?;
-        let size_s = env("DMI_SIZE")?;
-        let rank: NodeId = rank_s.parse().map_err(|_| bad("DMI_RANK", &rank_s))?;
-        let size: usize = size_s.parse().map_err(|_| bad("DMI_SIZE", &size_s))?;
-        let peers_s = env("DMI_PEERS")?;
-        let peers = peers_s
-            .split(',')
-            .map(|p| p.trim().parse::<SocketAddr>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| bad("DMI_PEERS", &peers_s))?;
-        if peers.len() != size || rank as usize >= size {
-            return Err(DmiError::Setup(format!(
-                "DMI_RANK={rank}, DMI_SIZE={size} and {} DMI_PEERS do not agree",
-                peers.len()
-            )));
-        }
-        let listener = match std::env::var("DMI_LISTEN_FD") {
-            Ok(fd) => {
-                let fd: i32 = fd.parse().map_err(|_| bad("DMI_LISTEN_FD", &fd))?;
-                // SAFETY: fstat only reads the descriptor's metadata into a
-                // local, zero-initialised struct.
-                let st = unsafe {
-                    let mut st: libc::stat = std::mem::zeroed();
-                    (libc::fstat(fd, &mut st) == 0).then_some(st)
-                };
-                if st.is_none_or(|s| s.st_mode & libc::S_IFMT != libc::S_IFSOCK) {
-                    return Err(bad("DMI_LISTEN_FD", &fd.to_string()));
-                }
-                use std::os::fd::FromRawFd;
-                // SAFETY: the launcher passed us this listening socket for
-                // our own use (checked above to be a socket); nothing else
-                // in this process owns it, and the variable is removed so
-                // it is taken only once.
-                let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
-                // SAFETY: no other thread reads or writes the environment
-                // during start-up of the node.
-                unsafe { std::env::remove_var("DMI_LISTEN_FD") };
-                Some(l)
-            }
-            Err(_) => None,
-        };
-        Ok(Config {
-            members: None,
-            pool_pages: pool_pages_from_env()?,
-            rank,
-            peers,
-            listener,
-            fatal_errors: std::env::var("DMI_ERRORS").map_or(true, |v| v != "return"),
-        })
-    }
-}
+pub use crate::config::{pool_pages_from_env, Config};
 
 enum Event {
     Net(NetEvent),
@@ -139,6 +47,22 @@ enum Event {
     App(NodeId, AppMsg),
     /// Send a message about instances to a node (itself too).
     Inst(NodeId, InstMsg),
+    /// A connection accepted after start-up (a joining node).
+    Late(Late),
+    /// Node 0: open (true) or close joins from outside.
+    Joins(bool),
+}
+
+/// Every node's address by rank (None: unknown or gone); grows as nodes
+/// join.
+pub(crate) type Addrs = Arc<std::sync::Mutex<Vec<Option<SocketAddr>>>>;
+
+/// What the engine reports once it is connected.
+pub(crate) struct Started {
+    pub(crate) rank: NodeId,
+    pub(crate) size: u32,
+    /// A joiner's copy of node 0's run variables (`join::RUN_VARS`).
+    pub(crate) run_vars: Option<Vec<(String, String)>>,
 }
 
 /// What the engine tells the application side of a node.
@@ -167,8 +91,11 @@ impl Handle {
 /// One node of a DMI run.
 pub struct Dmi {
     rank: NodeId,
-    peers: Vec<SocketAddr>,
+    addrs: Addrs,
     size: u32,
+    run_vars: Option<Vec<(String, String)>>,
+    /// Node 0: joiners connected to every node, for the control thread.
+    joined: std::sync::Mutex<std::sync::mpsc::Receiver<NodeId>>,
     tx: mpsc::UnboundedSender<Event>,
     app: std::sync::Mutex<std::sync::mpsc::Receiver<AppEvent>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -210,16 +137,20 @@ impl Dmi {
     /// Starts this node: connects to every peer, then serves.
     pub fn start(cfg: Config, rmw: Arc<RmwTable>) -> Result<Dmi, DmiError> {
         ignore_sigpipe();
-        let rank = cfg.rank;
-        let size = cfg.peers.len() as u32;
-        let peers = cfg.peers.clone();
+        let name = match cfg.join {
+            Some(_) => "dmi-node-joining".to_string(),
+            None => format!("dmi-node-{}", cfg.rank),
+        };
+        let addrs: Addrs = Arc::default();
+        let addrs2 = addrs.clone();
+        let (joined_tx, joined_rx) = std::sync::mpsc::channel();
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let tx2 = tx.clone();
         let rmw2 = rmw.clone();
         let (app_tx, app_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
-            .name(format!("dmi-node-{rank}"))
+            .name(name)
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -231,14 +162,24 @@ impl Dmi {
                         return;
                     }
                 };
-                rt.block_on(engine(cfg, rmw2, tx2, rx, ready_tx, app_tx));
+                let io = Io {
+                    tx: tx2,
+                    rx,
+                    ready: ready_tx,
+                    app: app_tx,
+                    addrs: addrs2,
+                    joined: joined_tx,
+                };
+                rt.block_on(engine(cfg, rmw2, io));
             })
             .map_err(|e| DmiError::Setup(format!("thread: {e}")))?;
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Dmi {
-                rank,
-                peers,
-                size,
+            Ok(Ok(st)) => Ok(Dmi {
+                rank: st.rank,
+                addrs,
+                size: st.size,
+                run_vars: st.run_vars,
+                joined: std::sync::Mutex::new(joined_rx),
                 tx,
                 app: std::sync::Mutex::new(app_rx),
                 thread: Some(thread),
@@ -263,9 +204,39 @@ impl Dmi {
         self.size
     }
 
-    /// The address of every node process, by rank.
-    pub fn peers(&self) -> &[SocketAddr] {
-        &self.peers
+    /// The number of node ranks this node knows of: the run's size plus
+    /// the nodes that joined from outside (`join.rs`).
+    pub fn nodes(&self) -> u32 {
+        self.addrs.lock().unwrap_or_else(|e| e.into_inner()).len() as u32
+    }
+
+    /// Where node `id` listens (None: unknown).
+    pub fn peer_addr(&self, id: NodeId) -> Option<SocketAddr> {
+        let a = self.addrs.lock().unwrap_or_else(|e| e.into_inner());
+        a.get(id as usize).copied().flatten()
+    }
+
+    /// A variable of the run (`join::RUN_VARS`): a node that joined from
+    /// outside has node 0's values, the others their environment's.
+    pub fn run_var(&self, name: &str) -> Option<String> {
+        match &self.run_vars {
+            Some(v) => v.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()),
+            None => std::env::var(name).ok(),
+        }
+    }
+
+    /// Node 0: accept joins from outside (`open`), or stop accepting.
+    pub fn open_joins(&self, open: bool) -> Result<(), DmiError> {
+        self.tx
+            .send(Event::Joins(open))
+            .map_err(|_| DmiError::NotInitialized)
+    }
+
+    /// Node 0: the next node from outside that is connected to every node
+    /// and waits to be brought in.
+    pub fn next_joined(&self) -> Option<NodeId> {
+        let rx = self.joined.lock().unwrap_or_else(|e| e.into_inner());
+        rx.try_recv().ok()
     }
 
     /// The root page's address (4096 bytes, zero at start, known to all).
@@ -287,11 +258,14 @@ impl Dmi {
     ) -> Dmi {
         let (tx, _) = mpsc::unbounded_channel();
         let (_, app) = std::sync::mpsc::channel();
+        let (_, joined) = std::sync::mpsc::channel();
         let link = Some(link);
         Dmi {
             rank,
-            peers: Vec::new(),
+            addrs: Arc::default(),
             size,
+            run_vars: None,
+            joined: std::sync::Mutex::new(joined),
             tx,
             app: std::sync::Mutex::new(app),
             thread: None,
@@ -509,48 +483,47 @@ impl Dmi {
     }
 }
 
-/// The node's event loop: owns the protocol core.
-async fn engine(
-    cfg: Config,
-    rmw: Arc<RmwTable>,
+/// The engine's channels.
+struct Io {
     tx: mpsc::UnboundedSender<Event>,
-    mut rx: mpsc::UnboundedReceiver<Event>,
-    ready: std::sync::mpsc::Sender<Result<(), DmiError>>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    ready: std::sync::mpsc::Sender<Result<Started, DmiError>>,
     app: std::sync::mpsc::Sender<AppEvent>,
-) {
-    let me = cfg.rank;
-    let n = cfg.peers.len() as u32;
-    let listener = match cfg.listener {
-        Some(l) => l,
-        None => match std::net::TcpListener::bind(cfg.peers[me as usize]) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = ready.send(Err(DmiError::Setup(format!(
-                    "bind {}: {e}",
-                    cfg.peers[me as usize]
-                ))));
-                return;
-            }
-        },
-    };
-    let listener = match listener
-        .set_nonblocking(true)
-        .and_then(|_| tokio::net::TcpListener::from_std(listener))
-    {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = ready.send(Err(DmiError::Setup(format!("listener: {e}"))));
-            return;
-        }
-    };
+    addrs: Addrs,
+    joined: std::sync::mpsc::Sender<NodeId>,
+}
+
+/// The node's event loop: owns the protocol core.
+async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
+    let Io {
+        tx,
+        mut rx,
+        ready,
+        app,
+        addrs,
+        joined,
+    } = io;
     let (ntx, mut nrx) = mpsc::unbounded_channel();
-    let peers = match connect_all(me, &cfg.peers, listener, ntx).await {
-        Ok(p) => p,
+    let (st, listener, mut peers) = match crate::join::connect_node(&cfg, &addrs, &ntx).await {
+        Ok(c) => c,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
+    drop(cfg.listener.take());
+    let (me, size) = (st.rank, st.size);
+    let zero = addrs.lock().unwrap_or_else(|e| e.into_inner())[0];
+    let (ltx, mut lrx) = mpsc::unbounded_channel();
+    accept_late(me, listener, cfg.secret.clone(), zero, ltx);
+    let tx_late = tx.clone();
+    tokio::spawn(async move {
+        while let Some(l) = lrx.recv().await {
+            if tx_late.send(Event::Late(l)).is_err() {
+                return;
+            }
+        }
+    });
     tokio::spawn(async move {
         while let Some(ev) = nrx.recv().await {
             if tx.send(Event::Net(ev)).is_err() {
@@ -558,7 +531,8 @@ async fn engine(
             }
         }
     });
-    let _ = ready.send(Ok(()));
+    let _ = ready.send(Ok(st));
+    let n = size;
     let mut node = match cfg.members {
         Some(m) if me >= m => Node::spare(me, rmw),
         Some(m) => Node::with_first(me, m, rmw),
@@ -569,6 +543,13 @@ async fn engine(
     let mut waiting: HashMap<CallId, oneshot::Sender<Outcome>> = HashMap::new();
     let mut byes: HashSet<NodeId> = HashSet::new();
     let mut finalize: Option<oneshot::Sender<()>> = None;
+    let mut accepting = match cfg.accept_joins && me == 0 {
+        true => Accepting::NotYet,
+        false => Accepting::Never,
+    };
+    // Joiners welcomed but not yet connected to every node.
+    let mut pending: HashSet<NodeId> = HashSet::new();
+    let mut early: HashMap<NodeId, Vec<Msg>> = HashMap::new();
     // SIGUSR1 prints the protocol state (pages, owners, pending accesses).
     let mut usr1 =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
@@ -615,10 +596,64 @@ async fn engine(
             Event::Net(NetEvent::Bye(from)) => {
                 byes.insert(from);
             }
+            Event::Joins(open) if accepting != Accepting::Never => {
+                accepting = if open {
+                    Accepting::Open
+                } else {
+                    Accepting::Over
+                };
+            }
+            Event::Joins(_) => {}
+            Event::Late(late) => {
+                let how = match finalize {
+                    Some(_) => Accepting::Over,
+                    None => accepting,
+                };
+                crate::join::late(
+                    (me, size),
+                    late,
+                    how,
+                    &mut peers,
+                    &addrs,
+                    &byes,
+                    &ntx,
+                    &mut pending,
+                )
+                .await;
+                early.retain(
+                    |&to, msgs| match peers.get(to as usize).and_then(Option::as_ref) {
+                        Some(p) => {
+                            for m in msgs.drain(..) {
+                                let _ = p.send(Frame::Msg(m));
+                            }
+                            false
+                        }
+                        None => true,
+                    },
+                );
+            }
+            Event::Net(NetEvent::Connected(from)) => {
+                if pending.remove(&from) {
+                    let _ = joined.send(from);
+                }
+            }
+            Event::Net(NetEvent::Dead(from, reason))
+                if !byes.contains(&from)
+                    && (pending.remove(&from)
+                        || (me != 0 && from >= size && !node.members.contains(&from))) =>
+            {
+                // A node from outside that went away before it joined:
+                // nothing of the run's was on it.
+                report(&format!(
+                    "dmi: node {me}: node {from} went away before it joined: {reason}"
+                ));
+                byes.insert(from);
+            }
             Event::Net(NetEvent::Dead(from, reason)) => {
                 crate::xmove::peer_dead(from);
                 if !byes.contains(&from) {
-                    let peer = cfg.peers[from as usize];
+                    let peer = addrs.lock().unwrap_or_else(|e| e.into_inner())[from as usize]
+                        .map_or("?".to_string(), |a| a.to_string());
                     report(&format!(
                         "dmi: node {me}: node {from} ({peer}) failed: {reason}"
                     ));
@@ -653,12 +688,19 @@ async fn engine(
                 finalize = Some(otx);
             }
         }
-        deliver(&mut node, &peers, fx, &mut waiting);
+        deliver(&mut node, &peers, &mut early, fx, &mut waiting);
         if !left && node.phase() == Phase::Left {
             left = true;
             let _ = app.send(AppEvent::Left);
         }
-        if finalize.is_some() && byes.len() + 1 >= n as usize {
+        let all_byes = || {
+            let said = |r: usize| byes.contains(&(r as NodeId));
+            peers
+                .iter()
+                .enumerate()
+                .all(|(r, p)| p.is_none() || said(r))
+        };
+        if finalize.is_some() && all_byes() {
             // Let the writers flush their goodbyes.
             tokio::time::sleep(Duration::from_millis(20)).await;
             if let Some(f) = finalize.take() {
@@ -698,6 +740,7 @@ fn report(line: &str) {
 fn deliver(
     node: &mut Node,
     peers: &[Option<mpsc::UnboundedSender<Frame>>],
+    early: &mut HashMap<NodeId, Vec<Msg>>,
     mut fx: Effects,
     waiting: &mut HashMap<CallId, oneshot::Sender<Outcome>>,
 ) {
@@ -711,10 +754,10 @@ fn deliver(
                 Some(p) => {
                     let _ = p.send(Frame::Msg(m));
                 }
-                None => {
-                    let me = node.rank();
-                    node.handle(me, m, &mut fx);
-                }
+                None if to == node.rank() => node.handle(to, m, &mut fx),
+                // A node that joined from outside, whose connection to this
+                // node is not registered yet: sent once it is.
+                None => early.entry(to).or_default().push(m),
             }
         }
     }

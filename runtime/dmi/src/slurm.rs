@@ -129,6 +129,9 @@ pub fn config() -> Result<Config, DmiError> {
         fatal_errors: std::env::var("DMI_ERRORS").map_or(true, |v| v != "return"),
         members: None,
         pool_pages: crate::runtime::pool_pages_from_env()?,
+        secret: crate::auth::secret_from_env()?,
+        accept_joins: false,
+        join: None,
     })
 }
 

@@ -3,7 +3,9 @@
 //! connects to the lower), length-delimited frames of bincode-encoded
 //! [`Frame`]s, a heartbeat every [`HEARTBEAT`], and a peer declared dead
 //! when nothing arrived for [`DEAD_AFTER`] or its connection closed without
-//! a goodbye.
+//! a goodbye. The accepting side of every connection challenges the other
+//! (`auth.rs`); after start-up each node keeps accepting, for nodes that
+//! join the running program (`join.rs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::addr::NodeId;
+use crate::auth::{self, Nonce};
 use crate::error::DmiError;
 use crate::msg::Msg;
 
@@ -29,8 +32,15 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// What travels on a connection.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Frame {
+    /// The accepting side's challenge, the first frame on a connection.
+    Challenge {
+        nonce: Nonce,
+    },
+    /// A node of the run: its rank and address, and the challenge's answer.
     Hello {
         rank: NodeId,
+        addr: SocketAddr,
+        mac: Vec<u8>,
     },
     Heartbeat,
     /// The sender finalised; the connection may close now.
@@ -42,6 +52,24 @@ pub enum Frame {
         reason: String,
     },
     Msg(Msg),
+    /// A node from outside asks to join (`join.rs`); `addr` is where it
+    /// listens.
+    Join {
+        addr: SocketAddr,
+        mac: Vec<u8>,
+    },
+    /// Node 0 to a joiner: its rank and the run.
+    Welcome(crate::join::Welcome),
+    /// A join or hello refused, and why.
+    Refused {
+        reason: String,
+    },
+    /// A node other than node 0 was asked for a join: ask node 0 there.
+    Redirect {
+        to: SocketAddr,
+    },
+    /// A joiner to node 0: connected to every node of the run.
+    Connected,
 }
 
 /// What the connections report to the node's engine.
@@ -50,26 +78,107 @@ pub enum NetEvent {
     Msg(NodeId, Msg),
     Bye(NodeId),
     Dead(NodeId, String),
+    /// A joiner is connected to every node (`Frame::Connected`).
+    Connected(NodeId),
 }
 
-type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+/// A connection accepted after start-up (`accept_late`).
+pub enum Late {
+    /// A node that joined the run connects to this one.
+    Peer {
+        rank: NodeId,
+        addr: SocketAddr,
+        conn: Conn,
+    },
+    /// A node from outside asks node 0 to join.
+    Join { addr: SocketAddr, conn: Conn },
+}
 
-fn codec() -> LengthDelimitedCodec {
+pub(crate) type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+
+pub(crate) fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(1 << 31)
         .new_codec()
 }
 
-fn encode(f: &Frame) -> Bytes {
+pub(crate) fn encode(f: &Frame) -> Bytes {
     Bytes::from(bincode::serialize(f).unwrap_or_default())
 }
+
+/// The request a hello answers the challenge for.
+pub(crate) fn hello_what(rank: NodeId, addr: SocketAddr) -> Vec<u8> {
+    format!("hello {rank} {addr}").into_bytes()
+}
+
+/// The next frame of `f` before `deadline` (None: closed, timed out or
+/// undecodable).
+pub(crate) async fn next_frame(f: &mut Conn, deadline: tokio::time::Instant) -> Option<Frame> {
+    match tokio::time::timeout_at(deadline, f.next()).await {
+        Ok(Some(Ok(b))) => bincode::deserialize::<Frame>(&b).ok(),
+        _ => None,
+    }
+}
+
+/// Connects to node `j` at `addr` as node `me` (listening at `my_addr`):
+/// answers its challenge with a hello. A refusal is an error naming why.
+pub(crate) async fn dial(
+    me: NodeId,
+    my_addr: SocketAddr,
+    j: NodeId,
+    addr: SocketAddr,
+    secret: &[u8],
+    s: TcpStream,
+    deadline: tokio::time::Instant,
+) -> Result<Conn, DmiError> {
+    let mut f = Framed::new(s, codec());
+    let nonce = match next_frame(&mut f, deadline).await {
+        Some(Frame::Challenge { nonce }) => nonce,
+        _ => {
+            return Err(DmiError::Setup(format!(
+                "node {me}: node {j} at {addr} sent no challenge"
+            )))
+        }
+    };
+    let mac = auth::answer(secret, &nonce, &hello_what(me, my_addr));
+    f.send(encode(&Frame::Hello {
+        rank: me,
+        addr: my_addr,
+        mac,
+    }))
+    .await
+    .map_err(|e| DmiError::Setup(format!("node {me}: hello to node {j}: {e}")))?;
+    Ok(f)
+}
+
+/// Accepts one connection's start: sends the challenge and returns it with
+/// the first frame.
+async fn challenged(s: TcpStream, deadline: tokio::time::Instant) -> Option<(Conn, Nonce, Frame)> {
+    let mut f = Framed::new(s, codec());
+    let nonce = auth::nonce();
+    f.send(encode(&Frame::Challenge { nonce })).await.ok()?;
+    let first = next_frame(&mut f, deadline).await?;
+    Some((f, nonce, first))
+}
+
+/// Refuses a connection with a reason (best effort, off the caller's path).
+pub(crate) fn refuse(mut f: Conn, reason: String) {
+    tokio::spawn(async move {
+        let _ = f.send(encode(&Frame::Refused { reason })).await;
+    });
+}
+
+/// What a node answers a hello or join with a wrong answer.
+pub const WRONG_SECRET: &str =
+    "wrong secret (the answer to the challenge does not match the run's secret file)";
 
 /// Connects to every peer; returns a sender per peer (index = rank; none
 /// for this node).
 pub async fn connect_all(
     me: NodeId,
     peers: &[SocketAddr],
-    listener: TcpListener,
+    listener: &TcpListener,
+    secret: &[u8],
     events: mpsc::UnboundedSender<NetEvent>,
 ) -> Result<Vec<Option<mpsc::UnboundedSender<Frame>>>, DmiError> {
     let n = peers.len();
@@ -89,10 +198,16 @@ pub async fn connect_all(
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         };
-        let mut f = Framed::new(s, codec());
-        f.send(encode(&Frame::Hello { rank: me }))
-            .await
-            .map_err(|e| DmiError::Setup(format!("node {me}: hello to node {j}: {e}")))?;
+        let f = dial(
+            me,
+            peers[me as usize],
+            j as NodeId,
+            *addr,
+            secret,
+            s,
+            deadline,
+        )
+        .await?;
         conns[j] = Some(f);
     }
     let mut missing = n - 1 - me as usize;
@@ -105,13 +220,24 @@ pub async fn connect_all(
                 ))
             })?
             .map_err(|e| DmiError::Setup(format!("node {me}: accept: {e}")))?;
-        let mut f = Framed::new(s, codec());
-        let hello = tokio::time::timeout_at(deadline, f.next()).await;
-        let rank = match hello {
-            Ok(Some(Ok(b))) => match bincode::deserialize::<Frame>(&b) {
-                Ok(Frame::Hello { rank }) if (rank as usize) < n && rank > me => rank,
-                _ => continue,
-            },
+        let Some((f, nonce, first)) = challenged(s, deadline).await else {
+            continue;
+        };
+        let rank = match first {
+            Frame::Hello { rank, addr, mac }
+                if !auth::check(secret, &nonce, &hello_what(rank, addr), &mac) =>
+            {
+                report(&format!(
+                    "dmi: node {me}: refused a node claiming rank {rank} from {addr}: {WRONG_SECRET}"
+                ));
+                refuse(f, WRONG_SECRET.into());
+                continue;
+            }
+            Frame::Hello { rank, .. } if (rank as usize) < n && rank > me => rank,
+            Frame::Join { .. } => {
+                refuse(f, "the run is still starting; try again".into());
+                continue;
+            }
             _ => continue,
         };
         if conns[rank as usize].is_none() {
@@ -126,8 +252,70 @@ pub async fn connect_all(
     Ok(senders)
 }
 
+/// After start-up: accepts connections of nodes that join the run, and
+/// hands each authenticated one to `out`. A node other than node 0
+/// redirects a joiner to node 0 (`zero`).
+pub fn accept_late(
+    me: NodeId,
+    listener: TcpListener,
+    secret: Vec<u8>,
+    zero: Option<SocketAddr>,
+    out: mpsc::UnboundedSender<Late>,
+) {
+    let secret = std::sync::Arc::new(secret);
+    tokio::spawn(async move {
+        while let Ok((s, from)) = listener.accept().await {
+            let (secret, out) = (secret.clone(), out.clone());
+            tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                let Some((f, nonce, first)) = challenged(s, deadline).await else {
+                    return;
+                };
+                let late = match first {
+                    Frame::Hello { rank, addr, mac }
+                        if auth::check(&secret, &nonce, &hello_what(rank, addr), &mac) =>
+                    {
+                        Late::Peer {
+                            rank,
+                            addr,
+                            conn: f,
+                        }
+                    }
+                    Frame::Join { addr, mac }
+                        if auth::check(&secret, &nonce, &crate::join::join_what(addr), &mac) =>
+                    {
+                        match zero {
+                            Some(to) if me != 0 => {
+                                let mut f = f;
+                                let _ = f.send(encode(&Frame::Redirect { to })).await;
+                                return;
+                            }
+                            _ => Late::Join { addr, conn: f },
+                        }
+                    }
+                    Frame::Hello { .. } | Frame::Join { .. } => {
+                        report(&format!(
+                            "dmi: node {me}: refused a connection from {from}: {WRONG_SECRET}"
+                        ));
+                        refuse(f, WRONG_SECRET.into());
+                        return;
+                    }
+                    _ => return,
+                };
+                let _ = out.send(late);
+            });
+        }
+    });
+}
+
+/// One line on stderr in one write.
+pub(crate) fn report(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 /// Starts the writer and reader of one connection.
-fn spawn_peer(
+pub(crate) fn spawn_peer(
     peer: NodeId,
     f: Conn,
     events: mpsc::UnboundedSender<NetEvent>,
@@ -168,7 +356,10 @@ fn spawn_peer(
             let ev = match tokio::time::timeout(DEAD_AFTER, stream.next()).await {
                 Ok(Some(Ok(b))) => match bincode::deserialize::<Frame>(&b) {
                     Ok(Frame::Msg(m)) => NetEvent::Msg(peer, m),
-                    Ok(Frame::Heartbeat | Frame::Hello { .. }) => continue,
+                    Ok(Frame::Connected) => NetEvent::Connected(peer),
+                    Ok(Frame::Refused { reason }) => {
+                        NetEvent::Dead(peer, format!("it refused this node: {reason}"))
+                    }
                     Ok(Frame::Bye) => {
                         let _ = events.send(NetEvent::Bye(peer));
                         return;
@@ -181,6 +372,7 @@ fn spawn_peer(
                         ));
                         return;
                     }
+                    Ok(_) => continue,
                     Err(e) => NetEvent::Dead(peer, format!("undecodable frame: {e}")),
                 },
                 Ok(Some(Err(e))) => NetEvent::Dead(peer, format!("connection error: {e}")),

@@ -23,6 +23,7 @@ fn node() -> Dmi {
         fatal_errors: false,
         members: None,
         pool_pages: None,
+        ..Default::default()
     };
     Dmi::start(cfg, Arc::new(RmwTable::default())).unwrap()
 }

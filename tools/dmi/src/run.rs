@@ -36,7 +36,7 @@ pub struct RunArgs {
     /// Prefix every output line with the node's rank ("[2] ...").
     #[arg(long)]
     prefix: bool,
-    /// Print each node's pid on start (to stderr).
+    /// Print each node's pid and address on start (to stderr).
     #[arg(long)]
     verbose: bool,
     /// Seconds the other nodes get to notice a failed node and stop on
@@ -66,6 +66,20 @@ pub struct RunArgs {
     /// the instances of leaving nodes move to the others.
     #[arg(long)]
     movable: bool,
+    /// The address the nodes listen on (default 127.0.0.1); another
+    /// machine's nodes reach them there.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    bind: std::net::IpAddr,
+    /// The run's secret: the nodes prove it to each other on every
+    /// connection (a challenge answered with an HMAC; the file is never
+    /// sent). Mode 600; its trailing newline is ignored.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<std::path::PathBuf>,
+    /// Reconfigurable programs: node 0 accepts nodes from outside while
+    /// DMI_rescale runs (`dmi node join --run HOST:PORT --secret-file FILE
+    /// PROG`, from any machine that reaches --bind). Needs --secret-file.
+    #[arg(long, requires = "secret_file")]
+    accept_joins: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     prog: Vec<String>,
@@ -117,12 +131,18 @@ pub fn run(a: RunArgs) -> i32 {
         .map(|(i, k)| format!("grow:{i}:{k}"))
         .chain(a.shrink_at.iter().map(|(i, k)| format!("shrink:{i}:{k}")))
         .collect();
+    if let Some(f) = &a.secret_file {
+        if let Err(e) = dmi::auth::read_secret(f) {
+            say!("dmi run: {e}");
+            return 1;
+        }
+    }
     let mut listeners = Vec::new();
     for _ in 0..total {
-        match TcpListener::bind("127.0.0.1:0") {
+        match TcpListener::bind((a.bind, 0)) {
             Ok(l) => listeners.push(l),
             Err(e) => {
-                say!("dmi run: cannot listen on 127.0.0.1: {e}");
+                say!("dmi run: cannot listen on {}: {e}", a.bind);
                 return 1;
             }
         }
@@ -149,6 +169,12 @@ pub fn run(a: RunArgs) -> i32 {
         }
         if let Some(c) = &a.control {
             cmd.env("DMI_CONTROL", c);
+        }
+        if let Some(f) = &a.secret_file {
+            cmd.env("DMI_SECRET_FILE", f);
+        }
+        if a.accept_joins {
+            cmd.env("DMI_ACCEPT_JOINS", "1");
         }
         if a.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -178,7 +204,8 @@ pub fn run(a: RunArgs) -> i32 {
         match cmd.spawn() {
             Ok(mut c) => {
                 if a.verbose {
-                    say!("dmi run: node {rank} pid {}", c.id());
+                    let at = l.local_addr().map_or(String::new(), |a| a.to_string());
+                    say!("dmi run: node {rank} pid {} at {at}", c.id());
                 }
                 if let Some(o) = c.stdout.take() {
                     pipes.push(pipe_lines(rank as u32, o, false));
@@ -197,6 +224,13 @@ pub fn run(a: RunArgs) -> i32 {
                 return 1;
             }
         }
+    }
+    if a.accept_joins {
+        say!(
+            "dmi run: node 0 accepts joins at {} (dmi node join --run {} --secret-file FILE PROG ARGS)",
+            peers.split(',').next().unwrap_or(""),
+            peers.split(',').next().unwrap_or("")
+        );
     }
     drop(listeners);
     let mut failed = Vec::new();
