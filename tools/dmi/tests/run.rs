@@ -201,22 +201,31 @@ fn three_processes_with_small_pools_are_sequentially_consistent() {
     }
 }
 
-/// Compute instances (2 per node) run the workload beside their nodes'
-/// programs, reading hits from their node's frames in the shared range
-/// while the other nodes write: every history (9 clients) stays
-/// sequentially consistent, no read is torn (`dmi stress` checks each),
-/// and the instances did read from the frames. With pools of 5 for the 8
-/// pages in use, frames are dropped and reused under the readers too.
+/// Compute instances run the workload beside their nodes' programs,
+/// reading hits from their node's frames in the shared range while the
+/// other nodes write: every history stays sequentially consistent, no read
+/// is torn (`dmi stress` checks each), and the instances did read from the
+/// frames. One instance per node on 4 pages (much contention), two per
+/// node on 16 pages, and with pools of 5 for the 8 pages in use (frames
+/// dropped and reused under the readers). (The checker's search grows
+/// fast with the clients per page: 9 clients on 3 pages of 300 accesses
+/// took minutes.)
 #[test]
 fn instances_reading_frames_while_others_write_stay_consistent() {
-    for (seed, pool) in [("1", None), ("2", None), ("3", Some("5"))] {
+    let runs = [
+        ("1", "1", "4", None),
+        ("2", "1", "4", None),
+        ("3", "2", "16", None),
+        ("4", "1", "7", Some("5")),
+    ];
+    for (seed, per_node, pages, pool) in runs {
         let dir = tmp(&format!("stress-inst-{seed}"));
-        let stress = [env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "300"];
+        let stress = [env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "100"];
         let mut c = dmi_run(3, &[], &stress);
-        c.args(["--instances", "2", "--seed", seed, "--dir"])
+        c.args(["--instances", per_node, "--pages", pages, "--seed", seed, "--dir"])
             .arg(&dir);
         if let Some(p) = pool {
-            c.args(["--pages", "7"]).env("DMI_POOL_PAGES", p);
+            c.env("DMI_POOL_PAGES", p);
         }
         let o = c.output().unwrap();
         assert!(o.status.success(), "{}", text(&o));
@@ -229,12 +238,16 @@ fn instances_reading_frames_while_others_write_stay_consistent() {
                 rest.split(' ').next().unwrap().parse::<u64>().unwrap()
             })
             .sum();
-        assert_eq!(out.matches(" instance ").count(), 6, "{}", text(&o));
+        let clients = 3 * per_node.parse::<usize>().unwrap();
+        assert_eq!(out.matches(" instance ").count(), clients, "{}", text(&o));
         assert!(hits > 0, "no instance read from the frames: {}", text(&o));
         let c = dmi().arg("check").arg(&dir).output().unwrap();
         assert!(c.status.success(), "{}", text(&c));
         assert!(
-            String::from_utf8_lossy(&c.stdout).contains("from 9 nodes: sequentially consistent"),
+            String::from_utf8_lossy(&c.stdout).contains(&format!(
+                "on {pages} pages from {} nodes: sequentially consistent",
+                3 + clients
+            )),
             "{}",
             text(&c)
         );
