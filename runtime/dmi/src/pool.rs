@@ -82,8 +82,8 @@ pub struct Index {
 }
 
 fn hash(region: u64, index: u64) -> usize {
-    let h = (region.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ index)
-        .wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    let h =
+        (region.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ index).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
     (h >> 20) as usize
 }
 
@@ -327,7 +327,10 @@ impl Drop for Inner {
             unsafe { self.mem.free(h.cast(), HEAD + cap) };
         }
         // SAFETY: made by `alloc(size_of::<Index>())` in `Store::new`.
-        unsafe { self.mem.free(self.index.cast(), std::mem::size_of::<Index>()) };
+        unsafe {
+            self.mem
+                .free(self.index.cast(), std::mem::size_of::<Index>())
+        };
     }
 }
 
@@ -602,7 +605,6 @@ impl Drop for Frame {
             .push(self.head);
     }
 }
-
 
 #[cfg(test)]
 #[path = "pool_test.rs"]

@@ -99,7 +99,10 @@ fn reads_are_whole_current_and_of_their_page() {
         hits += h;
         misses += m;
     }
-    assert!(hits > 0, "no read was served from the frames ({misses} misses)");
+    assert!(
+        hits > 0,
+        "no read was served from the frames ({misses} misses)"
+    );
 }
 
 #[test]
@@ -110,9 +113,18 @@ fn misses_outside_regions_past_pages_and_when_closed() {
     regions.insert(r);
     store.publish_regions(&regions);
     let ix = store.index();
-    let f = store.frame(PageId { region: 3, index: 1 }, &[7u8; 16]);
+    let f = store.frame(
+        PageId {
+            region: 3,
+            index: 1,
+        },
+        &[7u8; 16],
+    );
     let mut b = [0u8; 16];
-    assert!(!ix.read(r.base() + 16, &mut b), "not readable before publish");
+    assert!(
+        !ix.read(r.base() + 16, &mut b),
+        "not readable before publish"
+    );
     f.set_readable();
     assert!(ix.read(r.base() + 16, &mut b));
     assert_eq!(b, [7u8; 16]);

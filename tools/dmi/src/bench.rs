@@ -184,8 +184,7 @@ fn dmi_nodes(a: &BenchArgs, n: u32, intra: bool) -> Result<Vec<Sample>, String> 
         let v: Value = serde_json::from_str(line).map_err(|e| format!("{n} nodes: {e}"))?;
         for s in v.as_array().ok_or("results are not a list")? {
             out.push(
-                Sample::from_json(s)
-                    .ok_or_else(|| format!("{n} nodes: malformed sample {s}"))?,
+                Sample::from_json(s).ok_or_else(|| format!("{n} nodes: malformed sample {s}"))?,
             );
         }
     }

@@ -118,7 +118,10 @@ fn bench_reports_every_mode_against_memcpy_and_tcp() {
                         .unwrap()
                 };
                 let (slow, fast) = (med("through the node"), med("from the frames"));
-                assert!(fast < slow, "{who} {what} {mode} {size}: {fast} >= {slow} us");
+                assert!(
+                    fast < slow,
+                    "{who} {what} {mode} {size}: {fast} >= {slow} us"
+                );
             }
         }
     }

@@ -222,8 +222,16 @@ fn instances_reading_frames_while_others_write_stay_consistent() {
         let dir = tmp(&format!("stress-inst-{seed}"));
         let stress = [env!("CARGO_BIN_EXE_dmi"), "stress", "--ops", "100"];
         let mut c = dmi_run(3, &[], &stress);
-        c.args(["--instances", per_node, "--pages", pages, "--seed", seed, "--dir"])
-            .arg(&dir);
+        c.args([
+            "--instances",
+            per_node,
+            "--pages",
+            pages,
+            "--seed",
+            seed,
+            "--dir",
+        ])
+        .arg(&dir);
         if let Some(p) = pool {
             c.env("DMI_POOL_PAGES", p);
         }

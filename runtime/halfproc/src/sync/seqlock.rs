@@ -40,16 +40,27 @@
 //! assert!(!c.read_valid(s));
 //! ```
 
-#[cfg(loom)]
-use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(loom))]
 use core::sync::atomic::{fence, AtomicU64, Ordering};
+#[cfg(loom)]
+use loom::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// A sequence counter; all-zero ("never written") is its initial state.
 #[repr(transparent)]
-#[derive(Debug, Default)]
 pub struct SeqCount {
     seq: AtomicU64,
+}
+
+impl Default for SeqCount {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for SeqCount {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "SeqCount({})", self.seq.load(Ordering::Relaxed))
+    }
 }
 
 impl SeqCount {
