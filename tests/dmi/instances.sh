@@ -51,7 +51,9 @@ for nodes in 1 2; do
 	t "jacobi_on_${nodes}_nodes_agrees_with_serial" jac
 done
 for i in 1 2 3; do
-	/bin/dmi run -n 1 $P 1 bench 2>&1 | sed 's/^/# dmwrite: /'
-	DMI_REPLY=staging /bin/dmi run -n 1 $P 1 bench 2>&1 | sed 's/^/# staging: /'
+	# Hits from the frames in the shared range, then the node path.
+	/bin/dmi run -n 1 $P 1 bench 2>&1 | sed 's/^/# frames: /'
+	DMI_FAST_READS=0 /bin/dmi run -n 1 $P 1 bench 2>&1 | sed 's/^/# dmwrite: /'
+	DMI_FAST_READS=0 DMI_REPLY=staging /bin/dmi run -n 1 $P 1 bench 2>&1 | sed 's/^/# staging: /'
 done
 exit $rc

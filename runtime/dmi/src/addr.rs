@@ -105,6 +105,8 @@ pub fn home(page: PageId, members: &[NodeId]) -> NodeId {
 #[derive(Debug, Clone, Default)]
 pub struct Regions {
     map: BTreeMap<u32, Region>,
+    /// Changes so far (the page index republishes the table on a new one).
+    gen: u64,
 }
 
 impl Regions {
@@ -116,7 +118,13 @@ impl Regions {
     }
 
     pub fn insert(&mut self, region: Region) {
+        self.gen += 1;
         self.map.insert(region.id, region);
+    }
+
+    /// How many times the table changed (1 after `with_root`).
+    pub fn generation(&self) -> u64 {
+        self.gen
     }
 
     /// Every region, by id.
@@ -125,6 +133,7 @@ impl Regions {
     }
 
     pub fn remove(&mut self, id: u32) -> Option<Region> {
+        self.gen += 1;
         self.map.remove(&id)
     }
 

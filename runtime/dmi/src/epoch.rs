@@ -417,7 +417,7 @@ impl Node {
                     let moved = MovedPage {
                         page: p,
                         version: o.version,
-                        data: o.data,
+                        data: o.data.to_vec(),
                         copyset: o.copyset.into_iter().collect(),
                     };
                     if let Some(t) = out.get_mut(&home(p, &new)) {
@@ -501,12 +501,9 @@ impl Node {
             let page = self.pages.entry(m.page).or_default();
             page.copy = None;
             page.created = true;
-            page.owner = Some(crate::node::Owner {
-                data: m.data,
-                version: m.version,
-                copyset: m.copyset.into_iter().filter(|&(n, _)| n != me).collect(),
-                ..Default::default()
-            });
+            let data = self.store.frame(m.page, &m.data);
+            let copyset = m.copyset.into_iter().filter(|&(n, _)| n != me).collect();
+            page.owner = Some(crate::node::Owner::new(data, m.version, copyset));
         }
         for l in state.locks {
             self.locks.insert(l.addr, (l.held, l.waiters.into()));
@@ -547,7 +544,7 @@ impl Node {
         let mut v: Vec<_> = self
             .pages
             .iter()
-            .filter_map(|(p, pg)| pg.owner.as_ref().map(|o| (*p, o.version, o.data.clone())))
+            .filter_map(|(p, pg)| pg.owner.as_ref().map(|o| (*p, o.version, o.data.to_vec())))
             .collect();
         v.sort_by_key(|(p, _, _)| *p);
         v

@@ -9,6 +9,8 @@
 //!   sequential-consistency checker the tests (and `dmi check`) use.
 //! * `transport` and `runtime`: tokio connections with heartbeats, and the
 //!   blocking Rust API [`Dmi`]; `capi`: the C ABI (`include/dmi.h`).
+//! * `pool`: the node's page frames (in the shared range when the
+//!   node has a half-process set) and the lock-free read of hits from them.
 //! * `ring`, `serve` and `capi_inst`: compute instances as members of the
 //!   node's half-process set, reaching the node through mailboxes in the
 //!   shared range (`DMI_create`/`DMI_join`/`DMI_detach`).
@@ -38,6 +40,7 @@ pub mod join;
 pub mod msg;
 pub mod node;
 mod owner;
+pub mod pool;
 pub mod reconf;
 mod reconf_ctl;
 pub mod relocate;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::addr::{home, NodeId, PageId, Regions, Span};
 use crate::error::DmiError;
 use crate::msg::{CopyMode, Msg, OpId, ReadMode, Reply, ReqKind, Request, WriteMode};
+use crate::pool::{Frame, Store};
 use crate::rmw::RmwFuncs;
 
 /// Identifies one call of a node (one `DMI_*` invocation).
@@ -81,16 +82,16 @@ pub struct Effects {
 }
 
 /// A cached copy on a node that is not the owner.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Copy {
-    pub data: Vec<u8>,
+    pub data: Frame,
     pub version: u64,
 }
 
 /// The owner's state of a page.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Owner {
-    pub data: Vec<u8>,
+    pub data: Frame,
     /// Number of writes applied so far; travels with the page.
     pub version: u64,
     pub copyset: BTreeMap<NodeId, CopyMode>,
@@ -103,6 +104,17 @@ pub(crate) struct Owner {
 }
 
 impl Owner {
+    pub fn new(data: Frame, version: u64, copyset: BTreeMap<NodeId, CopyMode>) -> Owner {
+        Owner {
+            data,
+            version,
+            copyset,
+            acks: 0,
+            pending: None,
+            queue: VecDeque::new(),
+        }
+    }
+
     pub fn busy(&self) -> bool {
         self.pending.is_some()
     }
@@ -213,6 +225,8 @@ pub struct Node {
     /// The pool's capacity in pages (None: unlimited) and its state.
     pub(crate) pool: Option<usize>,
     pub(crate) swap: crate::swap::Swap,
+    /// The page frames and the index readers use (`pool.rs`).
+    pub(crate) store: Store,
 }
 
 impl Node {
@@ -253,6 +267,7 @@ impl Node {
             failed: None,
             pool: None,
             swap: crate::swap::Swap::default(),
+            store: Store::heap(),
         }
     }
 
@@ -299,7 +314,39 @@ impl Node {
             self.run_call(call, req, fx);
         }
         self.unstall(fx);
+        self.publish();
         call
+    }
+
+    /// Uses `store` for the page frames (at start, before any access).
+    pub fn set_store(&mut self, store: Store) {
+        self.store = store;
+    }
+
+    /// The page frames and their index.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// End of a step, before its messages leave and its calls complete:
+    /// marks the pages changed in it readable from their frames where the
+    /// engine would serve a read locally now (an owned page with no write
+    /// waiting for acknowledgements, or a copy), and publishes the regions.
+    /// Every change cleared the flag (or killed the frame) when it was
+    /// made, so nothing else needs clearing here (`pool.rs`).
+    fn publish(&mut self) {
+        self.store.publish_regions(&self.regions);
+        for p in self.store.take_dirty() {
+            let Some(page) = self.pages.get(&p) else {
+                continue;
+            };
+            match (&page.owner, &page.copy) {
+                (Some(o), _) if !o.busy() => o.data.set_readable(),
+                (None, Some(c)) => c.data.set_readable(),
+                (Some(o), _) => debug_assert!(!o.data.readable(), "busy page {p:?} readable"),
+                (None, None) => {}
+            }
+        }
     }
 
     /// Starts call `call` now (the membership is settled).
@@ -471,7 +518,7 @@ impl Node {
             PageOpKind::Read(mode) => {
                 if page.owner.is_none() {
                     if let Some(c) = &page.copy {
-                        let bytes = c.data[span.off..span.off + span.len].to_vec();
+                        let bytes = c.data.bytes()[span.off..span.off + span.len].to_vec();
                         self.finish_op(op, Reply::Data(bytes), fx);
                         return None;
                     }
@@ -540,10 +587,8 @@ impl Node {
         let page = self.pages.entry(page_id).or_default();
         if !page.created {
             page.created = true;
-            page.owner = Some(Owner {
-                data: vec![0; size],
-                ..Owner::default()
-            });
+            let data = self.store.zeroed(page_id, size);
+            page.owner = Some(Owner::new(data, 0, BTreeMap::new()));
         }
     }
 
@@ -637,6 +682,7 @@ impl Node {
         // node again (it put it in the copyset).
         let counted = page.copy.is_some() || !page.awaiting.is_empty();
         if counted || self.make_room(page_id, false, fx) {
+            let data = self.store.frame(page_id, &data);
             self.pages.entry(page_id).or_default().copy = Some(Copy { data, version });
         } else {
             self.send_forget(page_id, fx);
@@ -665,6 +711,8 @@ impl Node {
 
     /// A peer died: every pending and every later call fails with `e`.
     pub fn fail(&mut self, e: DmiError, fx: &mut Effects) {
+        // Reads from the frames would succeed where calls fail now.
+        self.store.close();
         if self.failed.is_none() {
             self.failed = Some(e.clone());
         }
@@ -681,6 +729,7 @@ impl Node {
         }
         self.unstall(fx);
         self.check_drained(fx);
+        self.publish();
     }
 
     /// Handles a message the membership change let through.

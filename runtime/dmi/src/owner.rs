@@ -98,7 +98,7 @@ impl Node {
         }
         match req.kind {
             ReqKind::Get { off, len } => {
-                let bytes = owner.data[off..off + len].to_vec();
+                let bytes = owner.data.bytes()[off..off + len].to_vec();
                 self.reply(req.origin, req.op, Reply::Data(bytes), fx);
             }
             ReqKind::Fetch { mode } => {
@@ -107,12 +107,12 @@ impl Node {
                 }
                 let reply = Reply::Copy {
                     version: owner.version,
-                    data: owner.data.clone(),
+                    data: owner.data.to_vec(),
                 };
                 self.reply(req.origin, req.op, reply, fx);
             }
             ReqKind::Put { off, data } => {
-                owner.data[off..off + data.len()].copy_from_slice(&data);
+                owner.data.write(off, &data);
                 self.propagate(req.page, req.origin, req.op, Reply::Done, fx);
             }
             ReqKind::Rmw {
@@ -121,7 +121,10 @@ impl Node {
                 func,
                 arg,
             } => {
-                let out = self.rmw.call(func, &mut owner.data[off..off + len], &arg);
+                let rmw = &self.rmw;
+                let out = owner
+                    .data
+                    .modify(|d| rmw.call(func, &mut d[off..off + len], &arg));
                 match out {
                     Ok(result) => {
                         self.propagate(req.page, req.origin, req.op, Reply::Data(result), fx)
@@ -162,7 +165,7 @@ impl Node {
                         op: req.op,
                         page: req.page,
                         version: owner.version,
-                        data: owner.data,
+                        data: owner.data.to_vec(),
                         copyset,
                     },
                 ));
@@ -182,7 +185,7 @@ impl Node {
             return;
         };
         if let Some(owner) = self.pages.get_mut(&page_id).and_then(|p| p.owner.as_mut()) {
-            owner.data[span.off..span.off + data.len()].copy_from_slice(data);
+            owner.data.write(span.off, data);
         }
         let me = self.me;
         self.propagate(page_id, me, op, Reply::Done, fx);
@@ -222,7 +225,7 @@ impl Node {
                         Msg::Update {
                             page: page_id,
                             version,
-                            data: owner.data.clone(),
+                            data: owner.data.to_vec(),
                         },
                     ));
                 }
@@ -247,6 +250,8 @@ impl Node {
             return;
         }
         if let Some((origin, op, reply)) = owner.pending.take() {
+            // At rest again: readable from the frame (`Node::publish`).
+            self.store.touch(page_id);
             let queue = std::mem::take(&mut owner.queue);
             self.reply(origin, op, reply, fx);
             self.drain(page_id, queue, fx);
@@ -310,12 +315,8 @@ impl Node {
         page.awaiting.retain(|&o| o != op);
         page.copy = None;
         page.created = true;
-        page.owner = Some(Owner {
-            data,
-            version,
-            copyset: copyset.into_iter().collect(),
-            ..Owner::default()
-        });
+        let data = self.store.frame(page_id, &data);
+        page.owner = Some(Owner::new(data, version, copyset.into_iter().collect()));
         let early = std::mem::take(&mut page.early);
         self.swap.resolved += 1;
         if matches!(self.ops.get(&op), Some(Op::Adopt { .. })) {

@@ -226,6 +226,8 @@ struct Slot {
 
 /// One instance's mailbox; lives in the shared range.
 pub struct Mailbox {
+    /// The node's page index (`pool.rs`): the instance reads hits there.
+    pool: AtomicU64,
     /// The number of the instance's yield at which it is to ask its node
     /// whether to move (0: none): a yield before that costs no round trip.
     move_at: AtomicU64,
@@ -286,6 +288,7 @@ impl Mailbox {
     /// A new, idle mailbox in the shared range.
     pub fn new() -> Result<&'static Mailbox, DmiError> {
         let b = halfproc::alloc::shared_box(Mailbox {
+            pool: AtomicU64::new(crate::pool::node_index() as u64),
             move_at: AtomicU64::new(0),
             slot: Mutex::new(Slot {
                 state: IDLE,
@@ -490,6 +493,14 @@ impl Link {
         // or by the node that restored this process, to a live mailbox of
         // its set, before the instance runs on.
         unsafe { &*(HOME.mailbox.load(Ordering::SeqCst) as *const Mailbox) }
+    }
+
+    /// The page index of the node this instance runs on now.
+    pub fn index(&self) -> Option<&'static crate::pool::Index> {
+        let a = self.mb().pool.load(Ordering::Relaxed) as usize;
+        // SAFETY: the mailbox's node stored its shared-range index there;
+        // it stays mapped while the node runs.
+        unsafe { crate::pool::Index::at(a) }
     }
 
     fn node_pid(&self) -> i32 {

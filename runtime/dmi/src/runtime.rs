@@ -102,6 +102,9 @@ pub struct Dmi {
     rmw: Arc<RmwTable>,
     /// In a compute instance: its mailbox to the node (`ring.rs`).
     link: Option<crate::ring::Link>,
+    /// The node's page index (`pool.rs`; 0: none), for reads of hits
+    /// without a call.
+    index: usize,
 }
 
 /// Submits calls to a node's engine from another thread (`serve.rs`).
@@ -174,7 +177,7 @@ impl Dmi {
             })
             .map_err(|e| DmiError::Setup(format!("thread: {e}")))?;
         match ready_rx.recv() {
-            Ok(Ok(st)) => Ok(Dmi {
+            Ok(Ok((st, index))) => Ok(Dmi {
                 rank: st.rank,
                 addrs,
                 size: st.size,
@@ -185,6 +188,7 @@ impl Dmi {
                 thread: Some(thread),
                 rmw,
                 link: None,
+                index,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -271,6 +275,20 @@ impl Dmi {
             thread: None,
             rmw,
             link,
+            index: 0,
+        }
+    }
+
+    /// The page index to read hits from, if reads may use it: the node's
+    /// own, or in an instance the one of the node it runs on now.
+    fn frames(&self) -> Option<&'static crate::pool::Index> {
+        if !crate::pool::fast_reads() {
+            return None;
+        }
+        match &self.link {
+            Some(l) => l.index(),
+            // SAFETY: the node's store lives until `finalize` consumes self.
+            None => unsafe { crate::pool::Index::at(self.index) },
         }
     }
 
@@ -338,6 +356,11 @@ impl Dmi {
 
     /// `DMI_read`: fills `buf` from `[addr, addr + buf.len())`.
     pub fn read(&self, addr: i64, buf: &mut [u8], mode: ReadMode) -> Result<(), DmiError> {
+        // A hit (an owned page at rest, or a valid copy) is served the same
+        // in every mode; anything else goes to the engine.
+        if self.frames().is_some_and(|ix| ix.read(addr, buf)) {
+            return Ok(());
+        }
         if let Some(l) = &self.link {
             return l.read(addr, buf, mode);
         }
@@ -364,6 +387,13 @@ impl Dmi {
         items: &mut [(i64, &mut [u8])],
         mode: ReadMode,
     ) -> Result<(), DmiError> {
+        if let Some(ix) = self.frames() {
+            // Each page is an independent access: hits may be served from
+            // the frames one by one; any miss sends the whole call.
+            if items.iter_mut().all(|(a, b)| ix.read(*a, b)) {
+                return Ok(());
+            }
+        }
         let req = items.iter().map(|(a, b)| (*a, b.len() as i64)).collect();
         let out = self.call(CallReq::Read { items: req, mode })?;
         let mut at = 0;
@@ -487,7 +517,8 @@ impl Dmi {
 struct Io {
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
-    ready: std::sync::mpsc::Sender<Result<Started, DmiError>>,
+    /// The node's start, and the address of its pool's index.
+    ready: std::sync::mpsc::Sender<Result<(Started, usize), DmiError>>,
     app: std::sync::mpsc::Sender<AppEvent>,
     addrs: Addrs,
     joined: std::sync::mpsc::Sender<NodeId>,
@@ -531,7 +562,8 @@ async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
             }
         }
     });
-    let _ = ready.send(Ok(st));
+    let store = crate::pool::Store::for_node();
+    let _ = ready.send(Ok((st, store.index_addr())));
     let n = size;
     let mut node = match cfg.members {
         Some(m) if me >= m => Node::spare(me, rmw),
@@ -539,6 +571,7 @@ async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
         None => Node::new(me, n, rmw),
     };
     node.set_pool_pages(cfg.pool_pages);
+    node.set_store(store);
     let mut left = false;
     let mut waiting: HashMap<CallId, oneshot::Sender<Outcome>> = HashMap::new();
     let mut byes: HashSet<NodeId> = HashSet::new();

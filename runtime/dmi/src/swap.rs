@@ -236,6 +236,7 @@ impl Node {
         }
         let new = p.copy.is_none() && p.awaiting.is_empty();
         if p.forgets == 0 && (!new || self.make_room(page, false, fx)) {
+            let data = self.store.frame(page, &data);
             self.pages.entry(page).or_default().copy = Some(Copy { data, version });
         } else {
             let p = self.pages.entry(page).or_default();

@@ -12,6 +12,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::bench_dmi::{self, Opts};
+use crate::bench_intra;
 use crate::bench_phys::{self, Tcp};
 use crate::bench_stats::Sample;
 
@@ -38,6 +39,16 @@ pub struct BenchArgs {
     /// Write the JSON here instead of stdout.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Rounds of the intra-node part (each times REPS hits per path).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    rounds: u64,
+    /// Skip the intra-node part (read hits from a node's program and an
+    /// instance, through the node and from the frames).
+    #[arg(long)]
+    no_intra: bool,
+    /// (As a node: run the intra-node part.)
+    #[arg(long, hide = true)]
+    intra: bool,
 }
 
 const LINE: &str = "dmi-bench-json ";
@@ -72,12 +83,21 @@ fn node(a: &BenchArgs) -> i32 {
             return 1;
         }
     };
-    let o = Opts {
-        sizes: a.sizes.clone(),
-        reps: a.reps as usize,
-        group: a.group as usize,
+    let r = if a.intra {
+        let o = bench_intra::Opts {
+            sizes: a.sizes.clone(),
+            reps: a.reps as usize,
+            rounds: a.rounds as usize,
+        };
+        bench_intra::run(&d, &o)
+    } else {
+        let o = Opts {
+            sizes: a.sizes.clone(),
+            reps: a.reps as usize,
+            group: a.group as usize,
+        };
+        bench_dmi::run(&d, &o)
     };
-    let r = bench_dmi::run(&d, &o);
     let rank = d.rank();
     let fin = d.finalize();
     match (r, fin) {
@@ -116,7 +136,8 @@ fn physical(a: &BenchArgs) -> Result<Vec<Sample>, String> {
     Ok(out)
 }
 
-fn dmi_nodes(a: &BenchArgs, n: u32) -> Result<Vec<Sample>, String> {
+/// The samples node 0 (and, with `intra`, its instance) printed.
+fn dmi_nodes(a: &BenchArgs, n: u32, intra: bool) -> Result<Vec<Sample>, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let o = Command::new(&me)
         .args(["run", "-n", &n.to_string(), "--"])
@@ -127,7 +148,10 @@ fn dmi_nodes(a: &BenchArgs, n: u32) -> Result<Vec<Sample>, String> {
             &a.reps.to_string(),
             "--group",
             &a.group.to_string(),
+            "--rounds",
+            &a.rounds.to_string(),
         ])
+        .args(intra.then_some("--intra"))
         .arg("--sizes")
         .arg(
             a.sizes
@@ -147,16 +171,24 @@ fn dmi_nodes(a: &BenchArgs, n: u32) -> Result<Vec<Sample>, String> {
             String::from_utf8_lossy(&o.stderr)
         ));
     }
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix(LINE))
-        .ok_or_else(|| format!("{n} nodes: no results from node 0"))?;
-    let v: Value = serde_json::from_str(line).map_err(|e| format!("{n} nodes: {e}"))?;
-    v.as_array()
-        .ok_or("results are not a list")?
-        .iter()
-        .map(|s| Sample::from_json(s).ok_or_else(|| format!("{n} nodes: malformed sample {s}")))
-        .collect()
+    let mut prefixes = vec![LINE];
+    if intra {
+        prefixes.push(bench_intra::LINE);
+    }
+    let mut out = Vec::new();
+    for prefix in prefixes {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .ok_or_else(|| format!("{n} nodes: no results after {prefix:?}"))?;
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("{n} nodes: {e}"))?;
+        for s in v.as_array().ok_or("results are not a list")? {
+            out.push(
+                Sample::from_json(s).ok_or_else(|| format!("{n} nodes: malformed sample {s}"))?,
+            );
+        }
+    }
+    Ok(out)
 }
 
 fn uname_r() -> String {
@@ -181,7 +213,7 @@ fn lead(a: &BenchArgs) -> Result<(), String> {
         eprintln!("{}", s.row());
     }
     for &n in &a.nodes {
-        let samples = dmi_nodes(a, n)?;
+        let samples = dmi_nodes(a, n, false)?;
         eprintln!("-- {n} nodes (loopback TCP)");
         for s in &samples {
             let ratio = tcp_at(s.size)
@@ -195,6 +227,20 @@ fn lead(a: &BenchArgs) -> Result<(), String> {
             "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
         }));
     }
+    let intra = if a.no_intra {
+        Value::Null
+    } else {
+        let samples = dmi_nodes(a, 2, true)?;
+        eprintln!("-- intra-node: read hits on node 0 of 2, through the node and from the frames");
+        for s in &samples {
+            eprintln!("{}", s.row());
+        }
+        json!({
+            "rounds": a.rounds,
+            "frames": "node 0's frames in its half-process set's shared range",
+            "samples": samples.iter().map(Sample::to_json).collect::<Vec<_>>(),
+        })
+    };
     let doc = json!({
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
         "kernel": uname_r(),
@@ -202,7 +248,7 @@ fn lead(a: &BenchArgs) -> Result<(), String> {
         "reps": a.reps,
         "group": a.group,
         "transport": "loopback TCP, one connection per node pair",
-        "intra_node": "not measured: the shared-range pool (intra-node DMI) is not built yet",
+        "intra_node": intra,
         "physical": phys.iter().map(Sample::to_json).collect::<Vec<_>>(),
         "dmi": runs,
     });

@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_dmi;
+mod bench_intra;
 mod bench_phys;
 mod bench_stats;
 mod node;

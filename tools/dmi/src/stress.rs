@@ -34,6 +34,12 @@ pub struct StressArgs {
     /// Pause between accesses, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pause_ms: u64,
+    /// Compute instances per node running the workload too (each its own
+    /// client, writing DIR/node-RANK-inst-K.json), beside the node's
+    /// program: their hits are read from the node's frames in the shared
+    /// range while other nodes write.
+    #[arg(long, default_value_t = 0)]
+    instances: u32,
 }
 
 /// Check the histories `dmi stress` wrote for per-page sequential consistency.
@@ -57,10 +63,13 @@ fn decode(b: &[u8]) -> Result<u64, String> {
     Ok(lo)
 }
 
-fn workload(d: &Dmi, a: &StressArgs) -> Result<History, String> {
-    let e = |e: DmiError| e.to_string();
-    let me = d.rank();
-    if me == 0 {
+fn e(e: DmiError) -> String {
+    e.to_string()
+}
+
+/// Node 0 maps the pages; every node learns where they are.
+fn setup(d: &Dmi, a: &StressArgs) -> Result<i64, String> {
+    if d.rank() == 0 {
         let base = d.mmap(PAGE as i64, a.pages as i64).map_err(e)?;
         d.write(d.root(), &base.to_le_bytes(), WriteMode::Put)
             .map_err(e)?;
@@ -68,7 +77,11 @@ fn workload(d: &Dmi, a: &StressArgs) -> Result<History, String> {
     d.barrier().map_err(e)?;
     let mut b = [0u8; 8];
     d.read(d.root(), &mut b, ReadMode::Get).map_err(e)?;
-    let base = i64::from_le_bytes(b);
+    Ok(i64::from_le_bytes(b))
+}
+
+/// Client `me` (a node's program, or an instance) runs its accesses.
+fn workload(d: &Dmi, a: &StressArgs, me: u32, base: i64) -> Result<History, String> {
     let addr = |p: u64| base + (p * PAGE as u64) as i64;
     let mut rng = Rng::new(a.seed.wrapping_mul(1000) + u64::from(me));
     let mut h = History::default();
@@ -111,6 +124,53 @@ fn workload(d: &Dmi, a: &StressArgs) -> Result<History, String> {
     Ok(h)
 }
 
+fn save(a: &StressArgs, name: &str, h: &History) -> Result<(), String> {
+    let path = a.dir.join(format!("{name}.json"));
+    std::fs::create_dir_all(&a.dir)
+        .and_then(|_| std::fs::write(&path, serde_json::to_vec(h).unwrap_or_default()))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Instance `k` of node `rank`: its own client id and history file.
+fn instance(d: &Dmi, a: &StressArgs, rank: u32, k: u32, base: i64) -> Result<String, String> {
+    let client = 1000 + rank * 100 + k;
+    let h = workload(d, a, client, base)?;
+    save(a, &format!("node-{rank}-inst-{k}"), &h)?;
+    let (hits, misses) = dmi::pool::read_counts();
+    Ok(format!(
+        "node {rank} instance {k}: {} events recorded, {hits} reads from the frames, {misses} through the node",
+        h.len()
+    ))
+}
+
+fn node_run(d: &Dmi, a: &StressArgs) -> Result<History, String> {
+    let me = d.rank();
+    let base = setup(d, a)?;
+    let mut ids = Vec::new();
+    for k in 0..a.instances {
+        let node = dmi::serve::NodeRef::of(d).map_err(e)?;
+        let body = |d: &Dmi, _: i64| match instance(d, a, me, k, base) {
+            Ok(line) => {
+                println!("{line}");
+                0
+            }
+            Err(err) => {
+                eprintln!("dmi stress: node {me} instance {k}: {err}");
+                1
+            }
+        };
+        ids.push(dmi::serve::create(node, true, body, 0).map_err(e)?);
+    }
+    let h = workload(d, a, me, base)?;
+    for (k, id) in ids.into_iter().enumerate() {
+        match dmi::serve::join(id).map_err(e)? {
+            dmi::serve::Ended::Returned(0) => {}
+            how => return Err(format!("instance {k} ended: {how:?}")),
+        }
+    }
+    Ok(h)
+}
+
 pub fn stress(a: StressArgs) -> i32 {
     let d = match Dmi::from_env(Arc::new(RmwTable::default())) {
         Ok(d) => d,
@@ -120,7 +180,7 @@ pub fn stress(a: StressArgs) -> i32 {
         }
     };
     let me = d.rank();
-    let h = match workload(&d, &a) {
+    let h = match node_run(&d, &a) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("dmi stress: node {me}: {e}");
@@ -131,14 +191,15 @@ pub fn stress(a: StressArgs) -> i32 {
         eprintln!("dmi stress: node {me}: finalize: {e}");
         return 1;
     }
-    let path = a.dir.join(format!("node-{me}.json"));
-    let r = std::fs::create_dir_all(&a.dir)
-        .and_then(|_| std::fs::write(&path, serde_json::to_vec(&h).unwrap_or_default()));
-    if let Err(e) = r {
-        eprintln!("dmi stress: node {me}: {}: {e}", path.display());
+    if let Err(e) = save(&a, &format!("node-{me}"), &h) {
+        eprintln!("dmi stress: node {me}: {e}");
         return 1;
     }
-    println!("node {me}: {} events recorded", h.len());
+    let (hits, misses) = dmi::pool::read_counts();
+    println!(
+        "node {me}: {} events recorded, {hits} reads from the frames, {misses} through the engine",
+        h.len()
+    );
     0
 }
 

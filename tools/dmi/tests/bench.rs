@@ -3,7 +3,8 @@
 //! mode at every size with min <= median, the physical limits beside them,
 //! and the numbers mean what they say (a cached read is cheaper than the
 //! miss that fetched it; a write that must update a third node's copy
-//! costs more than one without copies).
+//! costs more than one without copies; a hit read from the node's frames
+//! is cheaper than one through the node).
 
 use std::process::Command;
 
@@ -90,6 +91,36 @@ fn bench_reports_every_mode_against_memcpy_and_tcp() {
                 assert!(
                     min("write, a 3rd node has an INVALIDATE copy", "PUT") > plain,
                     "{err}"
+                );
+            }
+        }
+    }
+    // The intra-node part: hits from node 0's program and its instance,
+    // through the node and from the frames, for every hit kind and size;
+    // the frames beat the round trip through the node (engine, and for the
+    // instance its mailbox and receiver) by far.
+    let intra = doc["intra_node"]["samples"].as_array().unwrap();
+    assert_eq!(intra.len(), 2 * 2 * 3 * 2, "{intra:?}");
+    for v in intra {
+        assert_eq!(v["reps"], 7 * 5, "{v}");
+    }
+    for size in [8, 4096] {
+        for who in ["node's program", "instance"] {
+            for (what, mode) in [
+                ("owned page", "GET"),
+                ("cached copy", "INVALIDATE"),
+                ("cached copy", "UPDATE"),
+            ] {
+                let op = |path: &str| format!("hit, {who}, {what}, {path}");
+                let med = |path: &str| {
+                    find(intra, &op(path), mode, size)["median_us"]
+                        .as_f64()
+                        .unwrap()
+                };
+                let (slow, fast) = (med("through the node"), med("from the frames"));
+                assert!(
+                    fast < slow,
+                    "{who} {what} {mode} {size}: {fast} >= {slow} us"
                 );
             }
         }

@@ -14,6 +14,7 @@
 //! | [`RwLock`] | 2 + 16 reader slots | dead writer and dead (tracked) readers released |
 //! | [`Once`] | 1 | a dead initializer's run is retried |
 //! | [`Barrier`] | 2 | `wait_timeout` bounds a wait for a dead member |
+//! | [`SeqCount`] | 0 (one writer, readers never wait) | nothing held |
 //!
 //! A primitive used from an outsider process (a plain `fork` of a member)
 //! fails with [`LockError::NotMember`].
@@ -24,12 +25,14 @@ pub(crate) mod futex;
 pub mod mutex;
 pub mod once;
 pub mod rwlock;
+pub mod seqlock;
 
 pub use barrier::{Barrier, BarrierWaitResult};
 pub use condvar::{Condvar, WaitTimeoutResult};
 pub use mutex::{Acquired, Mutex, MutexGuard, RawMutex};
 pub use once::Once;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use seqlock::SeqCount;
 
 #[cfg(loom)]
 pub use futex::loom_die;
