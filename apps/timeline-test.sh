@@ -59,4 +59,4 @@ assert {i["nodes"] for i in its if i["iteration"] >= 26} == {2}
 assert len(d["moves"]) == 5 and all(m["bytes"] > 0 and m["stopped_ms"] > 0 for m in d["moves"])
 assert d["physical"]["memcpy"]["median_mb_s"] > 0 and d["physical"]["tcp_stream"]["median_mb_s"] > 0
 PY
-info "timeline: jacobi's one-line form 1 -> 3 -> 2 nodes traced, JSON and SVG written, checksum agrees"
+info "timeline: jacobi's one-line form 3 -> 1 -> 3 -> 2 nodes traced, JSON and SVG written, checksum agrees"
