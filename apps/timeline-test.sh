@@ -44,17 +44,19 @@ DMI_PROFILE=debug TIMELINE_BENCH_SIZES=65536 "$here/timeline-yield.sh" jacobi sm
 python3 - "$out/timeline/jacobi-small-yield.json" "$out/timeline/jacobi-small-yield.svg" <<'PY' || die "timeline: jacobi-small-yield.json is wrong (above)"
 import json, sys, xml.etree.ElementTree as E
 d = json.load(open(sys.argv[1]))
-E.parse(sys.argv[2])
+title = E.parse(sys.argv[2]).getroot().find("{http://www.w3.org/2000/svg}text").text
+assert title.endswith("3 -> 1 -> 3 -> 2 nodes"), title
 its = d["iterations"]
 n = int(d["report"]["iterations"])
-# iteration y runs between yields y-1 and y: 2..n, each once
-assert [i["iteration"] for i in its] == list(range(2, n + 1)), "iterations missing or repeated"
+# iteration y runs from yield y to yield y+1: 1..n-1, each once (the last one ends untraced)
+assert [i["iteration"] for i in its] == list(range(1, n)), "iterations missing or repeated"
 c = d["changes"]
-assert [(x["after_iteration"], x["nodes"]) for x in c] == [(1, [3, 1]), (13, [1, 3]), (26, [3, 2])], c
-assert {i["nodes"] for i in its if i["iteration"] <= 13} == {1}
-assert {i["nodes"] for i in its if 13 < i["iteration"] <= 26} == {3}
-assert {i["nodes"] for i in its if i["iteration"] > 26} == {2}
+assert [(x["at_yield"], x["after_iteration"], x["nodes"]) for x in c] == \
+    [(1, 0, [3, 1]), (13, 12, [1, 3]), (26, 25, [3, 2])], c
+assert {i["nodes"] for i in its if i["iteration"] < 13} == {1}
+assert {i["nodes"] for i in its if 13 <= i["iteration"] < 26} == {3}
+assert {i["nodes"] for i in its if i["iteration"] >= 26} == {2}
 assert len(d["moves"]) == 5 and all(m["bytes"] > 0 and m["stopped_ms"] > 0 for m in d["moves"])
 assert d["physical"]["memcpy"]["median_mb_s"] > 0 and d["physical"]["tcp_stream"]["median_mb_s"] > 0
 PY
-info "timeline: jacobi's one-line form 1 -> 3 -> 2 nodes traced, JSON and SVG written, checksum agrees"
+info "timeline: jacobi's one-line form 3 -> 1 -> 3 -> 2 nodes traced, JSON and SVG written, checksum agrees"

@@ -8,8 +8,11 @@ instance I moved at yield Y to node T: pid A -> B (BYTES bytes, checkpoint
 C us, stopped S us, move M us)") and the app's report; and the `dmi bench`
 JSON of the same command (memcpy and loopback TCP). Every rank starts on
 the node of its number; the moves say where it runs after each yield.
-Time per iteration = the slowest rank's time between two yields (they meet
-in barriers). Writes PREFIX.json and PREFIX.svg (timeline.py's plot: one
+The apps yield at the top of each iteration and the trace line is printed
+before a move, so iteration y (from 1) is the time from yield y to yield
+y+1: a move at yield y and iteration y's work; the last iteration, after
+the last yield, has no trace that ends it.  Its time = the slowest rank's
+(they meet in barriers). Writes PREFIX.json and PREFIX.svg (timeline.py's plot: one
 dashed line per yield that moved ranks, labelled with the change in nodes
 in use and the longest time a moved rank was stopped).
 
@@ -70,13 +73,13 @@ def main():
                  "(DMI_TRACE_YIELDS unset, or the run failed)")
     last = min(max(ys) for ys in yields.values())
     used = placement(sorted(yields), moves, last)
-    # Iteration y runs between yields y-1 and y; the first has no start.
-    its = [(y, max(ys[y] - ys[y - 1] for ys in yields.values()), used[y - 1], 1)
-           for y in range(2, last + 1)]
+    # Iteration y runs from yield y to yield y+1, with the placement after yield y.
+    its = [(y, max(ys[y + 1] - ys[y] for ys in yields.values()), used[y], 1)
+           for y in range(1, last)]
     recs = []
     for y in sorted({m["yield"] for m in moves}):
         at = [m for m in moves if m["yield"] == y]
-        recs.append({"after_iteration": y, "nodes": [used[y - 1], used[y]],
+        recs.append({"at_yield": y, "after_iteration": y - 1, "nodes": [used[y - 1], used[y]],
                      "total_s": max(m["stopped_ms"] for m in at) / 1e3,
                      "moves": at, "bytes": sum(m["bytes"] for m in at)})
     limits = phys(bench)
@@ -85,9 +88,11 @@ def main():
         json.dump({"app": app, "report": report, "moves": moves, "changes": recs,
                    "iterations": [{"iteration": i, "seconds": s, "nodes": n} for i, s, n, _ in its],
                    "physical": limits}, f, indent=1)
+    # The placements in order (3 -> 1 -> 3 -> 2): repeats only where they follow each other.
+    path = [n for k, n in enumerate(used) if k == 0 or n != used[k - 1]]
     with open(prefix + ".svg", "w") as f:
         f.write(svg(its, recs, f"{app}, one-line form (DMI_yield): time per iteration, "
-                    f"{' -> '.join(str(n) for n in dict.fromkeys(used))} nodes"))
+                    f"{' -> '.join(map(str, path))} nodes"))
     mc, tcp = limits["memcpy"]["median_mb_s"], limits["tcp_stream"]["median_mb_s"]
     print(f"{app}: moves of the one-line form (times in ms; memcpy {mc:.0f} MB/s, "
           f"TCP stream {tcp:.0f} MB/s, medians of the same command)")
@@ -97,8 +102,8 @@ def main():
               f"{m['checkpoint_ms']:.1f} | {m['stopped_ms']:.1f} | {m['move_ms']:.1f} | "
               f"{m['mb_s']:.0f} | {m['mb_s'] / mc:.3f} | {m['mb_s'] / tcp:.2f}")
     for r in recs:
-        per = [s for i, s, *_ in its if i > r["after_iteration"]][:5]
-        print(f"after yield {r['after_iteration']}: {r['nodes'][0]} -> {r['nodes'][1]} nodes in use, "
+        per = [s for i, s, *_ in its if i >= r["at_yield"]][:5]
+        print(f"at yield {r['at_yield']}: {r['nodes'][0]} -> {r['nodes'][1]} nodes in use, "
               f"{len(r['moves'])} rank(s), {r['bytes']} bytes, longest stop {r['total_s'] * 1e3:.1f} ms; "
               f"next iterations {', '.join(f'{s * 1e3:.1f}' for s in per)} ms")
     print(f"checksum {report['checksum']}; wrote {prefix}.json, {prefix}.svg")
