@@ -4,7 +4,8 @@
  * 6; docs/design-mm.md "/proc"): the PROCMAP_QUERY ioctl on a member's
  * maps finds the set's VMAs as maps lists them, pagemap shows the set's
  * pages as present (with the PFN the other members see), and
- * smaps_rollup sums the set's mappings with the member's own.  Each is
+ * smaps_rollup sums the set's mappings with the member's own, and the
+ * PAGEMAP_SCAN ioctl finds the set's present pages in runs.  Each is
  * read by a non-member and by a second member of the set.  A reader of
  * each, blocked on the set mm's lock behind a long meta-operation of
  * another member, dies of SIGKILL at once (patch 0030's rule for maps).
@@ -320,6 +321,96 @@ static int pagemap_both(struct set2 *s)
 	return 0;
 }
 
+/*
+ * PAGEMAP_SCAN of @pid's present pages in [@start, @end) into @r (at most
+ * @max regions), @walk_end where it stopped: the number of regions, -1 if
+ * the kernel has no such ioctl, -2 on another error.
+ */
+static int scan(pid_t pid, unsigned long start, unsigned long end,
+		struct page_region *r, int max, __u64 *walk_end)
+{
+	struct pm_scan_arg arg = {
+		.size = sizeof(arg),
+		.start = start,
+		.end = end,
+		.vec = (unsigned long)r,
+		.vec_len = max,
+		.category_mask = PAGE_IS_PRESENT,
+		.return_mask = PAGE_IS_PRESENT,
+	};
+	char path[64];
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -2;
+	n = ioctl(fd, PAGEMAP_SCAN, &arg);
+	if (n < 0)
+		n = errno == ENOTTY ? -1 : -2;
+	close(fd);
+	*walk_end = arg.walk_end;
+	return n;
+}
+
+/* Whether @r holds the touched pages of @rw, one region each (0, 2, 5). */
+static int touched_regions(const struct page_region *r, int n, unsigned long rw)
+{
+	static const int pg[] = { 0, 2, 5 };
+	int i;
+
+	if (n != 3)
+		return 0;
+	for (i = 0; i < 3; i++)
+		if (r[i].start != rw + pg[i] * PAGE ||
+		    r[i].end != rw + (pg[i] + 1) * PAGE)
+			return 0;
+	return 1;
+}
+
+/*
+ * PAGEMAP_SCAN of @pid: the touched pages of @rw, also from below 2^45
+ * (one scan crossing it), and with room for one region at a time (it
+ * stops at the next one and goes on from there).  0, -1 (no ioctl), or
+ * the failing step.
+ */
+static int scan_agrees(pid_t pid, unsigned long rw)
+{
+	unsigned long end = rw + NPAGES * PAGE;
+	struct page_region r[8];
+	__u64 we;
+	int n;
+
+	n = scan(pid, rw, end, r, 8, &we);
+	if (n < 0)
+		return n == -1 ? -1 : 1;
+	if (!touched_regions(r, n, rw) || we != end) {
+		printf("# pid %d: %d regions, walk_end %#llx\n", pid, n,
+		       (unsigned long long)we);
+		return 2;
+	}
+	n = scan(pid, HALFPROC_RANGE_START - PAGE, end, r, 8, &we);
+	if (!touched_regions(r, n, rw) || we != end) {
+		printf("# pid %d across 2^45: %d regions, walk_end %#llx\n",
+		       pid, n, (unsigned long long)we);
+		return 3;
+	}
+	n = scan(pid, HALFPROC_RANGE_START - PAGE, end, r, 1, &we);
+	if (n != 1 || r[0].start != rw || we != rw + 2 * PAGE)
+		return 4;
+	n = scan(pid, we, end, r, 1, &we);
+	if (n != 1 || r[0].start != rw + 2 * PAGE || we != rw + 5 * PAGE)
+		return 5;
+	return 0;
+}
+
+static int scan_both(struct set2 *s)
+{
+	int r = scan_agrees(s->a, s->addr);
+
+	return r ? r : scan_agrees(s->b, s->addr) * 10;
+}
+
 static int rollup_one(pid_t pid)
 {
 	long roll, sum;
@@ -341,11 +432,19 @@ static int rollup_both(struct set2 *s)
 	return r ? r : rollup_one(s->b) * 10;
 }
 
-/* Check @cmd: 1 PROCMAP_QUERY, 2 pagemap, 3 smaps_rollup. */
+/* Check @cmd: 1 PROCMAP_QUERY, 2 pagemap, 3 smaps_rollup, 4 PAGEMAP_SCAN. */
 static int check(struct set2 *s, char cmd)
 {
-	return cmd == 1 ? query_both(s) : cmd == 2 ? pagemap_both(s) :
-	       rollup_both(s);
+	switch (cmd) {
+	case 1:
+		return query_both(s);
+	case 2:
+		return pagemap_both(s);
+	case 3:
+		return rollup_both(s);
+	default:
+		return scan_both(s);
+	}
 }
 
 /* @cmd run by a non-member (this process), then by member b. */
@@ -391,6 +490,18 @@ TEST(smaps_rollup_sums_the_sets_mappings)
 {
 	REQUIRE_HALFPROC();
 	EXPECT_EQ(0, run_check(_metadata, 3));
+}
+
+/* The touched range pages in runs, also across 2^45 and a page at a time. */
+TEST(pagemap_scan_finds_the_sets_pages)
+{
+	int r;
+
+	REQUIRE_HALFPROC();
+	r = run_check(_metadata, 4);
+	if (r == -1)
+		SKIP(return, "no PAGEMAP_SCAN (before 6.7)");
+	EXPECT_EQ(0, r);
 }
 
 enum reader { QUERY, PAGEMAP, ROLLUP };
