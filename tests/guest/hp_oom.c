@@ -121,18 +121,27 @@ static int make_set(struct scene *sc, const struct proc_spec *spec, int n,
 	return got == n ? 0 : -1;
 }
 
-/* 1 if process @i of the set was killed by SIGKILL, 0 if alive, else -1. */
+/*
+ * 1 if process @i of the set was killed by SIGKILL, 0 if it is still alive a
+ * second later, else -1.  The wait: a process killed with an OOM victim
+ * exits after the victim, and may still be exiting when the hog is done.
+ */
 static int killed(struct scene *sc, int i)
 {
 	int st;
-	pid_t r = waitpid(sc->pid[i], &st, WNOHANG);
 
-	if (r == 0)
-		return 0;
-	if (r != sc->pid[i])
-		return -1;
-	sc->pid[i] = 0;
-	return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? 1 : -1;
+	for (int ms = 0; ms < 1000; ms += 10) {
+		pid_t r = waitpid(sc->pid[i], &st, WNOHANG);
+
+		if (r == sc->pid[i]) {
+			sc->pid[i] = 0;
+			return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? 1 : -1;
+		}
+		if (r != 0)
+			return -1;
+		usleep(10000);
+	}
+	return 0;
 }
 
 static void end_scene(struct scene *sc)
