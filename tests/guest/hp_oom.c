@@ -54,6 +54,20 @@ static int touch(char *p, size_t len)
 	return 0;
 }
 
+/*
+ * A new member that is a sibling of the caller (CLONE_PARENT): the test's
+ * own child.  clone3() wants exit_signal 0 with CLONE_PARENT; the child
+ * takes the caller's (SIGCHLD).
+ */
+static pid_t spawn_sibling(void)
+{
+	struct clone_args args;
+
+	memset(&args, 0, sizeof(args));
+	args.flags = CLONE_HALFPROC | CLONE_PARENT;
+	return syscall(__NR_clone3, &args, sizeof(args));
+}
+
 /* In a process of the set: join its cgroup, set its adj, report, wait. */
 static void settle(const struct proc_spec *spec, int index, int up)
 {
@@ -97,8 +111,7 @@ static int make_set(struct scene *sc, const struct proc_spec *spec, int n,
 			_exit(21);
 		touch(s, set_mb * MB);
 		for (int i = 1; i < n; i++) {
-			/* A sibling of the creator: the test's own child. */
-			pid_t m = hp_clone(CLONE_HALFPROC | CLONE_PARENT);
+			pid_t m = spawn_sibling();
 
 			if (m < 0)
 				_exit(22);
