@@ -194,14 +194,21 @@ unsafe extern "C" fn hook_mm_exit(mm: *mut bindings::mm_struct) {
 /// Called by `halfproc_enter()` for a member, or by `halfproc_mmap_enter()`,
 /// with the caller's switch record.
 unsafe extern "C" fn hook_enter(sw: *mut bindings::halfproc_switch, create: bool) -> c_long {
-    let set = if create {
-        Set::of_current_or_create()
-    } else {
-        Mm::current().and_then(Set::of).ok_or(EINVAL)
+    let Some(mm) = Mm::current() else {
+        return errno(EINVAL) as c_long;
     };
-    let set = match set {
-        Ok(set) => set,
-        Err(e) => return errno(e) as c_long,
+    // A member (every call but a set's first `MAP_HALFPROC`) borrows its set.
+    let created;
+    let set = match Set::of(mm) {
+        Some(set) => set,
+        None if create => match Set::of_current_or_create() {
+            Ok(set) => {
+                created = set;
+                created.as_arc_borrow()
+            }
+            Err(e) => return errno(e) as c_long,
+        },
+        None => return errno(EINVAL) as c_long,
     };
     // SAFETY: `sw` is the caller's switch record; current is a member of
     // `set`, whose set mm lives as long as current's mm.
@@ -291,12 +298,13 @@ fn prctl(op: c_ulong, arg3: c_ulong, arg4: c_ulong, arg5: c_ulong) -> Result<c_l
                 _ => return Err(EINVAL),
             };
             let mm = Mm::current().ok_or(EINVAL)?;
-            let set = if on {
-                Set::of_current_or_create()?
-            } else {
-                match Set::of(mm) {
-                    Some(set) => set,
-                    None => return Ok(0),
+            let set = match Set::of(mm) {
+                Some(set) => set,
+                None if !on => return Ok(0),
+                None => {
+                    // Current is now the first member of a set of its own.
+                    Set::of_current_or_create()?;
+                    Set::of(mm).ok_or(EINVAL)?
                 }
             };
             if op == bindings::PR_HALFPROC_FORK_MEMBER {

@@ -12,7 +12,10 @@
 //! Every member mm owns one reference on its [`Set`] (an `Arc` leaked into
 //! `mm_struct::halfproc`). The set mm lives exactly as long as the set has a
 //! member: when the last member mm is torn down the set releases the set mm,
-//! freeing all shared memory and page tables. The set is created lazily, with
+//! freeing all shared memory and page tables. A hook running for a member
+//! borrows the set through that reference ([`Set::of`]) instead of taking one
+//! of its own: the member's mm, which the caller uses, cannot be torn down
+//! during the call. The set is created lazily, with
 //! the caller as first member, by the first `clone3(CLONE_HALFPROC)` or
 //! `mmap(MAP_HALFPROC)` of a process outside any set.
 //!
@@ -53,8 +56,12 @@ use kernel::{
     types::Opaque,
 };
 
+/// The member list: `kvmalloc`'d, so that a large set's list never needs
+/// high-order contiguous memory to grow (it falls back to `vmalloc`).
+type MemberList = KVVec<Member>;
+
 /// The member list, locked.
-type Members<'a> = Guard<'a, KVec<Member>, SpinLockBackend>;
+type Members<'a> = Guard<'a, MemberList, SpinLockBackend>;
 
 /// Test-only sabotage: skip the member TLB fan-out, so that members keep
 /// stale translations of the shared range. Never set in a normal build: only
@@ -88,7 +95,7 @@ struct Member {
 }
 
 /// The threads of one member with a fork armed: plain data (the member list
-/// is a `KVec` of `Member`s forgotten without drop), bounded.
+/// is a `KVVec` of `Member`s forgotten without drop), bounded.
 #[derive(Clone, Copy)]
 struct ForkTids([i32; MAX_ARMED]);
 
@@ -151,7 +158,7 @@ pub(crate) struct Set {
     #[pin]
     notifier: Opaque<bindings::mmu_notifier>,
     #[pin]
-    members: SpinLock<KVec<Member>>,
+    members: SpinLock<MemberList>,
     id: u64,
     /// What the set did (debugfs `halfproc/<id>/`, see `stats`).
     pub(crate) stats: Counters,
@@ -173,16 +180,28 @@ static NOTIFIER_OPS: bindings::mmu_notifier_ops = bindings::mmu_notifier_ops {
 };
 
 impl Set {
-    /// The set an mm belongs to, with a new reference; `None` outside any set.
-    pub(crate) fn of(mm: &Mm) -> Option<Arc<Set>> {
+    /// The set an mm belongs to, borrowed for as long as `mm` is; `None`
+    /// outside any set. No reference is taken: this is every hook's path.
+    pub(crate) fn of(mm: &Mm) -> Option<ArcBorrow<'_, Set>> {
         let core = mm.halfproc();
         if core.is_null() {
             return None;
         }
-        // SAFETY: `core` points into a live `Set`: `mm` (a member, or the set
-        // mm, alive as the caller borrows it) holds a reference on it.
-        let set = unsafe { Self::borrow_core(core) };
-        Some(set.into())
+        // SAFETY: `core` points into a live `Set`, and stays so while `mm` is
+        // borrowed: a member mm holds a reference on its set that only
+        // `leave` gives back, once the mm's last user is gone, which cannot
+        // happen while the caller uses the mm (its own, or one it holds a
+        // user reference on); the set mm lives only while the set has a
+        // member.
+        Some(unsafe { Self::borrow_core(core) })
+    }
+
+    /// A new reference on this set.
+    fn arc(&self) -> Arc<Set> {
+        // SAFETY: every `Set` is made by `create`, inside an `Arc`, and
+        // `&self` keeps that `Arc` alive for the call.
+        let set = unsafe { ArcBorrow::from_raw(self) };
+        set.into()
     }
 
     /// # Safety
@@ -214,7 +233,7 @@ impl Set {
     pub(crate) fn of_current_or_create() -> Result<Arc<Set>> {
         let mm = Mm::current().ok_or(EINVAL)?;
         if let Some(set) = Set::of(mm) {
-            return Ok(set);
+            return Ok(set.into());
         }
         // Build the set before taking current's mmap lock: registering the
         // notifier takes the set mm's, and both are mmap locks.
@@ -222,7 +241,7 @@ impl Set {
         let guard = mm.mmap_write_lock();
         let ret = if let Some(set) = Set::of(mm) {
             // Another thread of this process won the race.
-            Ok(set)
+            Ok(set.into())
         } else if guard.range_has_vmas() {
             Err(EBUSY)
         } else if guard.has_notifiers() {
@@ -245,7 +264,7 @@ impl Set {
             pin_init!(Set {
                 core: Opaque::uninit(),
                 notifier: Opaque::uninit(),
-                members <- new_spinlock!(KVec::new(), "halfproc_set_members"),
+                members <- new_spinlock!(KVVec::new(), "halfproc_set_members"),
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 stats: Counters::new(),
                 dir: AtomicPtr::new(core::ptr::null_mut()),
@@ -289,12 +308,12 @@ impl Set {
 
     /// Make `mm` (not yet live, or with its mmap lock held for writing, and
     /// with no VMA in the range) a member owned by thread group `group`.
-    pub(crate) fn add(self: &Arc<Self>, mm: &Mm, group: usize) -> Result {
+    pub(crate) fn add(&self, mm: &Mm, group: usize) -> Result {
         self.add_with(mm, group, false)
     }
 
     /// [`Set::add`], with the member's `PR_HALFPROC_INHERIT` flag.
-    pub(crate) fn add_with(self: &Arc<Self>, mm: &Mm, group: usize, inherit: bool) -> Result {
+    pub(crate) fn add_with(&self, mm: &Mm, group: usize, inherit: bool) -> Result {
         // SAFETY: both mms are live; `mm` has no VMA in the range.
         to_result(unsafe { bindings::halfproc_install(mm.as_raw(), self.mm().as_raw()) })?;
         let mut members = match self.members_with_room() {
@@ -316,7 +335,7 @@ impl Set {
         unsafe { members.set_len(len + 1) };
         drop(members);
         // The member's reference on the set, given back in `leave`.
-        let _ = Arc::into_raw(self.clone());
+        let _ = Arc::into_raw(self.arc());
         mm.set_halfproc(self.core.get());
         Ok(())
     }
@@ -335,8 +354,9 @@ impl Set {
                 return Ok(members);
             }
             drop(members);
-            // Twice the room, as `KVec::push` would grow it.
-            let mut bigger = KVec::with_capacity((len + 1) * 2, GFP_KERNEL)?;
+            // Twice the room, as `KVVec::push` would grow it; `vmalloc`'d
+            // when a `kmalloc` of that size would need compaction.
+            let mut bigger = MemberList::with_capacity((len + 1) * 2, GFP_KERNEL)?;
             let mut members = self.members.lock();
             if members.len() < bigger.capacity() && members.capacity() < bigger.capacity() {
                 // Never allocates: `bigger` has room for every entry.

@@ -12,85 +12,19 @@
  * memory controller is absent.
  */
 #include "../lib/halfproc_test.h"
+#include "../lib/hp_cgroup.h"
 #include <poll.h>
 #include <sys/prctl.h>
 #include "kselftest_harness.h"
 
 #define MB (1UL << 20)
-#define CG "/sys/fs/cgroup"
 /* Per-CPU charge stocks make memory.current run ahead by up to 64 pages. */
 #define SLACK (1 * MB)
-
-/* Whether the cgroup v2 memory controller can be used here (as root). */
-static int memcg_available(void)
-{
-	char line[256] = "";
-	FILE *f = fopen(CG "/cgroup.controllers", "r");
-	int ok;
-
-	if (!f)
-		return 0;
-	ok = fgets(line, sizeof(line), f) && strstr(line, "memory");
-	fclose(f);
-	if (!ok)
-		return 0;
-	f = fopen(CG "/cgroup.subtree_control", "w");
-	if (!f)
-		return 0;
-	ok = fputs("+memory", f) >= 0;
-	return fclose(f) == 0 && ok;
-}
-
-static int cg_write(const char *cg, const char *file, const char *val)
-{
-	char path[256];
-	int fd, ok;
-
-	snprintf(path, sizeof(path), "%s/%s", cg, file);
-	fd = open(path, O_WRONLY);
-	if (fd < 0)
-		return -1;
-	ok = write(fd, val, strlen(val)) == (ssize_t)strlen(val);
-	close(fd);
-	return ok ? 0 : -1;
-}
-
-/* A number from a cgroup file; with @key, the value on the line "key N". */
-static long cg_read(const char *cg, const char *file, const char *key)
-{
-	char path[256], name[64];
-	long v, r = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", cg, file);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!key) {
-		if (fscanf(f, "%ld", &v) == 1)
-			r = v;
-	} else {
-		while (fscanf(f, "%63s %ld", name, &v) == 2)
-			if (!strcmp(name, key))
-				r = v;
-	}
-	fclose(f);
-	return r;
-}
 
 /* A fresh cgroup under the root; its path goes to @cg. */
 static int cg_make(char *cg, size_t len, const char *tag)
 {
-	snprintf(cg, len, CG "/hp_memcg_%s_%d", tag, getpid());
-	rmdir(cg);
-	return mkdir(cg, 0755);
-}
-
-/* Remove @cg once the tasks in it are gone (their exit is asynchronous). */
-static void cg_remove(const char *cg)
-{
-	for (int i = 0; i < 200 && rmdir(cg) && errno == EBUSY; i++)
-		usleep(10000);
+	return cg_make_in(cg, len, CG, "hp_memcg", tag);
 }
 
 /* Touch @len bytes at @p, one write per page; 0 if the pattern reads back. */

@@ -690,6 +690,67 @@ TEST(no_leak_after_many_sets)
 	ASSERT_LT(anon1 - anon0, 16 * 1024);
 }
 
+/*
+ * A set of 256 processes: its member list outgrows what one small kmalloc
+ * holds (152-byte entries; it is kvmalloc'd, so growing never needs
+ * high-order memory).  Each member writes its slot of a shared page and
+ * checks everyone's once all have; the set goes with the last of them.
+ */
+TEST(set_of_256_members)
+{
+	const int n = 256;
+	int refs0;
+	pid_t a;
+
+	REQUIRE_HALFPROC();
+	refs0 = hp_module_refs();
+	a = hp_clone(0);
+	ASSERT_GE(a, 0);
+	if (a == 0) {
+		volatile int *slot = hp_anon(PAGE);
+		int up[2], down[2], bad = 0;
+		pid_t m[256];
+		char c;
+
+		if (slot == MAP_FAILED || pipe(up) || pipe(down))
+			_exit(10);
+		slot[0] = 1;
+		for (int i = 1; i < n; i++) {
+			m[i] = hp_spawn();
+			if (m[i] < 0)
+				_exit(11);
+			if (m[i] == 0) {
+				close(down[1]);
+				slot[i] = i + 1;
+				if (write(up[1], "x", 1) != 1)
+					_exit(20);
+				/* EOF once every member has written. */
+				if (read(down[0], &c, 1) != 0)
+					_exit(21);
+				for (int j = 0; j < n; j++)
+					if (slot[j] != j + 1)
+						_exit(22);
+				_exit(0);
+			}
+		}
+		close(up[1]);
+		for (int i = 1; i < n; i++)
+			if (read(up[0], &c, 1) != 1)
+				_exit(12);
+		for (int j = 0; j < n; j++)
+			if (slot[j] != j + 1)
+				_exit(13);
+		close(down[1]);
+		for (int i = 1; i < n; i++)
+			if (wait_status(m[i]) != 0)
+				bad++;
+		_exit(bad ? 14 : 0);
+	}
+	ASSERT_EQ(0, wait_status(a));
+	/* The last member's exit released the set, and its module reference. */
+	ASSERT_EQ(refs0, hp_module_refs());
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
