@@ -95,6 +95,37 @@ impl Mm {
     }
 }
 
+/// A TLB flush that a reclaim or migration unmap deferred
+/// (`struct arch_tlbflush_unmap_batch`, `TTU_BATCH_FLUSH`): the core flushes
+/// every CPU it names, with one IPI round, before any page unmapped into it
+/// is freed or written back (`arch_tlbbatch_flush()`).
+///
+/// # Invariants
+///
+/// `self.0` is the batch of an `arch_tlbbatch_add_pending()` call that is
+/// still running, with the page table lock of the unmapped entry held.
+pub(crate) struct TlbBatch(*mut bindings::arch_tlbflush_unmap_batch);
+
+impl TlbBatch {
+    /// # Safety
+    ///
+    /// `ptr` must be the batch passed to a running
+    /// `mmu_notifier_ops::arch_tlbbatch_add_pending()`, and the result must
+    /// not outlive that call.
+    pub(crate) unsafe fn from_raw(ptr: *mut bindings::arch_tlbflush_unmap_batch) -> Self {
+        // INVARIANT: guaranteed by the caller.
+        TlbBatch(ptr)
+    }
+
+    /// Add `mm`'s TLB: the batch's flush reaches the CPUs that run `mm` now,
+    /// and a CPU that switches to it later flushes on its new TLB generation.
+    /// Never sleeps, sends no IPI.
+    pub(crate) fn add(&mut self, mm: &Mm) {
+        // SAFETY: the batch is being filled (type invariant) and `mm` is live.
+        unsafe { bindings::halfproc_tlbbatch_add_mm(self.0, mm.as_raw()) };
+    }
+}
+
 /// The mmap lock of an [`Mm`], held for writing.
 pub(crate) struct MmapWriteGuard<'a>(&'a Mm);
 

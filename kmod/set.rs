@@ -34,14 +34,22 @@
 //! flushes the same range in every member mm, which reaches every CPU that
 //! may hold it, lazily-loaded ones included (`freed_tables`).
 //!
+//! Reclaim and migration unmap a page with its flush deferred into a batch
+//! (`TTU_BATCH_FLUSH`; the core always defers a set mm's, patch 0044). Then
+//! the notifier's `arch_tlbbatch_add_pending` adds every member's TLB to
+//! the batch instead of flushing it ([`Set::batch_members`]): the core
+//! flushes the union of the members' CPUs once, with one IPI round, before
+//! any page of the batch is freed or written back.
+//!
 //! # Lock order (outer to inner)
 //!
 //! 1. member mm `mmap_lock` (set creation),
 //! 2. set mm `mmap_lock` (notifier registration, set mm release),
 //! 3. page-table locks of the set mm (held by callers of the notifier),
-//! 4. [`Set::members`] (a spinlock; TLB flush IPIs are sent under it).
+//! 4. [`Set::members`] (a spinlock; TLB flush IPIs are sent under it, and
+//!    members are added to deferred flushes under it).
 
-use crate::mm::{current_signal, Mm};
+use crate::mm::{current_signal, Mm, TlbBatch};
 use crate::stats::{self, Counters, Dentry};
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use kernel::{
@@ -174,6 +182,7 @@ unsafe impl Sync for Set {}
 
 static NOTIFIER_OPS: bindings::mmu_notifier_ops = bindings::mmu_notifier_ops {
     arch_invalidate_secondary_tlbs: Some(invalidate_secondary_tlbs),
+    arch_tlbbatch_add_pending: Some(tlbbatch_add_pending),
     // SAFETY: all-zero is a valid `mmu_notifier_ops`: every other callback
     // is `None`.
     ..unsafe { core::mem::zeroed() }
@@ -501,6 +510,35 @@ impl Set {
             };
         }
     }
+
+    /// Add every member's TLB to `batch`, a flush of the set mm that reclaim
+    /// or migration deferred: no member is flushed now, no IPI is sent, and
+    /// nothing sleeps (the set mm's page table lock is held).
+    ///
+    /// Members that come and go meanwhile: one unlisted before this walk
+    /// holds none of the set's translations ([`Set::leave`] clears its
+    /// entries and flushes it while it is still listed); one unlisted after
+    /// is in the batch. One listed only after this walk never held the
+    /// page: a mm joins while nothing runs on it (a `fork()` or `execve()`
+    /// child's new mm), or as the creator of a set that has no page yet.
+    /// Its first walk of the set's tables comes after its listing, which
+    /// the member lock orders after this walk and so after the clearing of
+    /// the page's entry (the core clears it before calling the notifier):
+    /// it finds the entry clear.
+    fn batch_members(&self, batch: &mut TlbBatch) {
+        if SKIP_MEMBER_FLUSH {
+            return;
+        }
+        self.stats.batched();
+        for m in self.members.lock().iter() {
+            // SAFETY: `m.mm` stays allocated while listed (type invariant),
+            // and the lock is held.
+            let mm = unsafe { Mm::from_raw(m.mm) };
+            // SAFETY: `mm` is live.
+            unsafe { self.stats.member_batched(m.mm) };
+            batch.add(mm);
+        }
+    }
 }
 
 /// Extension to get the raw pointer back out of an [`ArcBorrow`].
@@ -535,4 +573,28 @@ unsafe extern "C" fn invalidate_secondary_tlbs(
         )
     };
     set.flush_members(start, end);
+}
+
+/// `mmu_notifier_ops::arch_tlbbatch_add_pending` of the set mm.
+///
+/// # Safety
+///
+/// Called by the mmu notifier core with a registered `subscription` and the
+/// batch being filled, under the set mm's page table lock.
+unsafe extern "C" fn tlbbatch_add_pending(
+    subscription: *mut bindings::mmu_notifier,
+    _mm: *mut bindings::mm_struct,
+    batch: *mut bindings::arch_tlbflush_unmap_batch,
+) {
+    // SAFETY: as in `invalidate_secondary_tlbs`.
+    let set = unsafe {
+        &*kernel::container_of!(
+            subscription.cast::<Opaque<bindings::mmu_notifier>>(),
+            Set,
+            notifier
+        )
+    };
+    // SAFETY: `batch` is being filled by the caller, for this call only.
+    let mut batch = unsafe { TlbBatch::from_raw(batch) };
+    set.batch_members(&mut batch);
 }

@@ -18,6 +18,13 @@
 //! - `ipis`: of those, the CPUs other than the flushing one: the IPIs x86's
 //!   `flush_tlb_mm_range()` sends (page tables may be freed, so lazy CPUs
 //!   are included);
+//! - `batched`: notifier calls that added the members to a flush that
+//!   reclaim or migration deferred (`TTU_BATCH_FLUSH`), instead of flushing
+//!   them: one per unmapped page;
+//! - `batched_members`: member mms added to such deferred flushes (a new
+//!   TLB generation and their CPUs joined to the batch; no flush, no IPI);
+//! - `batched_cpus`: CPUs in those mms' `mm_cpumask()` when added: the
+//!   batch's one flush reaches them (at most once per batch each);
 //! - `pinned`: pages pinned by `dmread()`/`dmwrite()` of members.
 //!
 //! The counts are statistics: relaxed atomics, a CPU mask read while it may
@@ -53,6 +60,9 @@ pub(crate) struct Counters {
     member_flushes: AtomicU64,
     flush_cpus: AtomicU64,
     ipis: AtomicU64,
+    batched: AtomicU64,
+    batched_members: AtomicU64,
+    batched_cpus: AtomicU64,
     pinned: AtomicU64,
 }
 
@@ -75,6 +85,9 @@ impl Counters {
             member_flushes: AtomicU64::new(0),
             flush_cpus: AtomicU64::new(0),
             ipis: AtomicU64::new(0),
+            batched: AtomicU64::new(0),
+            batched_members: AtomicU64::new(0),
+            batched_cpus: AtomicU64::new(0),
             pinned: AtomicU64::new(0),
         }
     }
@@ -103,6 +116,24 @@ impl Counters {
         bump(&self.ipis, &TOTAL.ipis, remote.into());
     }
 
+    /// One notifier call that added the members to a deferred flush.
+    pub(crate) fn batched(&self) {
+        bump(&self.batched, &TOTAL.batched, 1);
+    }
+
+    /// Member `mm` added to a deferred flush, counted before it is added.
+    ///
+    /// # Safety
+    ///
+    /// `mm` must be a live mm.
+    pub(crate) unsafe fn member_batched(&self, mm: *mut bindings::mm_struct) {
+        let mut remote = 0u32;
+        // SAFETY: `mm` is live (caller); the helper only reads its CPU mask.
+        let cpus = unsafe { bindings::halfproc_mm_cpus(mm, &mut remote) };
+        bump(&self.batched_members, &TOTAL.batched_members, 1);
+        bump(&self.batched_cpus, &TOTAL.batched_cpus, cpus.into());
+    }
+
     /// Pages pinned by one `dmread()`/`dmwrite()` batch.
     pub(crate) fn pinned(&self, pages: usize) {
         bump(&self.pinned, &TOTAL.pinned, pages as u64);
@@ -127,6 +158,9 @@ impl Counters {
             (c_str!("member_flushes"), &self.member_flushes),
             (c_str!("flush_cpus"), &self.flush_cpus),
             (c_str!("ipis"), &self.ipis),
+            (c_str!("batched"), &self.batched),
+            (c_str!("batched_members"), &self.batched_members),
+            (c_str!("batched_cpus"), &self.batched_cpus),
             (c_str!("pinned"), &self.pinned),
         ] {
             // SAFETY: `v` stays valid until the directory is removed (the

@@ -7,52 +7,9 @@
  * the pages dmread() pins.  The suite runs one program at a time, so a set's
  * counts move only by what the test does.
  */
-#include "../lib/halfproc_test.h"
-#include <dirent.h>
+#include "../lib/hp_stats.h"
 #include <stdatomic.h>
 #include "kselftest_harness.h"
-
-#define DIR_ "/sys/kernel/debug/halfproc/"
-
-#define REQUIRE_COUNTERS() do {						\
-	if (!hp_supported())						\
-		SKIP(return, "halfproc module not loaded");		\
-	if (access(DIR_ "total/switches", R_OK))			\
-		SKIP(return, "no debugfs counters");			\
-} while (0)
-
-static long counter(const char *set, const char *name)
-{
-	char path[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), DIR_ "%s/%s", set, name);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
-/* The highest set id with a directory: the newest set. */
-static long newest_set(void)
-{
-	DIR *d = opendir(DIR_);
-	struct dirent *e;
-	long id = -1;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] >= '1' && e->d_name[0] <= '9' &&
-		    atol(e->d_name) > id)
-			id = atol(e->d_name);
-	closedir(d);
-	return id;
-}
 
 /*
  * Each range mmap and each munmap switches once to the set mm, no more;

@@ -13,7 +13,7 @@
  * nodes (qemu/harness), hugetlb pages; a case SKIPs where its piece is
  * missing.
  */
-#include "../lib/halfproc_test.h"
+#include "../lib/hp_stats.h"
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <linux/mempolicy.h>
@@ -254,6 +254,169 @@ TEST(swap_out_and_back)
 	EXPECT_EQ(-1, check(c));
 	tell_child(&ch, 'q');
 	EXPECT_EQ(0, wait_status(m));
+	munmap(p, len);
+}
+
+/* TLB shootdown IPIs CPU @cpu has received (/proc/interrupts "TLB"), or -1. */
+static long tlb_ipis(int cpu)
+{
+	char line[4096], *t;
+	long v = -1;
+	FILE *f = fopen("/proc/interrupts", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		t = line + strspn(line, " ");
+		if (strncmp(t, "TLB:", 4))
+			continue;
+		t += 4;
+		for (int i = 0; i <= cpu; i++)
+			v = strtol(t, &t, 10);
+		break;
+	}
+	fclose(f);
+	return v;
+}
+
+/* Pages in swap now. */
+static long swap_pages(void)
+{
+	return (meminfo("SwapTotal") - meminfo("SwapFree")) / (PAGE / 1024);
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t cs;
+
+	CPU_ZERO(&cs);
+	CPU_SET(cpu, &cs);
+	sched_setaffinity(0, sizeof(cs), &cs);
+}
+
+/* What one MADV_PAGEOUT of the range cost. */
+struct pageout {
+	long swapped;		/* pages swap use grew by */
+	long flushes;		/* synchronous flushes of the members ... */
+	long member_flushes;	/* ... and the member mms they flushed */
+	long batched;		/* notifier calls that added the members ... */
+	long batched_members;	/* ... to a deferred flush, and how many */
+	long ipis;		/* TLB shootdowns received by CPU 1 */
+};
+
+static struct pageout pageout(const char *set, char *p, size_t len)
+{
+	struct pageout a = {
+		swap_pages(), counter(set, "flushes"),
+		counter(set, "member_flushes"), counter(set, "batched"),
+		counter(set, "batched_members"), tlb_ipis(1),
+	}, b;
+
+	if (madvise(p, len, MADV_PAGEOUT))
+		a.swapped = -1;
+	b = (struct pageout){
+		swap_pages(), counter(set, "flushes"),
+		counter(set, "member_flushes"), counter(set, "batched"),
+		counter(set, "batched_members"), tlb_ipis(1),
+	};
+	return (struct pageout){ b.swapped - a.swapped, b.flushes - a.flushes,
+		b.member_flushes - a.member_flushes, b.batched - a.batched,
+		b.batched_members - a.batched_members, b.ipis - a.ipis };
+}
+
+/*
+ * Issue 10, 5f: reclaim of the set's pages flushes the members once per
+ * reclaim batch, not once per page.  Four members, three of them spinning
+ * on CPU 1 (one always has its tables loaded there), the fourth pages out
+ * 256 touched pages from CPU 0, twice: right after writing them (dirty
+ * entries: the kernel flushes before writing each page to swap, so a batch
+ * holds one page) and after reading them back (clean entries: one batch
+ * per 31 pages freed).  No member may be flushed synchronously per page
+ * (before: 4 per page), and with clean entries CPU 1 gets one flush IPI
+ * per batch, not per page (before: about one per page).  Every member then
+ * reads the data back.
+ */
+TEST(reclaim_flushes_members_once_per_batch)
+{
+	const int n = 256, members = 4;
+	const size_t len = n * PAGE;
+	struct pageout dirty, clean;
+	pid_t m[3];
+	struct ctl *c;
+	struct chan ch;
+	char set[32];
+	volatile long *stop;
+	char *p;
+	int i;
+
+	REQUIRE_COUNTERS();
+	if (meminfo("SwapTotal") <= 0)
+		SKIP(return, "no swap device");
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		SKIP(return, "one CPU");
+	ASSERT_NE(NULL, c = ctl_map());
+	/* One page table: MADV_PAGEOUT reclaims it as one list. */
+	p = hp_aligned(len);
+	ASSERT_NE(MAP_FAILED, p);
+	ASSERT_EQ(0, madvise(p, len, MADV_NOHUGEPAGE));
+	stop = hp_anon(PAGE);
+	ASSERT_NE(MAP_FAILED, stop);
+	fill(p, len, 31);
+	*c = (struct ctl){ .addr = p, .len = len, .seed = 31, .bad = -1 };
+	snprintf(set, sizeof(set), "%ld", newest_set());
+	ASSERT_EQ(0, chan_open(&ch));
+	for (i = 0; i < members - 1; i++) {
+		m[i] = hp_spawn();
+		ASSERT_GE(m[i], 0);
+		if (m[i] == 0) {
+			pin(1);
+			tell_parent(&ch, 'r');
+			while (!*stop)
+				;
+			_exit(check(c) < 0 ? 0 : 1);
+		}
+	}
+	pin(0);
+	for (i = 0; i < members - 1; i++)
+		ASSERT_EQ('r', from_child(&ch));
+
+	dirty = pageout(set, p, len);
+	/* Read back here, on CPU 0: the entries come back clean. */
+	EXPECT_EQ(-1, check(c));
+	clean = pageout(set, p, len);
+	EXPECT_EQ(-1, check(c));
+	*stop = 1;
+	for (i = 0; i < members - 1; i++)
+		EXPECT_EQ(0, wait_status(m[i])) TH_LOG("member %d read wrong data", i);
+
+	TH_LOG("%d members, MADV_PAGEOUT of %d dirty pages: %ld swapped, %ld "
+	       "flushes of %ld members, %ld batched adds of %ld members, %ld "
+	       "TLB IPIs to CPU 1", members, n, dirty.swapped, dirty.flushes,
+	       dirty.member_flushes, dirty.batched, dirty.batched_members,
+	       dirty.ipis);
+	TH_LOG("the same read back (clean): %ld swapped, %ld flushes of %ld "
+	       "members, %ld batched adds of %ld members, %ld TLB IPIs to CPU 1",
+	       clean.swapped, clean.flushes, clean.member_flushes, clean.batched,
+	       clean.batched_members, clean.ipis);
+	/* Reclaim may skip a page it finds busy, never most of them. */
+	ASSERT_GE(dirty.swapped, n * 3 / 4);
+	ASSERT_GE(clean.swapped, n * 3 / 4);
+	/*
+	 * A flush of the set mm pending from an earlier batch may be done
+	 * synchronously once per call (flush_tlb_batched_pending()).
+	 */
+	EXPECT_LE(dirty.member_flushes, members);
+	EXPECT_LE(clean.member_flushes, members);
+	/*
+	 * One add per unmapped page whose entry the CPU may cache (not one a
+	 * NUMA hint made PROT_NONE: pte_accessible()).
+	 */
+	EXPECT_GE(dirty.batched, n * 3 / 4);
+	EXPECT_GE(clean.batched, n * 3 / 4);
+	EXPECT_EQ(members * dirty.batched, dirty.batched_members);
+	EXPECT_EQ(members * clean.batched, clean.batched_members);
+	/* One IPI per batch: 31 pages freed at a time. */
+	EXPECT_LE(clean.ipis, n / 8);
 	munmap(p, len);
 }
 
