@@ -35,17 +35,9 @@ static int mn_ready(void)
 static long mn_read(const char *name)
 {
 	char path[128];
-	long v = -1;
-	FILE *f;
 
 	snprintf(path, sizeof(path), MN "%s", name);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
+	return file_long(path);
 }
 
 /* Registers the mirror on @pid's mm (0 unregisters); its result. */

@@ -143,19 +143,6 @@ static struct ctl *ctl_map(void)
 	return c == MAP_FAILED ? NULL : c;
 }
 
-static long sysfs_long(const char *path)
-{
-	long v = -1;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
 static int sysfs_write(const char *path, const char *val)
 {
 	int fd = open(path, O_WRONLY), ok;
@@ -568,7 +555,7 @@ TEST(ksm_merges_the_range)
 	char *p;
 
 	REQUIRE_HALFPROC();
-	sharing0 = sysfs_long(KSM "pages_sharing");
+	sharing0 = file_long(KSM "pages_sharing");
 	if (sharing0 < 0)
 		SKIP(return, "no KSM");
 	ASSERT_NE(NULL, c = ctl_map());
@@ -581,7 +568,7 @@ TEST(ksm_merges_the_range)
 	ASSERT_EQ(0, sysfs_write(KSM "sleep_millisecs", "10"));
 	ASSERT_EQ(0, sysfs_write(KSM "run", "1"));
 	for (int i = 0; i < 300; i++) {
-		sharing = sysfs_long(KSM "pages_sharing") - sharing0;
+		sharing = file_long(KSM "pages_sharing") - sharing0;
 		if (sharing >= n - 1)
 			break;
 		usleep(100000);

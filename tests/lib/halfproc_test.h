@@ -223,6 +223,20 @@ static inline long minflt(void)
 	return ru.ru_minflt;
 }
 
+/* The number a file holds (sysfs, debugfs), or -1. */
+static inline long file_long(const char *path)
+{
+	long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
 /* The number on the "KEY: N ..." line of @path (/proc/meminfo-like), or -1. */
 static inline long proc_field(const char *path, const char *key)
 {

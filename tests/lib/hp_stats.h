@@ -25,17 +25,9 @@
 static inline long counter(const char *set, const char *name)
 {
 	char path[256];
-	long v = -1;
-	FILE *f;
 
 	snprintf(path, sizeof(path), HP_STATS_DIR "%s/%s", set, name);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
+	return file_long(path);
 }
 
 /* The highest set id with a directory: the newest set. */

@@ -5,17 +5,11 @@
 //! change nothing, and leave the nodes working; a crash of a node (a size
 //! of INT64_MAX once aborted it in an allocation) fails the run.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Command;
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod common;
+use common::{build_example, libdmi, text, Link};
 
 /// The program, built once for all tests of this file.
 fn program() -> &'static (PathBuf, PathBuf) {
@@ -26,41 +20,12 @@ fn program() -> &'static (PathBuf, PathBuf) {
 /// Builds libdmi, writes a `dmi.pc` for it and compiles the example with
 /// `pkg-config --cflags --libs dmi`; returns the program and libdmi's dir.
 fn build(name: &str) -> (PathBuf, PathBuf) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
-    if lib.ends_with("release") {
-        cargo.arg("--release");
-    }
-    assert!(cargo.status().unwrap().success(), "cargo build -p dmi");
+    let lib = libdmi();
     let dir = std::env::temp_dir().join(format!("dmi-bad-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pc = std::fs::read_to_string(root.join("dmi.pc.in"))
-        .unwrap()
-        .replace("@PREFIX@", root.to_str().unwrap())
-        .replace("@LIBDIR@", lib.to_str().unwrap())
-        .replace("@INCLUDEDIR@", root.join("include").to_str().unwrap())
-        .replace("@VERSION@", "0.1.0")
-        .replace("@LIBNAME@", "dmi");
-    std::fs::write(dir.join("dmi.pc"), pc).unwrap();
-    let flags = Command::new("pkg-config")
-        .env("PKG_CONFIG_PATH", &dir)
-        .args(["--cflags", "--libs", "dmi"])
-        .output()
-        .expect("pkg-config is installed");
-    assert!(flags.status.success(), "pkg-config dmi: {}", text(&flags));
-    let out = dir.join(name);
-    let cc = Command::new("cc")
-        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(root.join(format!("examples/{name}.c")))
-        .args(String::from_utf8(flags.stdout).unwrap().split_whitespace())
-        .output()
-        .expect("cc is installed");
-    assert!(cc.status.success(), "compiling {name}.c: {}", text(&cc));
-    (out, lib)
+    (
+        build_example(&lib, name, &dir, name, &[], Link::PkgConfig),
+        lib,
+    )
 }
 
 #[test]

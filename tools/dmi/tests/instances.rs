@@ -6,20 +6,14 @@
 //! either reply path; instances are single-threaded processes; a killed
 //! instance is reported by its node and ends the run (no hang).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const SLICE: u64 = 512;
+mod common;
+use common::{build_example, libdmi, text, Link};
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+const SLICE: u64 = 512;
 
 /// Builds libdmi, writes `dmi.pc` for it and compiles `instances.c` with
 /// `pkg-config --cflags --libs dmi` (once for all tests).
@@ -29,42 +23,15 @@ fn program() -> PathBuf {
 }
 
 fn build() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
-    if profile_dir.ends_with("release") {
-        cargo.arg("--release");
-    }
-    assert!(cargo.status().unwrap().success(), "cargo build -p dmi");
     let dir = std::env::temp_dir().join(format!("dmi-inst-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pc = std::fs::read_to_string(root.join("dmi.pc.in"))
-        .unwrap()
-        .replace("@PREFIX@", root.to_str().unwrap())
-        .replace("@LIBDIR@", profile_dir.to_str().unwrap())
-        .replace("@INCLUDEDIR@", root.join("include").to_str().unwrap())
-        .replace("@VERSION@", "0.1.0")
-        .replace("@LIBNAME@", "dmi");
-    std::fs::write(dir.join("dmi.pc"), pc).unwrap();
-    let flags = Command::new("pkg-config")
-        .env("PKG_CONFIG_PATH", &dir)
-        .args(["--cflags", "--libs", "dmi"])
-        .output()
-        .expect("pkg-config is installed");
-    assert!(flags.status.success(), "pkg-config dmi: {}", text(&flags));
-    let flags = String::from_utf8(flags.stdout).unwrap();
-    let out = dir.join("instances");
-    let cc = Command::new("cc")
-        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(root.join("examples/instances.c"))
-        .args(flags.split_whitespace())
-        .output()
-        .expect("cc is installed");
-    assert!(cc.status.success(), "compiling instances.c: {}", text(&cc));
-    out
+    build_example(
+        &libdmi(),
+        "instances",
+        &dir,
+        "instances",
+        &[],
+        Link::PkgConfig,
+    )
 }
 
 /// `dmi run -n N instances ARGS` with `env`, bounded by 60 s.

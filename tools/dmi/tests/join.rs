@@ -10,50 +10,26 @@
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_dmi");
+mod common;
+use common::{build_example, libdmi, text, Link};
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+const BIN: &str = env!("CARGO_BIN_EXE_dmi");
 
 /// Builds libdmi and `examples/reconf_test.c` against it.
 fn reconf_test() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
-    if lib.ends_with("release") {
-        cargo.arg("--release");
-    }
-    assert!(cargo.status().expect("cargo runs").success());
-    let out = tmp("bin").join("reconf_test");
-    let cc = Command::new("cc")
-        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(root.join("examples/reconf_test.c"))
-        .arg(format!("-I{}", root.join("include").display()))
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-ldmi")
-        .output()
-        .expect("cc is installed");
-    assert!(
-        cc.status.success(),
-        "compiling reconf_test.c: {}",
-        text(&cc)
-    );
-    out
+    build_example(
+        &libdmi(),
+        "reconf_test",
+        &tmp("bin"),
+        "reconf_test",
+        &[],
+        Link::Direct,
+    )
 }
 
 fn tmp(what: &str) -> PathBuf {

@@ -4,17 +4,11 @@
 //! to 2 while it computes (`dmi run --grow-at/--shrink-at`); the same
 //! program on a fixed node; and the launcher's schedule errors.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod common;
+use common::{build_example, libdmi, text, Link};
 
 /// Builds libdmi and compiles `examples/<name>.c` against it (include dir
 /// and library directly; `run.rs` covers the pkg-config path).
@@ -24,31 +18,8 @@ fn build_c(name: &str) -> PathBuf {
 
 /// `build_c` with extra compiler flags, into `out_name`.
 fn build_c_with(name: &str, out_name: &str, flags: &[&str]) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
-    if lib.ends_with("release") {
-        cargo.arg("--release");
-    }
-    assert!(cargo.status().expect("cargo runs").success());
     let dir = std::env::temp_dir().join(format!("dmi-reconf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(out_name);
-    let cc = Command::new("cc")
-        .args(flags)
-        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(root.join(format!("examples/{name}.c")))
-        .arg(format!("-I{}", root.join("include").display()))
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-ldmi")
-        .output()
-        .expect("cc is installed");
-    assert!(cc.status.success(), "compiling {name}.c: {}", text(&cc));
-    out
+    build_example(&libdmi(), name, &dir, out_name, flags, Link::Direct)
 }
 
 fn dmi(args: &[&str]) -> Output {

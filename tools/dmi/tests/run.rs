@@ -5,11 +5,14 @@
 //! node, a stopped (silent) node, a node exiting non-zero.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dmi::check::{Event, History};
+
+mod common;
+use common::{build_example, libdmi, text, Link};
 
 fn dmi() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dmi"))
@@ -32,61 +35,16 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Builds libdmi (cdylib) with cargo, writes `dmi.pc` for it, and compiles
 /// `examples/<name>.c` with `pkg-config --cflags --libs dmi`. Returns the
 /// program and the directory holding libdmi.so.
 fn build_c(name: &str) -> (PathBuf, PathBuf) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let release = profile_dir.ends_with("release");
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
-    if release {
-        cargo.arg("--release");
-    }
-    let st = cargo.status().expect("cargo runs");
-    assert!(st.success(), "cargo build -p dmi --lib failed");
-    assert!(
-        profile_dir.join("libdmi.so").exists(),
-        "libdmi.so in {}",
-        profile_dir.display()
-    );
+    let lib = libdmi();
     let dir = tmp(&format!("c-{name}"));
-    let pc = std::fs::read_to_string(root.join("dmi.pc.in"))
-        .unwrap()
-        .replace("@PREFIX@", root.to_str().unwrap())
-        .replace("@LIBDIR@", profile_dir.to_str().unwrap())
-        .replace("@INCLUDEDIR@", root.join("include").to_str().unwrap())
-        .replace("@VERSION@", "0.1.0")
-        .replace("@LIBNAME@", "dmi");
-    std::fs::write(dir.join("dmi.pc"), pc).unwrap();
-    let flags = Command::new("pkg-config")
-        .env("PKG_CONFIG_PATH", &dir)
-        .args(["--cflags", "--libs", "dmi"])
-        .output()
-        .expect("pkg-config is installed");
-    assert!(flags.status.success(), "pkg-config dmi: {}", text(&flags));
-    let flags = String::from_utf8(flags.stdout).unwrap();
-    let out = dir.join(name);
-    let cc = Command::new("cc")
-        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(root.join(format!("examples/{name}.c")))
-        .args(flags.split_whitespace())
-        .output()
-        .expect("cc is installed");
-    assert!(cc.status.success(), "compiling {name}.c: {}", text(&cc));
-    (out, profile_dir)
+    (
+        build_example(&lib, name, &dir, name, &[], Link::PkgConfig),
+        lib,
+    )
 }
 
 fn checksum(o: &Output) -> String {

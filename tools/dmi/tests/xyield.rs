@@ -9,17 +9,11 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod common;
+use common::{build_example, libdmi, text, Link};
 
 fn program() -> PathBuf {
     static PROG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -27,31 +21,8 @@ fn program() -> PathBuf {
 }
 
 fn build() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/dmi");
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-j2", "-p", "dmi", "--lib"]);
-    if profile_dir.ends_with("release") {
-        cargo.arg("--release");
-    }
-    assert!(cargo.status().unwrap().success(), "cargo build -p dmi");
     let dir = std::env::temp_dir().join(format!("dmi-xyield-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("roam");
-    let cc = Command::new("cc")
-        .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-I"])
-        .arg(root.join("include"))
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("examples/roam.c"))
-        .arg(format!("-L{}", profile_dir.display()))
-        .arg(format!("-Wl,-rpath,{}", profile_dir.display()))
-        .arg("-ldmi")
-        .output()
-        .expect("cc is installed");
-    assert!(cc.status.success(), "compiling roam.c: {}", text(&cc));
-    out
+    build_example(&libdmi(), "roam", &dir, "roam", &[], Link::Direct)
 }
 
 /// `dmi run -n N [--movable] OPTS roam 12` with `DMI_MOVE_AT=moves`.
