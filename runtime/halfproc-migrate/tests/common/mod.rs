@@ -49,11 +49,14 @@ pub fn spawn(cmd: &Path, args: &[&str], stdin: Option<&Path>, out: &Path) -> i32
         None => Stdio::null(),
     };
     let mut c = Command::new(cmd);
-    // SAFETY: close_range is async-signal-safe; it drops fds inherited from
-    // the test harness (cargo's jobserver pipe) that would be refused.
+    // SAFETY: close_range and prctl are async-signal-safe; close_range
+    // drops fds inherited from the test harness (cargo's jobserver pipe)
+    // that would be refused; the death signal kills the target when the
+    // test's thread ends, so a failed test leaves no target spinning.
     unsafe {
         c.pre_exec(|| {
             libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         })
     };
