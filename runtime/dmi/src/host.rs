@@ -35,6 +35,7 @@ use crate::node::CallReq;
 use crate::ring::Mailbox;
 use crate::runtime::{AppEvent, Caller, Config, Dmi};
 use crate::schedule::{self, Request};
+use crate::transport::report;
 
 /// Whether this run hosts its program as movable instances.
 pub fn requested() -> bool {
@@ -84,11 +85,6 @@ fn host() -> Option<&'static Host> {
 
 fn locked(h: &Host) -> std::sync::MutexGuard<'_, State> {
     h.state.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn report(line: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// Where instance `id` belongs among the `staying` nodes.

@@ -40,6 +40,7 @@ pub mod join;
 pub mod msg;
 pub mod node;
 mod owner;
+mod page;
 pub mod pool;
 pub mod reconf;
 mod reconf_ctl;

@@ -30,6 +30,7 @@ use crate::msg::{AppMsg, InstMsg, Msg, ReadMode, WriteMode};
 use crate::node::{CallId, CallReq, Effects, Node, Outcome};
 use crate::rmw::RmwTable;
 use crate::transport::{accept_late, Frame, Late, NetEvent};
+use crate::transport::{ignore_sigpipe, report};
 
 /// Exit status of a node whose peer died (with the default error policy).
 pub const PEER_FAILED_EXIT: i32 = 3;
@@ -742,31 +743,6 @@ async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
             return;
         }
     }
-}
-
-/// A peer that said goodbye may close its end while a heartbeat is on its
-/// way: the write must fail with EPIPE, not kill the process (a C program
-/// keeps SIGPIPE's default action). Only a default disposition is changed.
-fn ignore_sigpipe() {
-    // SAFETY: sigaction only reads and writes the two local structs; the
-    // handler is replaced only when it was the default one.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == libc::SIG_DFL
-        {
-            let mut ign: libc::sigaction = std::mem::zeroed();
-            ign.sa_sigaction = libc::SIG_IGN;
-            libc::sigaction(libc::SIGPIPE, &ign, std::ptr::null_mut());
-        }
-    }
-}
-
-/// Writes one line to stderr with a single write, so that lines of several
-/// nodes sharing a terminal or pipe do not interleave.
-fn report(line: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// Sends what the core produced and answers finished calls.

@@ -25,6 +25,7 @@ use crate::relocate::{relocate, Dest, MoveSchedule};
 use crate::ring::{Link, Mailbox, ReplyPath, Taken, POLL};
 use crate::rmw::RmwTable;
 use crate::runtime::{Caller, Dmi, PEER_FAILED_EXIT};
+use crate::transport::report;
 
 /// How an instance ended, as [`join`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,11 +184,6 @@ pub(crate) fn serve_movable(
 
 fn locked(r: &Registry) -> MutexGuard<'_, State> {
     r.state.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn report(line: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// What an instance needs of its node: taken from the [`Dmi`] before the

@@ -308,7 +308,26 @@ pub fn accept_late(
     });
 }
 
-/// One line on stderr in one write.
+/// A peer that said goodbye may close its end while a heartbeat is on its
+/// way: the write must fail with EPIPE, not kill the process (a C program
+/// keeps SIGPIPE's default action). Only a default disposition is changed.
+pub(crate) fn ignore_sigpipe() {
+    // SAFETY: sigaction only reads and writes the two local structs; the
+    // handler is replaced only when it was the default one.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_DFL
+        {
+            let mut ign: libc::sigaction = std::mem::zeroed();
+            ign.sa_sigaction = libc::SIG_IGN;
+            libc::sigaction(libc::SIGPIPE, &ign, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Writes one line to stderr with a single write, so that lines of several
+/// nodes sharing a terminal or pipe do not interleave.
 pub(crate) fn report(line: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());

@@ -33,6 +33,7 @@ use crate::msg::InstMsg;
 use crate::relocate::{restore_adopted, set_home, stdio_pipes, wait_parked};
 use crate::ring::{Home, Mailbox, HOME_MOVED, HOME_STAYED};
 use crate::runtime::Caller;
+use crate::transport::report;
 
 /// How long a source waits for the target's answer to an image.
 const ANSWER_LIMIT: Duration = Duration::from_secs(30);
@@ -107,11 +108,6 @@ fn mover() -> Option<&'static Mover> {
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn report(line: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// Sends `m` to node `to` (this node too).
