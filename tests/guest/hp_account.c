@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Accounting of the shared range (issue 10, defect 5b; docs/design-mm.md
- * "Accounting"): a member's RLIMIT_AS and RLIMIT_MEMLOCK cover its own
+ * "Accounting"): a member's RLIMIT_AS, RLIMIT_DATA and RLIMIT_MEMLOCK cover its own
  * memory plus the set's, as a thread's cover its whole process; its OOM
  * badness counts the set's memory; VmRSS and VmSize in /proc/<pid>/status
  * stay its own mm's.
@@ -130,6 +130,56 @@ TEST(rlimit_as_counts_other_members_shared_mappings)
 {
 	REQUIRE_HALFPROC();
 	ASSERT_EQ(0, in_child(as_other_members_mapping));
+}
+
+/*
+ * RLIMIT_DATA of own VmData + 64 MiB: private writable anonymous memory on
+ * either side counts, as for RLIMIT_AS: 40 MiB shared, then 40 MiB private
+ * do not fit; once the shared 40 MiB are gone they do, and then 40 MiB more
+ * shared do not.  Read-only mappings are not data and still map.
+ */
+static int data_private_and_shared(void)
+{
+	long own = status_kb(0, "VmData");
+	struct rlimit rl;
+	void *s, *p, *ro;
+
+	if (own < 0)
+		return 1;
+	rl.rlim_cur = own * 1024 + 64 * MiB;
+	rl.rlim_max = RLIM_INFINITY;
+	if (setrlimit(RLIMIT_DATA, &rl))
+		return 2;
+	s = hp_anon(40 * MiB);
+	if (s == MAP_FAILED)
+		return 3;
+	p = priv_map(40 * MiB);
+	if (p != MAP_FAILED) {
+		printf("# private 40 MiB of data beside shared 40 MiB under own + 64 MiB: mapped\n");
+		return 4;
+	}
+	if (errno != ENOMEM)
+		return 5;
+	ro = mmap(NULL, 40 * MiB, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ro == MAP_FAILED || munmap(ro, 40 * MiB))
+		return 6;
+	if (munmap(s, 40 * MiB))
+		return 7;
+	p = priv_map(40 * MiB);
+	if (p == MAP_FAILED)
+		return 8;
+	s = hp_anon(40 * MiB);
+	if (s != MAP_FAILED) {
+		printf("# shared 40 MiB of data beside private 40 MiB under own + 64 MiB: mapped\n");
+		return 9;
+	}
+	return errno == ENOMEM ? 0 : 10;
+}
+
+TEST(rlimit_data_counts_private_and_shared)
+{
+	REQUIRE_HALFPROC();
+	ASSERT_EQ(0, in_child(data_private_and_shared));
 }
 
 /*

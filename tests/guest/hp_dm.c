@@ -3,7 +3,8 @@
  * dmread()/dmwrite(): copies between members' private memory.  Data over
  * many sizes and alignments, the error list, short copies, targets that
  * unmap or exit in the middle of large copies (no pin may leak), and who may
- * copy: members only, with ptrace's credentials, to a dumpable target.
+ * copy: members only, with ptrace's credentials, to a dumpable target, and
+ * what Yama's ptrace_scope allows.
  */
 #include "../lib/halfproc_test.h"
 #include <sys/prctl.h>
@@ -411,6 +412,120 @@ TEST(credentials_and_dumpable)
 	tell_child(&c, 'q');
 	ASSERT_EQ(0, wait_status(q));
 	ASSERT_EQ(0, peer_stop(&p));
+}
+
+#define YAMA_SCOPE "/proc/sys/kernel/yama/ptrace_scope"
+
+/* Yama's ptrace_scope, or -1 without Yama. */
+static int yama_get(void)
+{
+	long v = file_long(YAMA_SCOPE);
+
+	return v < 0 ? -1 : (int)v;
+}
+
+static int yama_set(int v)
+{
+	FILE *f = fopen(YAMA_SCOPE, "w");
+	int r;
+
+	if (!f)
+		return -1;
+	r = fprintf(f, "%d\n", v) > 0 ? 0 : -1;
+	return fclose(f) ? -1 : r;
+}
+
+/*
+ * From a fresh member (a sibling of @target, not its ancestor), at uid 1000
+ * when @drop: dmread 8 bytes of @addr and dmwrite them back.  0 if both
+ * worked and read @want, 1 if both failed with EPERM, else a step number.
+ */
+static int sibling_copies(pid_t target, void *addr, const char *want, int drop)
+{
+	pid_t q = hp_spawn();
+
+	if (q == 0) {
+		char got[8];
+		ssize_t r, w;
+
+		if (drop && (setresgid(1000, 1000, 1000) || setresuid(1000, 1000, 1000)))
+			_exit(10);
+		r = dmread(target, addr, 8, got);
+		if (r == 8 && !memcmp(got, want, 8)) {
+			w = dmwrite(target, addr, 8, got);
+			_exit(w == 8 ? 0 : 11);
+		}
+		if (r != -1 || errno != EPERM)
+			_exit(12);
+		w = dmwrite(target, addr, 8, want);
+		_exit(w == -1 && errno == EPERM ? 1 : 13);
+	}
+	return q < 0 ? 14 : wait_status(q);
+}
+
+/*
+ * dm* takes ptrace's attach check, so Yama's ptrace_scope rules it like
+ * ptrace: at 1 a uid-1000 member reaches a uid-1000 sibling only once the
+ * target named an ancestor of the reader with PR_SET_PTRACER (the runtime
+ * names the set's creator); at 2 only with CAP_SYS_PTRACE (root); 3 (no
+ * attach at all, and not reversible) is not set here.
+ */
+TEST(yama_ptrace_scope)
+{
+	unsigned char **slot;
+	int scope, r0, r1, r1p, r2, r2root;
+	struct chan c;
+	pid_t t;
+
+	REQUIRE_HALFPROC();
+	if (getuid() != 0)
+		SKIP(return, "needs root to set ptrace_scope and drop privileges");
+	scope = yama_get();
+	if (scope < 0)
+		SKIP(return, "no Yama");
+	if (scope == 3)
+		SKIP(return, "ptrace_scope is 3 (cannot be lowered)");
+	slot = shared_slot();
+	ASSERT_NE(MAP_FAILED, slot);
+	ASSERT_EQ(0, chan_open(&c));
+	t = hp_spawn();
+	ASSERT_GE(t, 0);
+	if (t == 0) {
+		static char word[8] = "yamaword";
+
+		/* Same uid as the readers, and dumpable again after the drop. */
+		if (setresgid(1000, 1000, 1000) || setresuid(1000, 1000, 1000) ||
+		    prctl(PR_SET_DUMPABLE, 1))
+			_exit(1);
+		*slot = (unsigned char *)word;
+		tell_parent(&c, 'r');
+		if (from_parent(&c) != 'p' || prctl(PR_SET_PTRACER, getppid()))
+			_exit(2);
+		tell_parent(&c, 'p');
+		from_parent(&c);
+		_exit(memcmp(word, "yamaword", 8) ? 3 : 0);
+	}
+	ASSERT_EQ('r', from_child(&c));
+	ASSERT_EQ(0, yama_set(0));
+	r0 = sibling_copies(t, *slot, "yamaword", 1);
+	ASSERT_EQ(0, yama_set(1));
+	r1 = sibling_copies(t, *slot, "yamaword", 1);
+	tell_child(&c, 'p');
+	ASSERT_EQ('p', from_child(&c));
+	r1p = sibling_copies(t, *slot, "yamaword", 1);
+	ASSERT_EQ(0, yama_set(2));
+	r2 = sibling_copies(t, *slot, "yamaword", 1);
+	r2root = sibling_copies(t, *slot, "yamaword", 0);
+	EXPECT_EQ(0, yama_set(scope));
+	tell_child(&c, 'q');
+	EXPECT_EQ(0, wait_status(t));
+	TH_LOG("uid-1000 sibling: scope 0 %d, scope 1 %d, scope 1 + PR_SET_PTRACER %d, scope 2 %d; root sibling at scope 2 %d (0 copied, 1 EPERM)",
+	       r0, r1, r1p, r2, r2root);
+	EXPECT_EQ(0, r0);
+	EXPECT_EQ(1, r1);
+	EXPECT_EQ(0, r1p);
+	EXPECT_EQ(1, r2);
+	EXPECT_EQ(0, r2root);
 }
 
 /* Copy @src to @dst with mode @mode. */

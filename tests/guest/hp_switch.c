@@ -3,9 +3,10 @@
  * While a member runs a meta-operation on the shared range (mmap, munmap,
  * mprotect, madvise, ...), the kernel runs the call on the set mm.  Other
  * tasks looking at the member in that window must still see the member's
- * own mm: ptrace's dumpable check, /proc/<pid>/mem, dmread() of its private
- * memory, and process_mrelease() of a dying member, which must never reap
- * the set's memory under the other members.
+ * own mm: ptrace's dumpable check, /proc/<pid>/mem, pidfd_getfd(),
+ * /proc/<pid>/{maps,status}, dmread() of its private memory, and
+ * process_mrelease() of a dying member, which must never reap the set's
+ * memory under the other members.
  *
  * Each test keeps a member looping over meta-operations on the range and
  * looks at it from outside as often as it can for a few seconds.
@@ -18,6 +19,9 @@
 
 #ifndef __NR_pidfd_open
 #define __NR_pidfd_open		434
+#endif
+#ifndef __NR_pidfd_getfd
+#define __NR_pidfd_getfd	438
 #endif
 #ifndef __NR_process_mrelease
 #define __NR_process_mrelease	448
@@ -123,7 +127,34 @@ struct tally {
 	int last_errno;
 };
 
-enum attack { ATTACH, PROC_MEM };
+enum attack { ATTACH, PROC_MEM, GETFD };
+
+static const char *const attack_name[] = {
+	[ATTACH] = "PTRACE_SEIZE",
+	[PROC_MEM] = "open /proc/<pid>/mem",
+	[GETFD] = "pidfd_getfd(fd 0)",
+};
+
+/*
+ * pidfd_getfd() of @pid's fd 0 (every process here inherited one): 1 if
+ * granted, else 0 with errno set.
+ */
+static int try_getfd(pid_t pid)
+{
+	int pidfd = syscall(__NR_pidfd_open, pid, 0), fd, err;
+
+	if (pidfd < 0)
+		return 0;
+	fd = syscall(__NR_pidfd_getfd, pidfd, 0, 0);
+	err = errno;
+	close(pidfd);
+	if (fd < 0) {
+		errno = err;
+		return 0;
+	}
+	close(fd);
+	return 1;
+}
 
 /* One try of @how against @pid as the current (uid 1000) task. */
 static int try_access(enum attack how, pid_t pid)
@@ -133,6 +164,8 @@ static int try_access(enum attack how, pid_t pid)
 
 	if (how == ATTACH)
 		return ptrace(PTRACE_SEIZE, pid, 0, 0) == 0 ? 1 : 0;
+	if (how == GETFD)
+		return try_getfd(pid);
 	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
 	fd = open(path, O_RDONLY);
 	if (fd < 0)
@@ -203,7 +236,7 @@ static void foreign_access(struct __test_metadata *_metadata, enum attack how)
 	ASSERT_GT(a, 0);
 	EXPECT_EQ(0, wait_status(a)) TH_LOG("attacker failed (21: control refused)");
 	TH_LOG("%s: %lu tries against a uid-%d member in %lu meta-operation rounds: %lu granted, %lu denied, %lu other (errno %d)",
-	       how == ATTACH ? "PTRACE_SEIZE" : "open /proc/<pid>/mem", t->tries,
+	       attack_name[how], t->tries,
 	       UNPRIV, *rounds - before, t->granted, t->denied, t->other, t->last_errno);
 	kill(control, SIGKILL);
 	wait_status(control);
@@ -232,6 +265,86 @@ TEST(proc_mem_of_dropped_member_in_meta_operations)
 	REQUIRE_HALFPROC();
 	REQUIRE_ROOT();
 	foreign_access(_metadata, PROC_MEM);
+}
+
+/* pidfd_getfd() takes ptrace's attach check too. */
+TEST(pidfd_getfd_of_dropped_member_in_meta_operations)
+{
+	REQUIRE_HALFPROC();
+	REQUIRE_ROOT();
+	if (syscall(__NR_pidfd_getfd, -1, 0, 0) < 0 && errno == ENOSYS)
+		SKIP(return, "no pidfd_getfd");
+	foreign_access(_metadata, GETFD);
+}
+
+/*
+ * Whether @pid's maps show its own mm: a [stack] line (the set mm has no
+ * stack) and a line of the range (the member's view joins the set's).
+ * 1 yes, 0 no, -1 unreadable.
+ */
+static int maps_are_members(pid_t pid)
+{
+	char path[64], line[512];
+	int stack = 0, range = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long start;
+
+		if (strstr(line, "[stack]"))
+			stack = 1;
+		if (sscanf(line, "%lx-", &start) == 1 && start >= HALFPROC_RANGE_START &&
+		    start < HALFPROC_RANGE_END)
+			range = 1;
+	}
+	fclose(f);
+	return stack && range;
+}
+
+/*
+ * /proc/<pid>/maps and status of a member looping over meta-operations:
+ * every read shows the member's own mm (its stack, VmStk), never the set mm
+ * alone, which has neither.
+ */
+TEST(proc_maps_and_status_of_member_in_meta_operations)
+{
+	volatile unsigned long *rounds = hp_anon(PAGE);
+	unsigned long maps_ok = 0, maps_bad = 0, stk_ok = 0, stk_bad = 0, before;
+	char status[64];
+	double end;
+	pid_t looper;
+
+	REQUIRE_HALFPROC();
+	ASSERT_NE(MAP_FAILED, (void *)rounds);
+	looper = start_looper(rounds, 0);
+	ASSERT_GT(looper, 0);
+	ASSERT_EQ(0, looper_running(looper, rounds, 10));
+	snprintf(status, sizeof(status), "/proc/%d/status", looper);
+	before = *rounds;
+	end = now() + SECONDS;
+	while (now() < end) {
+		if (maps_are_members(looper) == 1)
+			maps_ok++;
+		else
+			maps_bad++;
+		if (proc_field(status, "VmStk") > 0)
+			stk_ok++;
+		else
+			stk_bad++;
+	}
+	TH_LOG("%lu maps and %lu status reads in %lu meta-operation rounds: maps %lu own, %lu not; VmStk %lu > 0, %lu not",
+	       maps_ok + maps_bad, stk_ok + stk_bad, *rounds - before, maps_ok, maps_bad,
+	       stk_ok, stk_bad);
+	EXPECT_EQ(0, stop_looper(looper));
+	EXPECT_GT(*rounds - before, 0);
+	EXPECT_GT(maps_ok, 0);
+	EXPECT_EQ(0, maps_bad);
+	EXPECT_GT(stk_ok, 0);
+	EXPECT_EQ(0, stk_bad);
 }
 
 /*
