@@ -128,8 +128,7 @@ enum view { MAPS = 1, SMAPS, ROLLUP, PAGEMAP, SCAN };
  * file must be non-empty, smaps_rollup too, the looper's kept page must be
  * present in pagemap, and the scan must find at least that page.
  */
-static void read_views(const pid_t *pids, volatile unsigned long *const *mine,
-		       struct tally *t)
+static void read_views(const pid_t *pids, const unsigned long *mine, struct tally *t)
 {
 	double end = now() + SECONDS;
 
@@ -144,7 +143,7 @@ static void read_views(const pid_t *pids, volatile unsigned long *const *mine,
 				fail = SMAPS;
 			else if (read_all(pids[i], "smaps_rollup") <= 0)
 				fail = ROLLUP;
-			else if (pagemap_at(pids[i], *mine[i], &pm) || !(pm & (1ULL << 63)))
+			else if (pagemap_at(pids[i], mine[i], &pm) || !(pm & (1ULL << 63)))
 				fail = PAGEMAP;
 			else if (scan_range(pids[i]) < 1)
 				fail = SCAN;
@@ -161,8 +160,8 @@ static void read_views(const pid_t *pids, volatile unsigned long *const *mine,
 TEST(proc_views_while_members_hammer_the_set)
 {
 	volatile unsigned long *rounds = hp_anon(PAGE);
-	volatile unsigned long *mine[LOOPERS];
-	unsigned long before[LOOPERS];
+	volatile unsigned long *mine = rounds + 64;
+	unsigned long before[LOOPERS], kept[LOOPERS];
 	struct tally *t = mmap(NULL, PAGE, PROT_READ | PROT_WRITE,
 			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	pid_t pids[LOOPERS], outsider, member;
@@ -171,26 +170,29 @@ TEST(proc_views_while_members_hammer_the_set)
 	ASSERT_NE(MAP_FAILED, (void *)rounds);
 	ASSERT_NE(MAP_FAILED, t);
 	for (int i = 0; i < LOOPERS; i++) {
-		mine[i] = rounds + 64 + i;
-		pids[i] = start_looper(rounds + i, mine[i]);
+		pids[i] = start_looper(rounds + i, mine + i);
 		ASSERT_GT(pids[i], 0);
 	}
 	for (int i = 0; i < LOOPERS; i++) {
-		while (rounds[i] < 10 || !*mine[i]) {
+		while (rounds[i] < 10 || !mine[i]) {
 			ASSERT_NE(pids[i], waitpid(pids[i], NULL, WNOHANG));
 			usleep(1000);
 		}
 		before[i] = rounds[i];
+		kept[i] = mine[i];
 	}
-	/* A plain process and a member of the set read at the same time. */
+	/*
+	 * A plain process and a member of the set read at the same time (the
+	 * plain one has no range: it gets the kept pages' addresses copied).
+	 */
 	outsider = fork();
 	if (outsider == 0) {
-		read_views(pids, mine, &t[0]);
+		read_views(pids, kept, &t[0]);
 		_exit(0);
 	}
 	member = hp_spawn();
 	if (member == 0) {
-		read_views(pids, mine, &t[1]);
+		read_views(pids, kept, &t[1]);
 		_exit(0);
 	}
 	ASSERT_GT(outsider, 0);

@@ -542,6 +542,67 @@ TEST(thp_collapse_and_split)
 	munmap(p, HPAGE);
 }
 
+#define KHUGEPAGED "/sys/kernel/mm/transparent_hugepage/khugepaged/"
+
+/*
+ * khugepaged, not only MADV_COLLAPSE, collapses the range: MADV_HUGEPAGE
+ * on the range (a meta-operation) registers the set mm with khugepaged,
+ * whose scan finds the 512 base pages and makes one THP of them; a second
+ * member reads every page through it.
+ */
+TEST(khugepaged_collapses_the_range)
+{
+	static const char *const knob[] = {
+		KHUGEPAGED "scan_sleep_millisecs",
+		KHUGEPAGED "alloc_sleep_millisecs",
+		KHUGEPAGED "pages_to_scan",
+	};
+	long scans0, kb = 0, saved[3];
+	char val[32];
+	struct ctl *c;
+	struct chan ch;
+	pid_t m;
+	char *p;
+	int i;
+
+	REQUIRE_HALFPROC();
+	scans0 = file_long(KHUGEPAGED "full_scans");
+	if (scans0 < 0)
+		SKIP(return, "no khugepaged");
+	for (i = 0; i < 3; i++)
+		ASSERT_LE(0, saved[i] = file_long(knob[i]));
+	ASSERT_NE(NULL, c = ctl_map());
+	p = hp_aligned(HPAGE);
+	ASSERT_NE(MAP_FAILED, p);
+	ASSERT_EQ(0, madvise(p, HPAGE, MADV_NOHUGEPAGE));
+	fill(p, HPAGE, 37);
+	ASSERT_EQ(0, smaps_kb(p, "AnonHugePages"));
+	ASSERT_EQ(0, sysfs_write(knob[0], "10"));
+	ASSERT_EQ(0, sysfs_write(knob[1], "10"));
+	ASSERT_EQ(0, madvise(p, HPAGE, MADV_HUGEPAGE));
+	for (i = 0; i < 300; i++) {
+		kb = smaps_kb(p, "AnonHugePages");
+		if (kb == 2048)
+			break;
+		usleep(100000);
+	}
+	TH_LOG("khugepaged: AnonHugePages %ld kB after %d.%d s, %ld full scans",
+	       kb, i / 10, i % 10, file_long(KHUGEPAGED "full_scans") - scans0);
+	for (int k = 0; k < 3; k++) {
+		snprintf(val, sizeof(val), "%ld", saved[k]);
+		EXPECT_EQ(0, sysfs_write(knob[k], val));
+	}
+	ASSERT_EQ(2048, kb);
+	*c = (struct ctl){ .addr = p, .len = HPAGE, .seed = 37, .bad = -1 };
+	m = checker(&ch, c);
+	ASSERT_GE(m, 0);
+	tell_child(&ch, 'v');
+	EXPECT_EQ('y', from_child(&ch)) TH_LOG("page %ld wrong in the THP", c->bad);
+	tell_child(&ch, 'q');
+	EXPECT_EQ(0, wait_status(m));
+	munmap(p, HPAGE);
+}
+
 #define KSM "/sys/kernel/mm/ksm/"
 
 /*
