@@ -7,6 +7,10 @@
  * after the creator was reaped, and the next fault in the range charged
  * through the freed task_struct (a general protection fault in task_css()).
  *
+ * A member's own mm keeps an owner too: when its owner thread exits while
+ * another thread is switched to the set mm, the hand-off must still find
+ * that thread (it looks at the thread's own mm, not the set mm it runs on).
+ *
  * creator_reaped_then_member_faults runs without cgroups too (any MEMCG
  * kernel charges every fault); the cgroup checks SKIP where the cgroup v2
  * memory controller is absent.
@@ -14,6 +18,7 @@
 #include "../lib/halfproc_test.h"
 #include "../lib/hp_cgroup.h"
 #include <poll.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include "kselftest_harness.h"
 
@@ -209,6 +214,97 @@ TEST(shared_pages_charge_the_set_cgroup)
 	EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	cg_remove(a);
 	cg_remove(b);
+}
+
+/* Threads of this process, from /proc/self/status, or -1. */
+static long threads(void)
+{
+	return proc_field("/proc/self/status", "Threads");
+}
+
+struct owner_run {
+	struct chan *c;
+};
+
+/*
+ * The second thread: meta-operations on the range (switched to the set mm
+ * for each) until the leader is gone, then 16 MiB of private memory,
+ * charged through the mm's owner.
+ */
+static void *switch_then_fault(void *arg)
+{
+	struct owner_run *r = arg;
+	char *priv;
+
+	while (threads() != 1) {
+		char *q = hp_anon(PAGE);
+
+		if (q == MAP_FAILED || mprotect(q, PAGE, PROT_READ) || munmap(q, PAGE))
+			_exit(30);
+	}
+	tell_parent(r->c, 'x');
+	if (from_parent(r->c) != 'g')
+		_exit(31);
+	priv = mmap(NULL, 16 * MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (priv == MAP_FAILED || touch(priv, 16 * MB, 'o'))
+		_exit(32);
+	tell_parent(r->c, 'd');
+	_exit(from_parent(r->c) == 'q' ? 0 : 33);
+}
+
+/*
+ * A member in cgroup A: its leader exits while the other thread loops over
+ * meta-operations on the range, so the hand-off of the mm's owner often
+ * runs while that thread is switched.  The thread's private faults after
+ * that must still be charged to A (with no owner found they would go to
+ * the root cgroup).  Several rounds, for the window.
+ */
+TEST(owner_hand_off_while_a_thread_is_switched)
+{
+	char a[128];
+	int round;
+
+	REQUIRE_HALFPROC();
+	if (!memcg_available())
+		SKIP(return, "no cgroup v2 memory controller");
+	ASSERT_EQ(0, cg_make(a, sizeof(a), "owner"));
+	for (round = 0; round < 6; round++) {
+		/* Static: the thread outlives the leader's stack frame. */
+		static struct owner_run r;
+		static struct chan c;
+		long a0, a1;
+		pid_t m;
+
+		ASSERT_EQ(0, chan_open(&c));
+		r.c = &c;
+		m = hp_spawn();
+		ASSERT_GE(m, 0);
+		if (m == 0) {
+			pthread_t t;
+
+			if (cg_write(a, "cgroup.procs", "0"))
+				_exit(20);
+			if (pthread_create(&t, NULL, switch_then_fault, &r))
+				_exit(21);
+			usleep(1000 * (round % 3));
+			pthread_exit(NULL);
+		}
+		ASSERT_EQ('x', from_child(&c)) TH_LOG("round %d", round);
+		a0 = cg_read(a, "memory.current", NULL);
+		tell_child(&c, 'g');
+		ASSERT_EQ('d', from_child(&c));
+		a1 = cg_read(a, "memory.current", NULL);
+		TH_LOG("round %d: 16 MiB faulted after the leader left: A %ld -> %ld",
+		       round, a0, a1);
+		EXPECT_GE(a1 - a0, (long)(16 * MB - SLACK));
+		tell_child(&c, 'q');
+		ASSERT_EQ(0, wait_status(m));
+		close(c.up[0]);
+		close(c.up[1]);
+		close(c.down[0]);
+		close(c.down[1]);
+	}
+	cg_remove(a);
 }
 
 TEST_HARNESS_MAIN

@@ -203,7 +203,7 @@ struct RunArgs {
     /// Kill the guest after this many seconds (a hang fails the run).
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
-    /// More kernel command line (after `console=ttyS0 panic=-1`), e.g.
+    /// More kernel command line (after `console=ttyS0 panic=-1 no_timer_check`), e.g.
     /// `halfproc.mode=test pti=on`.
     #[arg(long, value_name = "ARGS", default_value = "")]
     append: String,
