@@ -14,7 +14,9 @@
 #   scripts/guest.sh bench-apps FLAVOUR [OPTIONS]   the apps on DMI against
 #                                                   MPI across two guests (the
 #                                                   built kernel and module;
-#                                                   OPTIONS: halfproc bench apps)
+#                                                   OPTIONS: halfproc bench apps,
+#                                                   default --size medium --runs 3
+#                                                   --nodes 1,2; docs/apps.md)
 #
 # FLAVOUR: debug|release, or stock (the unpatched kernel: guest programs
 # only, for mode mm).  MODE (tests/guest/init.sh): test, demo, bench,
@@ -25,7 +27,8 @@
 # (on|off, default on), HALFPROC_CPU (QEMU -cpu model, default max; use
 # max,la57=off for 4-level paging), HALFPROC_RUN (the results' name
 # instead of MODE), HALFPROC_SHARE (a host folder the guest
-# mounts), HALFPROC_QUIET, HALFPROC_GUEST_EXTRA ("SRC:DST ..." more files).
+# mounts), HALFPROC_QUIET, HALFPROC_GUEST_EXTRA ("SRC:DST ..." more files); for bench-apps
+# HALFPROC_APPS_TIMEOUT (seconds for both guests, default 3600).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
@@ -134,7 +137,7 @@ bench_apps() {	# bench_apps FLAVOUR [OPTIONS]: the apps across two guests
 	done_phase
 	mkdir -p "$results"
 	# One argument a line (apps/guest/two.sh reads them so); OPTIONS come last and win.
-	printf '%s\n' --size small --runs 5 --nodes 2 --timeout 600 \
+	printf '%s\n' --size medium --runs 3 --nodes 1,2 --timeout 600 \
 		--label "two QEMU guests (TCG, 1 vCPU each)" \
 		--dmi-note "one node per guest (rank 0 on A, rank 1 on B), kernel backend, TCP over the guests' virtio-net link" \
 		--mpi-note "Open MPI, one rank per guest (orted on B through apps/guest/rsh.sh), btl self,tcp on the same link, mpi_yield_when_idle 1" \
