@@ -11,6 +11,12 @@
 #                                                   built on a virtual network
 #                                                   (halfproc-harness pair):
 #                                                   a program moves from A to B
+#   scripts/guest.sh bench-apps FLAVOUR [OPTIONS]   the apps on DMI against
+#                                                   MPI across two guests (the
+#                                                   built kernel and module;
+#                                                   OPTIONS: halfproc bench apps,
+#                                                   default --size medium --runs 3
+#                                                   --nodes 1,2; docs/apps.md)
 #
 # FLAVOUR: debug|release, or stock (the unpatched kernel: guest programs
 # only, for mode mm).  MODE (tests/guest/init.sh): test, demo, bench,
@@ -21,7 +27,8 @@
 # (on|off, default on), HALFPROC_CPU (QEMU -cpu model, default max; use
 # max,la57=off for 4-level paging), HALFPROC_RUN (the results' name
 # instead of MODE), HALFPROC_SHARE (a host folder the guest
-# mounts), HALFPROC_QUIET, HALFPROC_GUEST_EXTRA ("SRC:DST ..." more files).
+# mounts), HALFPROC_QUIET, HALFPROC_GUEST_EXTRA ("SRC:DST ..." more files); for bench-apps
+# HALFPROC_APPS_TIMEOUT (seconds for both guests, default 3600).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
@@ -85,6 +92,78 @@ two() {	# two FLAVOUR [TIMEOUT]: two guests on a virtual network, a migration fr
 		--expect-a migrate/two-a --expect-a dmi/two-a --expect-b migrate/two-b \
 		--expect-b dmi/two-b ${HALFPROC_QUIET:+--quiet} || rc=$?
 	done_phase
+	return "$rc"
+}
+
+mpi_files() {	# SRC:DST lines: Open MPI (mpirun, orted, plugins, help texts) for the guest
+	local M=/usr/lib/x86_64-linux-gnu/openmpi P=/usr/lib/x86_64-linux-gnu/pmix2 f
+	command -v orted >/dev/null || die "Open MPI is not installed (scripts/deps.sh installs it)"
+	{
+		with_libs "$(command -v orterun)" /usr/bin/mpirun
+		with_libs "$(command -v orted)" /usr/bin/orted
+		for f in "$M"/lib/openmpi3/*.so "$P"/lib/pmix/*.so; do with_libs "$f" "$f"; done
+		find /usr/share/openmpi /etc/openmpi "$P/share" -type f | sed 's/.*/&:&/'
+	} | sort -u
+}
+
+bench_apps() {	# bench_apps FLAVOUR [OPTIONS]: the apps across two guests
+	local flavour="$1" OUT="$HALFPROC_ROOT/out/$1"
+	shift
+	local timeout="${HALFPROC_APPS_TIMEOUT:-3600}" results="$HALFPROC_ROOT/out/bench-apps-guests"
+	local ko
+	ko="$(sed -n 's|^\(.*\):/lib/modules/halfproc.ko$|\1|p' "$OUT/files" 2>/dev/null)"
+	[ -f "$OUT/kernel" ] && [ -f "$ko" ] ||
+		die "no kernel or module built for $flavour: run scripts/guest.sh build $flavour"
+	phase "build the runtime, DMI and the apps for the guests"
+	local RT="$HALFPROC_ROOT/target/x86_64-unknown-linux-gnu/release" p
+	for p in "-p dmi -p dmi-cli" "-p halfproc-cli --bin halfproc"; do
+		# shellcheck disable=SC2086
+		RUSTFLAGS="-C target-feature=+crt-static" cargo build -q -j2 --release \
+			--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu $p 2>&1 |
+			grep -v "dropping unsupported crate type .cdylib." >&2 || true
+	done
+	[ -f "$RT/libdmi.a" ] && [ -x "$RT/halfproc" ] || die "static cargo build of dmi/halfproc failed"
+	cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
+	# DMI programs static (the kernel backend's runtime inside), MPI ones
+	# against Debian's Open MPI, copied in with its libraries.
+	local S="$OUT/guest/apps-static" D="$OUT/guest/apps-mpi" app dmi=() mpi=()
+	for app in jacobi nbody pagerank cg; do dmi+=("$S/dmi/$app"); mpi+=("$D/mpi/$app"); done
+	# glibc warns about getaddrinfo in static programs (guest.sh build says why).
+	mkdir -p "$S"
+	make -s -C "$HALFPROC_ROOT/apps" O="$S" CFLAGS="-O2 -static -s" DMI_LIBDIR="$RT" \
+		"$S/cks-cmp" "${dmi[@]}" 2>"$S/build.log" ||
+		{ cat "$S/build.log" >&2; die "building the static DMI apps failed"; }
+	make -s -C "$HALFPROC_ROOT/apps" O="$D" "${mpi[@]}" >&2 || die "building the MPI apps failed"
+	done_phase
+	mkdir -p "$results"
+	# One argument a line (apps/guest/two.sh reads them so); OPTIONS come last and win.
+	printf '%s\n' --size medium --runs 3 --nodes 1,2 --timeout 600 \
+		--label "two QEMU guests (TCG, 1 vCPU each)" \
+		--dmi-note "one node per guest (rank 0 on A, rank 1 on B), kernel backend, TCP over the guests' virtio-net link" \
+		--mpi-note "Open MPI, one rank per guest (orted on B through apps/guest/rsh.sh), btl self,tcp on the same link, mpi_yield_when_idle 1" \
+		"$@" >"$OUT/bench-apps.args"
+	local files=(--file "$ko:/lib/modules/halfproc.ko" --file "$RT/halfproc:/bin/halfproc"
+		--file "$S/cks-cmp:/apps/cks-cmp" --file "$OUT/bench-apps.args:/etc/bench-apps.args") f
+	for app in jacobi nbody pagerank cg; do
+		files+=(--file "$S/dmi/$app:/apps/dmi/$app" --file "$D/mpi/$app:/apps/mpi/$app")
+	done
+	for f in "$HALFPROC_ROOT"/apps/guest/*.sh; do files+=(--file "$f:/apps/guest/${f##*/}"); done
+	while read -r f; do files+=(--file "$f"); done < <({ mpi_files; with_libs "$D/mpi/cg" /apps/mpi/cg; } | sort -u)
+	"$HALFPROC_ROOT/target/release/halfproc-harness" initramfs --out "$OUT/initramfs-apps.cpio" \
+		--busybox /bin/busybox --init "$HALFPROC_ROOT/tests/guest/init.sh" "${files[@]}"
+	phase "apps on two guests ($flavour, options $*, timeout ${timeout}s)"
+	local rc=0
+	info "host load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+	# 2 GiB each: the bench size's arrays, the programs and Open MPI in the initramfs.
+	"$HALFPROC_ROOT/target/release/halfproc-harness" pair --kernel "$(cat "$OUT/kernel")" \
+		--initrd "$OUT/initramfs-apps.cpio" --log-a "$OUT/apps-a.log" --log-b "$OUT/apps-b.log" \
+		--timeout "$timeout" --cpus 1 --memory 2048 --cpu "${HALFPROC_CPU:-max}" \
+		--append "halfproc.mode=apps pti=${HALFPROC_PTI:-on} ${HALFPROC_APPEND:-}" \
+		--share-a "$results" --expect-a apps/two-a --expect-b apps/two-b \
+		${HALFPROC_QUIET:+--quiet} || rc=$?
+	done_phase
+	info "host load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+	info "results: $results/apps.{json,svg,png}; logs: $OUT/apps-{a,b}.log"
 	return "$rc"
 }
 
@@ -223,6 +302,7 @@ boot() {	# boot FLAVOUR MODE [TIMEOUT]
 case "${1:-}" in
 build) [ $# = 2 ] || die "usage: scripts/guest.sh build debug|release"; build "$2" ;;
 two) [ $# -ge 2 ] || die "usage: scripts/guest.sh two debug|release [TIMEOUT]"; shift; two "$@" ;;
+bench-apps) [ $# -ge 2 ] || die "usage: scripts/guest.sh bench-apps debug|release [OPTIONS]"; shift; bench_apps "$@" ;;
 boot) [ $# -ge 3 ] || die "usage: scripts/guest.sh boot debug|release MODE [TIMEOUT]"; shift; boot "$@" ;;
 debug|release|stock) build "$1" && boot "$@" ;;
 *) die "usage: scripts/guest.sh [build|boot] debug|release|stock [MODE [TIMEOUT]]" ;;

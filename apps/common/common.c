@@ -42,13 +42,15 @@ enum app_size parse_size(int argc, char **argv, const char *prog)
 		return SIZE_SMALL;
 	if (!strcmp(argv[1], "bench"))
 		return SIZE_BENCH;
-	fprintf(stderr, "usage: %s [small|bench]\n", prog);
+	if (!strcmp(argv[1], "medium"))
+		return SIZE_MEDIUM;
+	fprintf(stderr, "usage: %s [small|medium|bench]\n", prog);
 	exit(2);
 }
 
 const char *size_name(enum app_size s)
 {
-	return s == SIZE_BENCH ? "bench" : "small";
+	return s == SIZE_BENCH ? "bench" : s == SIZE_MEDIUM ? "medium" : "small";
 }
 
 void report(const char *app, const char *impl, int ranks, enum app_size size,

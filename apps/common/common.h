@@ -34,9 +34,10 @@ static inline void swap_arrays(double **a, double **b)
 /* malloc that exits with a message on failure; zeroed. */
 void *xcalloc(size_t count, size_t size);
 
-enum app_size { SIZE_SMALL, SIZE_BENCH };
+/* medium: between the two, for runs under QEMU's TCG (scripts/guest.sh bench-apps) */
+enum app_size { SIZE_SMALL, SIZE_BENCH, SIZE_MEDIUM };
 
-/* "small" (the default when absent) or "bench"; exits with usage otherwise. */
+/* "small" (the default when absent), "medium" or "bench"; exits with usage otherwise. */
 enum app_size parse_size(int argc, char **argv, const char *prog);
 const char *size_name(enum app_size s);
 

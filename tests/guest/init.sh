@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # /init of the test initramfs.  The mode comes from the kernel command line
-# (halfproc.mode=test|bench|demo|migrate|criu|two|panic|hang|fail; two also
+# (halfproc.mode=test|bench|demo|migrate|criu|two|apps|panic|hang|fail; two and apps also
 # halfproc.role/ip/peer from halfproc-harness pair); the exit status goes to the
 # harness over the second serial port as HALFPROC_EXIT=<n>.
 /bin/busybox --install -s
@@ -115,7 +115,8 @@ rc=0
 for m in /lib/modules/extra/*.ko; do [ -f "$m" ] && insmod "$m"; done
 echo "TAP version 13"
 # The patched kernel without the module behaves normally and says so.
-/tests/hp_nomod; tap $? no_module_errnos
+# (Mode apps boots only the apps' programs: scripts/guest.sh bench-apps.)
+[ "$mode" = apps ] || { /tests/hp_nomod; tap $? no_module_errnos; }
 module=/lib/modules/halfproc.ko
 # sabotage: the test-only twin without member TLB flushes; hp_tlb must fail.
 [ "$mode" = sabotage ] && module=/lib/modules/halfproc-sabotage.ko
@@ -182,6 +183,11 @@ if [ "$mode" = two ]; then
 	prog "migrate/two-$role" /migrate/two.sh "$role" "${ipaddr%/*}" "$peer" || rc=1
 	# DMI across the two: a node on each, the kernel backend (tests/dmi).
 	prog "dmi/two-$role" /dmi/two.sh "$role" "${ipaddr%/*}" "$peer" || rc=1
+	mode=done
+fi
+if [ "$mode" = apps ]; then
+	# The apps on DMI against MPI across two guests (apps/guest/two.sh).
+	prog "apps/two-$role" /apps/guest/two.sh "$role" "${ipaddr%/*}" "$peer" || rc=1
 	mode=done
 fi
 if [ "$mode" = demo ]; then

@@ -155,6 +155,9 @@ struct PairArgs {
     /// A program that must run on guest B (repeatable).
     #[arg(long, value_name = "PROG")]
     expect_b: Vec<String>,
+    /// A host directory guest A can mount over 9p (tag `hostshare`).
+    #[arg(long, value_name = "DIR")]
+    share_a: Option<PathBuf>,
     /// Do not echo the consoles while the guests run.
     #[arg(long)]
     quiet: bool,
@@ -347,6 +350,7 @@ fn pair(a: PairArgs) -> Result<ExitCode, String> {
     let ports = pair::free_udp_ports().map_err(|e| format!("no free UDP port: {e}"))?;
     let mut ga = pair::guest(&base, 'a', a.log_a, ports);
     ga.expected = a.expect_a;
+    ga.share = a.share_a;
     let mut gb = pair::guest(&base, 'b', a.log_b, ports);
     gb.expected = a.expect_b;
     let (va, vb) = pair::run(&ga, &gb).map_err(|e| e.to_string())?;

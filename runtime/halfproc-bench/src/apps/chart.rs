@@ -88,10 +88,17 @@ pub fn layout(r: &AppsReport) -> Scene {
     }];
     prims.push(text(
         (MARGIN_L, 28.0),
-        format!(
-            "Apps: DMI vs MPI, size {}, {} runs ({} CPUs, oversubscribed above that)",
-            r.size, r.runs, r.machine.cpus
-        ),
+        if r.machine.label.is_empty() {
+            format!(
+                "Apps: DMI vs MPI, size {}, {} runs ({} CPUs, oversubscribed above that)",
+                r.size, r.runs, r.machine.cpus
+            )
+        } else {
+            format!(
+                "Apps: DMI vs MPI, size {}, {} runs, {}",
+                r.size, r.runs, r.machine.label
+            )
+        },
         18.0,
         Anchor::Start,
     ));
@@ -106,10 +113,15 @@ pub fn layout(r: &AppsReport) -> Scene {
         Anchor::Start,
     ));
     let mut lx = MARGIN_L;
-    for (name, color, dash) in [
-        ("MPI (apps/mpirun.sh)", MPI, Some((6.0, 4.0))),
-        ("DMI (dmi run, loopback TCP)", DMI, None),
-    ] {
+    // This machine's launchers by default; elsewhere the notes say how
+    // the runs were placed (table and JSON), too long for a legend.
+    let this_machine = r.dmi_note == super::DMI_NOTE && r.mpi_note == super::MPI_NOTE;
+    let (mpi, dmi) = if this_machine {
+        ("MPI (apps/mpirun.sh)", "DMI (dmi run, loopback TCP)")
+    } else {
+        ("MPI", "DMI")
+    };
+    for (name, color, dash) in [(mpi, MPI, Some((6.0, 4.0))), (dmi, DMI, None)] {
         prims.push(line(vec![(lx, 68.0), (lx + 26.0, 68.0)], color, 2.0, dash));
         prims.push(text((lx + 32.0, 72.0), name.into(), 13.0, Anchor::Start));
         lx += 60.0 + font::width(name, 13.0);
@@ -279,5 +291,16 @@ mod tests {
         }
         let svg = crate::plot::svg::render(&s);
         assert!(svg.contains("jacobi") && svg.contains("time per iteration [ms]"));
+        assert!(svg.contains("apps/mpirun.sh") && svg.contains("oversubscribed"));
+        // Elsewhere (two guests): the label in the title, not this machine's launchers.
+        let o = AppsOpts {
+            label: "two guests".into(),
+            mpi_note: "one rank per guest".into(),
+            ..AppsOpts::default()
+        };
+        let r = AppsReport::new(&o, r.cells.clone());
+        let svg = crate::plot::svg::render(&layout(&r));
+        assert!(svg.contains("two guests"), "{svg}");
+        assert!(!svg.contains("apps/mpirun.sh") && !svg.contains("oversubscribed"));
     }
 }

@@ -38,7 +38,7 @@ halfproc bench apps [options]: the apps (Jacobi, N-body, PageRank, CG) on DMI
 against MPI, on 1, 2 and 4 nodes of this machine; min and median of several
 runs, the DMI/MPI ratio; a table on stdout, JSON, SVG and PNG in --out.
 Build first: apps/bench.sh does (release libdmi and dmi, apps with -O2).
-  --size small|bench    problem size (default bench; apps/README in docs/apps.md)
+  --size small|medium|bench  problem size (default bench; docs/apps.md, \"Inputs and sizes\")
   --runs N              runs per (app, implementation, nodes) (default 5)
   --nodes LIST          node/rank counts (default 1,2,4)
   --apps LIST           subset of jacobi,nbody,pagerank,cg (default all)
@@ -48,7 +48,15 @@ Build first: apps/bench.sh does (release libdmi and dmi, apps with -O2).
   --out DIR             where apps.json, apps.svg, apps.png go (default out/bench-apps)
   --timeout SECS        limit per run (default 300)
   --label TEXT          machine label in the report
+  --dmi-note TEXT       how the DMI runs are placed, for the report (default:
+                        dmi run -n N, loopback TCP)
+  --mpi-note TEXT       likewise for MPI (default: apps/mpirun.sh, Open MPI)
 ";
+
+/// What `--dmi-note` and `--mpi-note` say by default: this machine's runs.
+pub const DMI_NOTE: &str = "dmi run -n N: one process per node, loopback TCP";
+pub const MPI_NOTE: &str =
+    "apps/mpirun.sh: Open MPI, --oversubscribe --bind-to none, btl self,vader, mpi_yield_when_idle 1";
 
 /// Options of `bench apps`.
 #[derive(Clone, Debug)]
@@ -63,6 +71,9 @@ pub struct AppsOpts {
     pub out: PathBuf,
     pub timeout: Duration,
     pub label: String,
+    /// How the runs are placed and connected (the report's words).
+    pub dmi_note: String,
+    pub mpi_note: String,
 }
 
 impl Default for AppsOpts {
@@ -78,6 +89,8 @@ impl Default for AppsOpts {
             out: "out/bench-apps".into(),
             timeout: Duration::from_secs(300),
             label: String::new(),
+            dmi_note: DMI_NOTE.into(),
+            mpi_note: MPI_NOTE.into(),
         }
     }
 }
@@ -104,8 +117,14 @@ impl AppsOpts {
                 .next()
                 .ok_or_else(|| Error::usage(format!("{a} needs a value (see --help)")))?;
             match a.as_str() {
-                "--size" if v == "small" || v == "bench" => o.size = v.clone(),
-                "--size" => return Err(Error::usage(format!("--size {v:?}: small or bench"))),
+                "--size" if ["small", "medium", "bench"].contains(&v.as_str()) => {
+                    o.size = v.clone()
+                }
+                "--size" => {
+                    return Err(Error::usage(format!(
+                        "--size {v:?}: small, medium or bench"
+                    )))
+                }
                 "--runs" => {
                     o.runs = v
                         .parse()
@@ -132,6 +151,8 @@ impl AppsOpts {
                         .ok_or_else(|| Error::usage(format!("--timeout {v:?}: seconds >= 1")))?
                 }
                 "--label" => o.label = v.clone(),
+                "--dmi-note" => o.dmi_note = v.clone(),
+                "--mpi-note" => o.mpi_note = v.clone(),
                 _ => return Err(Error::usage(format!("unknown option {a} (see --help)"))),
             }
         }
@@ -355,12 +376,19 @@ mod tests {
         let o = AppsOpts::parse(&["--nodes".into(), "1,2".into(), "--runs".into(), "2".into()])
             .unwrap();
         assert_eq!((o.nodes, o.runs), (vec![1, 2], 2));
+        assert_eq!(
+            (o.dmi_note.as_str(), o.mpi_note.as_str()),
+            (DMI_NOTE, MPI_NOTE)
+        );
+        let o = AppsOpts::parse(&["--dmi-note".into(), "two guests".into()]).unwrap();
+        assert_eq!(o.dmi_note, "two guests");
         for bad in [
             &["--nodes", "0"][..],
             &["--apps", "fft"],
             &["--size", "huge"],
             &["--runs"],
             &["--frob", "1"],
+            &["--mpi-note"],
         ] {
             let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
             assert!(

@@ -122,6 +122,9 @@ pub struct AppsReport {
     pub cells: Vec<Cell>,
     /// The 1-minute load average before the first run and after the last.
     pub load: (Option<f64>, Option<f64>),
+    /// How each implementation ran (`--dmi-note`, `--mpi-note`).
+    pub dmi_note: String,
+    pub mpi_note: String,
     /// Files written by [`AppsReport::write_files`].
     pub files: Vec<PathBuf>,
 }
@@ -142,6 +145,8 @@ impl AppsReport {
             runs: o.runs,
             cells,
             load: (None, None),
+            dmi_note: o.dmi_note.clone(),
+            mpi_note: o.mpi_note.clone(),
             files: Vec::new(),
         }
     }
@@ -156,8 +161,8 @@ impl AppsReport {
         let m = &self.machine;
         let mut s = format!(
             "halfproc bench apps{} — size {}, {} runs each; {} ({} CPUs), kernel {}\n\
-             seconds per iteration (slowest node); DMI: dmi run -n N (loopback TCP); \
-             MPI: apps/mpirun.sh (Open MPI, --oversubscribe); load average {} before, {} after\n",
+             seconds per iteration (slowest node); load average {} before, {} after\n\
+             DMI: {}\nMPI: {}\n",
             if m.label.is_empty() {
                 String::new()
             } else {
@@ -170,6 +175,8 @@ impl AppsReport {
             m.kernel,
             self.load.0.map_or("?".into(), |l| l.to_string()),
             self.load.1.map_or("?".into(), |l| l.to_string()),
+            self.dmi_note,
+            self.mpi_note,
         );
         s += &format!(
             "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}\n",
@@ -236,8 +243,8 @@ impl AppsReport {
             "runs": self.runs,
             "machine": self.machine.json(),
             "load_average": { "before": self.load.0, "after": self.load.1 },
-            "dmi": "dmi run -n N: one process per node, loopback TCP",
-            "mpi": "apps/mpirun.sh: Open MPI, --oversubscribe --bind-to none, btl self,vader, mpi_yield_when_idle 1",
+            "dmi": self.dmi_note,
+            "mpi": self.mpi_note,
             "cells": cells,
         })
     }

@@ -1,0 +1,32 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# One request from guest A to guest B (apps/guest/two.sh b serves them with
+# `nc -ll -p 7300 -e` this script; the socket is stdin and stdout). The
+# guests' private link is the only network they have; this is the remote
+# execution a cluster gets from ssh. Requests, one line:
+#   ping                      answers pong (A waits for B's server)
+#   dmi PEERS PROGRAM ARGS    rank 1 of a 2-node DMI run (DMI_PEERS=PEERS);
+#                             its output, then halfproc-rank1-rc=STATUS
+#   exec COMMAND              COMMAND in sh: what Open MPI's rsh agent
+#                             (apps/guest/rsh.sh) asks for, its orted
+#   served                    how many DMI ranks and orteds this server ran
+#                             ("dmi N", "mpi N")
+#   quit                      B's server stops (two.sh b returns)
+read -r kind rest || exit 1
+case "$kind" in
+ping) echo pong ;;
+dmi)
+	echo dmi >>/tmp/apps-served
+	peers="${rest%% *}"
+	# shellcheck disable=SC2086
+	env DMI_RANK=1 DMI_SIZE=2 DMI_PEERS="$peers" ${rest#* } </dev/null 2>&1
+	echo "halfproc-rank1-rc=$?"
+	;;
+exec)
+	case "$rest" in *orted*) echo mpi >>/tmp/apps-served ;; esac
+	sh -c "$rest" </dev/null 2>&1
+	;;
+served) for k in dmi mpi; do echo "$k $(grep -c "^$k$" /tmp/apps-served 2>/dev/null)"; done ;;
+quit) touch /tmp/apps-quit; echo bye ;;
+*) echo "serve.sh: unknown request '$kind'"; exit 2 ;;
+esac
