@@ -55,32 +55,39 @@ static int in_child(int (*fn)(void))
 }
 
 /*
- * RLIMIT_AS of own size + 64 MiB: 40 MiB shared fit, then 40 MiB private
- * do not (ENOMEM); once the shared 40 MiB are unmapped they do, and then
- * 40 MiB more shared do not.  Returns 0, or the failing step.
+ * @res (RLIMIT_AS or RLIMIT_DATA) of the /proc/self/status @key (VmSize or
+ * VmData) + 64 MiB: 40 MiB shared fit, then 40 MiB private do not
+ * (ENOMEM); once the shared 40 MiB are unmapped they do, and then 40 MiB
+ * more shared do not.  For RLIMIT_DATA, a read-only private mapping (not
+ * data) still maps.  Returns 0, or the failing step.
  */
-static int as_private_and_shared(void)
+static int limit_private_and_shared(int res, const char *key)
 {
-	long own = status_kb(0, "VmSize");
+	long own = status_kb(0, key);
 	struct rlimit rl;
-	void *s, *p;
+	void *s, *p, *ro;
 
 	if (own < 0)
 		return 1;
 	rl.rlim_cur = own * 1024 + 64 * MiB;
 	rl.rlim_max = RLIM_INFINITY;
-	if (setrlimit(RLIMIT_AS, &rl))
+	if (setrlimit(res, &rl))
 		return 2;
 	s = hp_anon(40 * MiB);
 	if (s == MAP_FAILED)
 		return 3;
 	p = priv_map(40 * MiB);
 	if (p != MAP_FAILED) {
-		printf("# private 40 MiB beside shared 40 MiB under own + 64 MiB: mapped\n");
+		printf("# %s: private 40 MiB beside shared 40 MiB under own + 64 MiB: mapped\n", key);
 		return 4;
 	}
 	if (errno != ENOMEM)
 		return 5;
+	if (res == RLIMIT_DATA) {
+		ro = mmap(NULL, 40 * MiB, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (ro == MAP_FAILED || munmap(ro, 40 * MiB))
+			return 10;
+	}
 	if (munmap(s, 40 * MiB))
 		return 6;
 	p = priv_map(40 * MiB);
@@ -88,10 +95,20 @@ static int as_private_and_shared(void)
 		return 7;
 	s = hp_anon(40 * MiB);
 	if (s != MAP_FAILED) {
-		printf("# shared 40 MiB beside private 40 MiB under own + 64 MiB: mapped\n");
+		printf("# %s: shared 40 MiB beside private 40 MiB under own + 64 MiB: mapped\n", key);
 		return 8;
 	}
 	return errno == ENOMEM ? 0 : 9;
+}
+
+static int as_private_and_shared(void)
+{
+	return limit_private_and_shared(RLIMIT_AS, "VmSize");
+}
+
+static int data_private_and_shared(void)
+{
+	return limit_private_and_shared(RLIMIT_DATA, "VmData");
 }
 
 TEST(rlimit_as_counts_private_and_shared)
@@ -130,50 +147,6 @@ TEST(rlimit_as_counts_other_members_shared_mappings)
 {
 	REQUIRE_HALFPROC();
 	ASSERT_EQ(0, in_child(as_other_members_mapping));
-}
-
-/*
- * RLIMIT_DATA of own VmData + 64 MiB: private writable anonymous memory on
- * either side counts, as for RLIMIT_AS: 40 MiB shared, then 40 MiB private
- * do not fit; once the shared 40 MiB are gone they do, and then 40 MiB more
- * shared do not.  Read-only mappings are not data and still map.
- */
-static int data_private_and_shared(void)
-{
-	long own = status_kb(0, "VmData");
-	struct rlimit rl;
-	void *s, *p, *ro;
-
-	if (own < 0)
-		return 1;
-	rl.rlim_cur = own * 1024 + 64 * MiB;
-	rl.rlim_max = RLIM_INFINITY;
-	if (setrlimit(RLIMIT_DATA, &rl))
-		return 2;
-	s = hp_anon(40 * MiB);
-	if (s == MAP_FAILED)
-		return 3;
-	p = priv_map(40 * MiB);
-	if (p != MAP_FAILED) {
-		printf("# private 40 MiB of data beside shared 40 MiB under own + 64 MiB: mapped\n");
-		return 4;
-	}
-	if (errno != ENOMEM)
-		return 5;
-	ro = mmap(NULL, 40 * MiB, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ro == MAP_FAILED || munmap(ro, 40 * MiB))
-		return 6;
-	if (munmap(s, 40 * MiB))
-		return 7;
-	p = priv_map(40 * MiB);
-	if (p == MAP_FAILED)
-		return 8;
-	s = hp_anon(40 * MiB);
-	if (s != MAP_FAILED) {
-		printf("# shared 40 MiB of data beside private 40 MiB under own + 64 MiB: mapped\n");
-		return 9;
-	}
-	return errno == ENOMEM ? 0 : 10;
 }
 
 TEST(rlimit_data_counts_private_and_shared)

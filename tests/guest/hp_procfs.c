@@ -11,18 +11,15 @@
  * another member, dies of SIGKILL at once (patch 0030's rule for maps).
  */
 #include "../lib/halfproc_test.h"
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <time.h>
 #include "kselftest_harness.h"
 #include "../lib/hp_blocked.h"
+#include "../lib/hp_pagemap.h"
 
 #define NPAGES		8	/* the read-write mapping; pages 0, 2, 5 touched */
 #define NRO		2	/* the read-only mapping after it */
 #define TOP		(1UL << 47)	/* the gate VMA above is not in the tree */
-#define PM_PRESENT	(1ULL << 63)
-#define PM_PFN_MASK	((1ULL << 55) - 1)
 
 struct line {
 	unsigned long start, end;
@@ -143,22 +140,6 @@ static int query_agrees(pid_t pid, unsigned long rw)
 	}
 	close(fd);
 	return 0;
-}
-
-/* @n pagemap entries of @pid from @addr into @pm; 0 or -1. */
-static int pagemap(pid_t pid, unsigned long addr, __u64 *pm, int n)
-{
-	char path[64];
-	ssize_t r;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return -1;
-	r = pread(fd, pm, n * sizeof(*pm), addr / PAGE * sizeof(*pm));
-	close(fd);
-	return r == (ssize_t)(n * sizeof(*pm)) ? 0 : -1;
 }
 
 static int touched(int i)
@@ -321,38 +302,6 @@ static int pagemap_both(struct set2 *s)
 	return 0;
 }
 
-/*
- * PAGEMAP_SCAN of @pid's present pages in [@start, @end) into @r (at most
- * @max regions), @walk_end where it stopped: the number of regions, -1 if
- * the kernel has no such ioctl, -2 on another error.
- */
-static int scan(pid_t pid, unsigned long start, unsigned long end,
-		struct page_region *r, int max, __u64 *walk_end)
-{
-	struct pm_scan_arg arg = {
-		.size = sizeof(arg),
-		.start = start,
-		.end = end,
-		.vec = (unsigned long)r,
-		.vec_len = max,
-		.category_mask = PAGE_IS_PRESENT,
-		.return_mask = PAGE_IS_PRESENT,
-	};
-	char path[64];
-	int fd, n;
-
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return -2;
-	n = ioctl(fd, PAGEMAP_SCAN, &arg);
-	if (n < 0)
-		n = errno == ENOTTY ? -1 : -2;
-	close(fd);
-	*walk_end = arg.walk_end;
-	return n;
-}
-
 /* Whether @r holds the touched pages of @rw, one region each (0, 2, 5). */
 static int touched_regions(const struct page_region *r, int n, unsigned long rw)
 {
@@ -381,7 +330,7 @@ static int scan_agrees(pid_t pid, unsigned long rw)
 	__u64 we;
 	int n;
 
-	n = scan(pid, rw, end, r, 8, &we);
+	n = pagemap_scan(pid, rw, end, r, 8, &we);
 	if (n < 0)
 		return n == -1 ? -1 : 1;
 	if (!touched_regions(r, n, rw) || we != end) {
@@ -389,16 +338,16 @@ static int scan_agrees(pid_t pid, unsigned long rw)
 		       (unsigned long long)we);
 		return 2;
 	}
-	n = scan(pid, HALFPROC_RANGE_START - PAGE, end, r, 8, &we);
+	n = pagemap_scan(pid, HALFPROC_RANGE_START - PAGE, end, r, 8, &we);
 	if (!touched_regions(r, n, rw) || we != end) {
 		printf("# pid %d across 2^45: %d regions, walk_end %#llx\n",
 		       pid, n, (unsigned long long)we);
 		return 3;
 	}
-	n = scan(pid, HALFPROC_RANGE_START - PAGE, end, r, 1, &we);
+	n = pagemap_scan(pid, HALFPROC_RANGE_START - PAGE, end, r, 1, &we);
 	if (n != 1 || r[0].start != rw || we != rw + 2 * PAGE)
 		return 4;
-	n = scan(pid, we, end, r, 1, &we);
+	n = pagemap_scan(pid, we, end, r, 1, &we);
 	if (n != 1 || r[0].start != rw + 2 * PAGE || we != rw + 5 * PAGE)
 		return 5;
 	return 0;

@@ -9,10 +9,9 @@
  * nothing (lockdep, KASAN and the harness's console check).
  */
 #include "../lib/halfproc_test.h"
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <time.h>
 #include "kselftest_harness.h"
+#include "../lib/hp_pagemap.h"
 
 #define LOOPERS 3
 #define SECONDS 4
@@ -75,45 +74,13 @@ static long read_all(pid_t pid, const char *file)
 	return n < 0 ? -1 : total;
 }
 
-/* The pagemap entry of @addr in @pid: 0 and *pm, or -1. */
-static int pagemap_at(pid_t pid, unsigned long addr, __u64 *pm)
-{
-	char path[64];
-	ssize_t r;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return -1;
-	r = pread(fd, pm, sizeof(*pm), addr / PAGE * sizeof(*pm));
-	close(fd);
-	return r == sizeof(*pm) ? 0 : -1;
-}
-
 /* PAGEMAP_SCAN of @pid's whole range: the regions found, or -1. */
 static int scan_range(pid_t pid)
 {
 	struct page_region r[64];
-	struct pm_scan_arg arg = {
-		.size = sizeof(arg),
-		.start = HALFPROC_RANGE_START,
-		.end = HALFPROC_RANGE_END,
-		.vec = (unsigned long)r,
-		.vec_len = 64,
-		.category_mask = PAGE_IS_PRESENT,
-		.return_mask = PAGE_IS_PRESENT,
-	};
-	char path[64];
-	int fd, n;
+	__u64 walk_end;
 
-	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return -1;
-	n = ioctl(fd, PAGEMAP_SCAN, &arg);
-	close(fd);
-	return n;
+	return pagemap_scan(pid, HALFPROC_RANGE_START, HALFPROC_RANGE_END, r, 64, &walk_end);
 }
 
 struct tally {
@@ -143,7 +110,7 @@ static void read_views(const pid_t *pids, const unsigned long *mine, struct tall
 				fail = SMAPS;
 			else if (read_all(pids[i], "smaps_rollup") <= 0)
 				fail = ROLLUP;
-			else if (pagemap_at(pids[i], mine[i], &pm) || !(pm & (1ULL << 63)))
+			else if (pagemap(pids[i], mine[i], &pm, 1) || !(pm & PM_PRESENT))
 				fail = PAGEMAP;
 			else if (scan_range(pids[i]) < 1)
 				fail = SCAN;
