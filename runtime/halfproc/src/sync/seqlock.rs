@@ -81,13 +81,57 @@ impl SeqCount {
     }
 
     /// Starts a change; returns the odd value for [`SeqCount::write_end`].
-    /// Only one writer may use a counter (the caller ensures it).
+    /// Only one writer may use a counter (the caller ensures it), or, with
+    /// several, only the one that holds it already (a retired counter: no
+    /// [`SeqCount::try_write_begin`] can take an odd value).
     #[inline]
     pub fn write_begin(&self) -> u64 {
         let n = (self.seq.load(Ordering::Relaxed) + 1) | 1;
         self.seq.store(n, Ordering::Relaxed);
         fence(Ordering::Release);
         n
+    }
+
+    /// Starts a change if the counter still reads `s` (an even value from
+    /// [`SeqCount::read_begin`]): the odd value for
+    /// [`SeqCount::write_end`], or `None` when anything changed since or a
+    /// change is under way. Several writers may race with this: exactly one
+    /// wins each even value, so writers that all use it (or
+    /// [`SeqCount::write_lock`]) exclude each other.
+    #[inline]
+    pub fn try_write_begin(&self, s: u64) -> Option<u64> {
+        if s & 1 != 0 {
+            return None;
+        }
+        self.seq
+            .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        fence(Ordering::Release);
+        Some(s + 1)
+    }
+
+    /// Starts a change among several writers: waits (spinning) while
+    /// another writer's change is under way, then takes the counter like
+    /// [`SeqCount::try_write_begin`]. The counter must not be retired (left
+    /// odd for good): that waits forever.
+    #[inline]
+    pub fn write_lock(&self) -> u64 {
+        let mut spins = 0u32;
+        loop {
+            let s = self.seq.load(Ordering::Relaxed);
+            if let Some(n) = self.try_write_begin(s) {
+                return n;
+            }
+            spins += 1;
+            if spins < 64 {
+                core::hint::spin_loop();
+            } else {
+                #[cfg(not(loom))]
+                std::thread::yield_now();
+                #[cfg(loom)]
+                loom::thread::yield_now();
+            }
+        }
     }
 
     /// Ends the change `write_begin` returned `n` for.
