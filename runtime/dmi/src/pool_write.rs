@@ -200,3 +200,7 @@ impl Index {
         None
     }
 }
+
+#[cfg(test)]
+#[path = "pool_write_test.rs"]
+mod tests;
