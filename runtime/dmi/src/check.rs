@@ -129,14 +129,25 @@ pub fn check_page_ending(seqs: &[Vec<Event>], end: Option<u64>) -> Result<(), St
     }
     // A client waiting to read a value that was already overwritten can
     // never proceed: values are unique, so that state is dead.
+    // With an end value, its write must be the last one: once taken, no
+    // other write may follow.
+    let last_write = end.and_then(|e| writer.get(&e).copied());
     let dead = |pos: &[usize], cur: u64| {
-        seqs.iter().enumerate().any(|(c, s)| match s.get(pos[c]) {
-            Some(Event::Read(v)) if *v != cur => match writer.get(v) {
-                None => cur != 0,
-                Some(&(wc, wi)) => pos[wc] > wi,
-            },
-            _ => false,
-        })
+        let after_last = last_write.is_some_and(|(wc, wi)| {
+            pos[wc] > wi
+                && seqs
+                    .iter()
+                    .enumerate()
+                    .any(|(c, s)| s[pos[c]..].iter().any(|e| matches!(e, Event::Write(_))))
+        });
+        after_last
+            || seqs.iter().enumerate().any(|(c, s)| match s.get(pos[c]) {
+                Some(Event::Read(v)) if *v != cur => match writer.get(v) {
+                    None => cur != 0,
+                    Some(&(wc, wi)) => pos[wc] > wi,
+                },
+                _ => false,
+            })
     };
     let mut seen = HashSet::new();
     let mut stack = vec![(vec![0usize; seqs.len()], 0u64)];

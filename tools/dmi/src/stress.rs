@@ -40,9 +40,10 @@ pub struct StressArgs {
     /// range while other nodes write.
     #[arg(long, default_value_t = 0)]
     instances: u32,
-    /// Half the accesses of client C go to page C mod PAGES: a page its
-    /// node keeps owning, so its writes are often fast writes into the
-    /// frames while other nodes read it.
+    /// Half the accesses of each client go to "its" page (node R's program:
+    /// page R mod PAGES; its instance K: page R+1+K mod PAGES): a page its
+    /// node often owns, so its writes are often fast writes into the frames
+    /// while other nodes read it.
     #[arg(long)]
     skew: bool,
 }
@@ -86,14 +87,14 @@ fn setup(d: &Dmi, a: &StressArgs) -> Result<i64, String> {
 }
 
 /// Client `me` (a node's program, or an instance) runs its accesses.
-fn workload(d: &Dmi, a: &StressArgs, me: u32, base: i64) -> Result<History, String> {
+fn workload(d: &Dmi, a: &StressArgs, me: u32, own: u64, base: i64) -> Result<History, String> {
     let addr = |p: u64| base + (p * PAGE as u64) as i64;
     let mut rng = Rng::new(a.seed.wrapping_mul(1000) + u64::from(me));
     let mut h = History::default();
     let mut seq = 0u64;
     for _ in 0..a.ops {
         let p1 = if a.skew && rng.below(2) == 0 {
-            u64::from(me) % a.pages
+            own % a.pages
         } else {
             rng.below(a.pages)
         };
@@ -143,7 +144,7 @@ fn save(a: &StressArgs, name: &str, h: &History) -> Result<(), String> {
 /// Instance `k` of node `rank`: its own client id and history file.
 fn instance(d: &Dmi, a: &StressArgs, rank: u32, k: u32, base: i64) -> Result<String, String> {
     let client = 1000 + rank * 100 + k;
-    let h = workload(d, a, client, base)?;
+    let h = workload(d, a, client, u64::from(rank + 1 + k), base)?;
     save(a, &format!("node-{rank}-inst-{k}"), &h)?;
     let (hits, misses) = dmi::pool::read_counts();
     let (w_hits, w_misses) = dmi::pool::write_counts();
@@ -172,7 +173,7 @@ fn node_run(d: &Dmi, a: &StressArgs) -> Result<History, String> {
         };
         ids.push(dmi::serve::create(node, true, body, 0).map_err(e)?);
     }
-    let mut h = workload(d, a, me, base)?;
+    let mut h = workload(d, a, me, u64::from(me), base)?;
     for (k, id) in ids.into_iter().enumerate() {
         match dmi::serve::join(id).map_err(e)? {
             dmi::serve::Ended::Returned(0) => {}
