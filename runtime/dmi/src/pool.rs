@@ -69,7 +69,7 @@ struct Head {
     ok: AtomicU64,
     /// 1: this node owns the page at rest and nobody else holds it, so a
     /// writer outside the engine may change it (holding the sequence word,
-    /// `pool_write.rs`). Set by [`Store::publish`]'s caller, taken back by
+    /// `pool_write.rs`). Set by the core's `Node::publish`, taken back by
     /// [`Frame::revoke`] before the engine looks at the page again.
     wr: AtomicU64,
     /// The owner's version of the page (writes applied so far); fast
