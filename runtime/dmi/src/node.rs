@@ -702,7 +702,7 @@ impl Node {
         for (k, p) in pages {
             let owner = p.owner.as_ref().map(|o| {
                 (
-                    o.version(),
+                    o.data.version_now(),
                     o.data.writable(),
                     o.copyset.clone(),
                     o.acks,

@@ -650,6 +650,12 @@ impl Frame {
         self.head().version.load(Ordering::Relaxed)
     }
 
+    /// The version as it is now, leaving a grant out (for the state dump:
+    /// a fast write may add to it any time).
+    pub fn version_now(&self) -> u64 {
+        self.head().version.load(Ordering::Relaxed)
+    }
+
     pub fn set_version(&mut self, v: u64) {
         self.revoke();
         self.head().version.store(v, Ordering::Relaxed);
