@@ -238,6 +238,10 @@ impl crate::xmove::Host for HostRef {
         crate::serve::serve_movable(id, member, mailbox, yields, true);
     }
 
+    fn arm(&self, id: i64, mailbox: &'static Mailbox, yields: u64) {
+        crate::serve::arm_arrival(id, yields, mailbox);
+    }
+
     fn message(&self, from: NodeId, m: InstMsg) {
         let Some(h) = host() else { return };
         match m {

@@ -139,6 +139,15 @@ pub(crate) fn become_program(
 /// mailbox `mb` after `yields` yields: the program's own instance (on a
 /// thread of its own) or one that arrived from another node (`here`: in
 /// the calling thread, the copy's parent, until it ends or moves on).
+/// Arms the mailbox of instance `id`'s copy that arrived at its `yields`-th
+/// yield for its next move, before the copy runs on (see
+/// [`crate::relocate::relocate`]); `serve_movable` arms it again.
+pub(crate) fn arm_arrival(id: i64, yields: u64, mb: &'static Mailbox) {
+    if let Ok(reg) = registry() {
+        crate::host::rearm(id, yields, mb, reg.moves.next_after(yields, id));
+    }
+}
+
 pub(crate) fn serve_movable(
     id: i64,
     member: Member,
@@ -475,7 +484,8 @@ fn serve(
                 if dest.is_none() {
                     continue;
                 }
-                match relocate(reg.set, member, home) {
+                let arm = |new: &'static Mailbox| crate::host::rearm(id, yields, new, next);
+                match relocate(reg.set, member, home, arm) {
                     Ok(m) => {
                         report(&format!(
                             "dmi: node {rank}: instance {id} moved at yield {yields}: pid {from} -> {} \
