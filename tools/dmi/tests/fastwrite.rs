@@ -32,7 +32,7 @@ fn skewed_run(seed: &str, pages: &str, env: &[(&str, &str)]) -> (u64, u64) {
     let mut c = dmi();
     c.args(["run", "-n", "3", "--"])
         .arg(env!("CARGO_BIN_EXE_dmi"))
-        .args(["stress", "--ops", "100", "--skew", "--instances", "1"])
+        .args(["stress", "--ops", "80", "--skew", "--instances", "1"])
         .args(["--pages", pages, "--seed", seed, "--dir"])
         .arg(&dir)
         .envs(env.iter().copied());
