@@ -11,6 +11,12 @@
 //! to take at once, so only the choice of the next write branches; a state
 //! where some client waits for a value already overwritten is dead; and
 //! visited states (positions, current value) are never explored twice.
+//!
+//! A history may also say what each page held at the end ([`History::last`]:
+//! read by clients after every write completed, e.g. after a barrier):
+//! then all those reads must agree, and the order must end with the write
+//! of that value. This catches a copy left stale after the last write,
+//! which the order alone can explain by putting the stale reads early.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -28,6 +34,9 @@ pub enum Event {
 pub struct History {
     /// client -> page -> events
     pub clients: BTreeMap<u32, BTreeMap<u64, Vec<Event>>>,
+    /// client -> page -> the value it read after all writes completed.
+    #[serde(default)]
+    pub last: BTreeMap<u32, BTreeMap<u64, u64>>,
 }
 
 impl History {
@@ -43,6 +52,7 @@ impl History {
     /// Merges another history (disjoint clients).
     pub fn merge(&mut self, other: History) {
         self.clients.extend(other.clients);
+        self.last.extend(other.last);
     }
 
     /// Number of events.
@@ -66,8 +76,20 @@ impl History {
                 pages.entry(p).or_default().push(ev.clone());
             }
         }
+        let mut last: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+        for (&c, m) in &self.last {
+            for (&p, &v) in m {
+                let (c0, v0) = *last.entry(p).or_insert((c, v));
+                if v0 != v {
+                    return Err(format!(
+                        "page {p}: at the end client {c0} read {v0:#x}, client {c} {v:#x}"
+                    ));
+                }
+            }
+        }
         for (p, seqs) in pages {
-            check_page(&seqs).map_err(|e| format!("page {p}: {e}"))?;
+            let end = last.get(&p).map(|&(_, v)| v);
+            check_page_ending(&seqs, end).map_err(|e| format!("page {p}: {e}"))?;
         }
         Ok(())
     }
@@ -75,6 +97,12 @@ impl History {
 
 /// Checks one page: `seqs[c]` is client c's events in program order.
 pub fn check_page(seqs: &[Vec<Event>]) -> Result<(), String> {
+    check_page_ending(seqs, None)
+}
+
+/// [`check_page`], and the order must leave the page holding `end` (if
+/// given: the value read after all writes completed).
+pub fn check_page_ending(seqs: &[Vec<Event>], end: Option<u64>) -> Result<(), String> {
     let mut written = HashSet::new();
     for e in seqs.iter().flatten() {
         if let Event::Write(v) = e {
@@ -101,14 +129,25 @@ pub fn check_page(seqs: &[Vec<Event>]) -> Result<(), String> {
     }
     // A client waiting to read a value that was already overwritten can
     // never proceed: values are unique, so that state is dead.
+    // With an end value, its write must be the last one: once taken, no
+    // other write may follow.
+    let last_write = end.and_then(|e| writer.get(&e).copied());
     let dead = |pos: &[usize], cur: u64| {
-        seqs.iter().enumerate().any(|(c, s)| match s.get(pos[c]) {
-            Some(Event::Read(v)) if *v != cur => match writer.get(v) {
-                None => cur != 0,
-                Some(&(wc, wi)) => pos[wc] > wi,
-            },
-            _ => false,
-        })
+        let after_last = last_write.is_some_and(|(wc, wi)| {
+            pos[wc] > wi
+                && seqs
+                    .iter()
+                    .enumerate()
+                    .any(|(c, s)| s[pos[c]..].iter().any(|e| matches!(e, Event::Write(_))))
+        });
+        after_last
+            || seqs.iter().enumerate().any(|(c, s)| match s.get(pos[c]) {
+                Some(Event::Read(v)) if *v != cur => match writer.get(v) {
+                    None => cur != 0,
+                    Some(&(wc, wi)) => pos[wc] > wi,
+                },
+                _ => false,
+            })
     };
     let mut seen = HashSet::new();
     let mut stack = vec![(vec![0usize; seqs.len()], 0u64)];
@@ -130,7 +169,10 @@ pub fn check_page(seqs: &[Vec<Event>]) -> Result<(), String> {
         let done: usize = pos.iter().sum();
         best = best.max(done);
         if pos.iter().zip(seqs).all(|(&p, s)| p == s.len()) {
-            return Ok(());
+            if end.is_none_or(|e| e == cur) {
+                return Ok(());
+            }
+            continue;
         }
         if dead(&pos, cur) || !seen.insert((pos.clone(), cur)) {
             continue;
@@ -168,5 +210,26 @@ mod tests {
         assert!(check_page(&[vec![W(1)], vec![R(7)]]).is_err());
         // Interleavings that need a write of the reader itself in between.
         assert!(check_page(&[vec![W(1), R(2), W(3)], vec![R(1), W(2), R(3)]]).is_ok());
+        // A stale copy read early is fine, unless the page ends elsewhere.
+        let h = [vec![W(1), W(2)], vec![R(1), R(1)]];
+        assert!(check_page_ending(&h, Some(2)).is_ok());
+        assert!(check_page_ending(&h, Some(1)).is_err());
+        // Two writers: either may be last.
+        let h = [vec![W(1)], vec![W(2)]];
+        assert!(check_page_ending(&h, Some(1)).is_ok() && check_page_ending(&h, Some(2)).is_ok());
+        assert!(check_page_ending(&h, Some(0)).is_err());
+    }
+
+    #[test]
+    fn end_values_must_agree() {
+        let mut h = History::default();
+        h.record(0, 5, W(1));
+        h.record(1, 5, R(1));
+        h.last.entry(0).or_default().insert(5, 1);
+        h.last.entry(1).or_default().insert(5, 1);
+        assert!(h.check().is_ok());
+        h.last.entry(1).or_default().insert(5, 0);
+        let e = h.check().unwrap_err();
+        assert!(e.contains("at the end"), "{e}");
     }
 }

@@ -416,7 +416,7 @@ impl Node {
                     let o = page.owner.take().expect("owned");
                     let moved = MovedPage {
                         page: p,
-                        version: o.version,
+                        version: o.version(),
                         data: o.data.to_vec(),
                         copyset: o.copyset.into_iter().collect(),
                     };
@@ -544,7 +544,11 @@ impl Node {
         let mut v: Vec<_> = self
             .pages
             .iter()
-            .filter_map(|(p, pg)| pg.owner.as_ref().map(|o| (*p, o.version, o.data.to_vec())))
+            .filter_map(|(p, pg)| {
+                pg.owner
+                    .as_ref()
+                    .map(|o| (*p, o.version(), o.data.to_vec()))
+            })
             .collect();
         v.sort_by_key(|(p, _, _)| *p);
         v

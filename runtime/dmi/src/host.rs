@@ -238,6 +238,10 @@ impl crate::xmove::Host for HostRef {
         crate::serve::serve_movable(id, member, mailbox, yields, true);
     }
 
+    fn arm(&self, id: i64, mailbox: &'static Mailbox, yields: u64) {
+        crate::serve::arm_arrival(id, yields, mailbox);
+    }
+
     fn message(&self, from: NodeId, m: InstMsg) {
         let Some(h) = host() else { return };
         match m {
@@ -404,6 +408,9 @@ pub(crate) fn run_program(rmw: std::sync::Arc<crate::rmw::RmwTable>) -> Result<(
     if me < nranks {
         let mb = Mailbox::new()?;
         let node_pid = std::process::id() as i32;
+        // Armed before the program runs (it may reach a yield that must ask
+        // without calling the node: hits from the frames).
+        crate::serve::arm_arrival(i64::from(me), 0, mb);
         match Member::fork(set).map_err(|e| DmiError::Setup(format!("forking the program: {e}")))? {
             None => {
                 // The program's instance: the node's runtime stays behind.

@@ -220,15 +220,33 @@ impl Node {
     /// engine would serve a read locally now (an owned page with no write
     /// waiting for acknowledgements, or a copy), and publishes the regions.
     /// Every change cleared the flag (or killed the frame) when it was
-    /// made, so nothing else needs clearing here (`pool.rs`).
+    /// made, so nothing else needs clearing here (`pool.rs`). An owned page
+    /// nobody else holds, with nothing under way or waiting for it, is
+    /// also granted fast writes (`pool_write.rs`); during a membership
+    /// change none is.
     fn publish(&mut self) {
         self.store.publish_regions(&self.regions);
+        let active = self.epoch.phase == crate::epoch::Phase::Active;
+        if !active {
+            for o in self.pages.values().filter_map(|p| p.owner.as_ref()) {
+                o.data.revoke();
+            }
+        }
         for p in self.store.take_dirty() {
             let Some(page) = self.pages.get(&p) else {
                 continue;
             };
             match (&page.owner, &page.copy) {
-                (Some(o), _) if !o.busy() => o.data.set_readable(),
+                (Some(o), _) if !o.busy() => {
+                    o.data.set_readable();
+                    let alone = o.copyset.is_empty()
+                        && o.queue.is_empty()
+                        && page.early.is_empty()
+                        && page.awaiting.is_empty();
+                    if active && alone {
+                        o.data.set_writable();
+                    }
+                }
                 (None, Some(c)) => c.data.set_readable(),
                 (Some(o), _) => debug_assert!(!o.data.readable(), "busy page {p:?} readable"),
                 (None, None) => {}
@@ -684,7 +702,8 @@ impl Node {
         for (k, p) in pages {
             let owner = p.owner.as_ref().map(|o| {
                 (
-                    o.version,
+                    o.data.version_now(),
+                    o.data.writable(),
                     o.copyset.clone(),
                     o.acks,
                     o.pending.clone(),

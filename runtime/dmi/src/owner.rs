@@ -106,7 +106,7 @@ impl Node {
                     owner.copyset.insert(req.origin, mode);
                 }
                 let reply = Reply::Copy {
-                    version: owner.version,
+                    version: owner.version(),
                     data: owner.data.to_vec(),
                 };
                 self.reply(req.origin, req.op, reply, fx);
@@ -138,6 +138,8 @@ impl Node {
             }
             ReqKind::Forget => {
                 owner.copyset.remove(&req.origin);
+                // Maybe nobody else holds it now (fast writes).
+                self.store.touch(req.page);
                 self.reply(req.origin, req.op, Reply::Done, fx);
             }
             // This node adopted a page it owns by now: nothing moves.
@@ -154,6 +156,7 @@ impl Node {
                     return;
                 };
                 page.copy = None;
+                let version = owner.version();
                 let copyset = owner
                     .copyset
                     .into_iter()
@@ -164,7 +167,7 @@ impl Node {
                     Msg::Transfer {
                         op: req.op,
                         page: req.page,
-                        version: owner.version,
+                        version,
                         data: owner.data.to_vec(),
                         copyset,
                     },
@@ -204,8 +207,7 @@ impl Node {
         let Some(owner) = self.pages.get_mut(&page_id).and_then(|p| p.owner.as_mut()) else {
             return;
         };
-        owner.version += 1;
-        let version = owner.version;
+        let version = owner.bump_version();
         let mut acks = 0;
         let mut keep = BTreeMap::new();
         for (&node, &mode) in &owner.copyset {

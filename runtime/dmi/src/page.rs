@@ -19,9 +19,9 @@ pub(crate) struct Copy {
 /// The owner's state of a page.
 #[derive(Debug)]
 pub(crate) struct Owner {
+    /// The page, and its version (writes applied so far, fast writes
+    /// included; travels with the page) in the frame's head.
     pub data: Frame,
-    /// Number of writes applied so far; travels with the page.
-    pub version: u64,
     pub copyset: BTreeMap<NodeId, CopyMode>,
     /// Acks still missing for the write in progress.
     pub acks: usize,
@@ -32,10 +32,10 @@ pub(crate) struct Owner {
 }
 
 impl Owner {
-    pub fn new(data: Frame, version: u64, copyset: BTreeMap<NodeId, CopyMode>) -> Owner {
+    pub fn new(mut data: Frame, version: u64, copyset: BTreeMap<NodeId, CopyMode>) -> Owner {
+        data.set_version(version);
         Owner {
             data,
-            version,
             copyset,
             acks: 0,
             pending: None,
@@ -45,6 +45,18 @@ impl Owner {
 
     pub fn busy(&self) -> bool {
         self.pending.is_some()
+    }
+
+    /// Writes applied so far (takes a fast-write grant back first).
+    pub fn version(&self) -> u64 {
+        self.data.version()
+    }
+
+    /// One more write applied: the new version.
+    pub fn bump_version(&mut self) -> u64 {
+        let v = self.data.version() + 1;
+        self.data.set_version(v);
+        v
     }
 }
 

@@ -12,8 +12,14 @@
 //! could not be made) they are in the node process's heap and only its own
 //! threads read them.
 //!
-//! **One writer.** Only the engine (the protocol core, one thread) changes
-//! frames, heads and the index. It brackets every change of a frame (data,
+//! **Writers.** Only the engine (the protocol core, one thread) changes
+//! heads and the index, and frames except for one case: the fast writes of
+//! `pool_write.rs` change the bytes and the version of an owned page the
+//! engine marked exclusive-writable ([`Frame::set_writable`]), and the
+//! engine takes that back ([`Frame::revoke`]) before it reads or changes
+//! the page again. Writers take the sequence word with a compare-and-swap
+//! (`SeqCount::write_lock`, `try_write_begin`), so they exclude each other.
+//! The engine brackets every change of a frame (data,
 //! page, validity, its death when the page goes) with the sequence word
 //! (`halfproc::sync::SeqCount`): odd while changing, a new even value after; the values only
 //! grow, also across reuse, because a frame's memory never leaves the pool
@@ -61,6 +67,14 @@ struct Head {
     len: AtomicU64,
     /// 1: the engine would serve a read of this page locally now.
     ok: AtomicU64,
+    /// 1: this node owns the page at rest and nobody else holds it, so a
+    /// writer outside the engine may change it (holding the sequence word,
+    /// `pool_write.rs`). Set by the core's `Node::publish`, taken back by
+    /// [`Frame::revoke`] before the engine looks at the page again.
+    wr: AtomicU64,
+    /// The owner's version of the page (writes applied so far); fast
+    /// writes add theirs here.
+    version: AtomicU64,
 }
 
 #[repr(C)]
@@ -444,8 +458,12 @@ impl Store {
         });
         // SAFETY: the frame is ours (fresh or from the free list).
         let h = unsafe { head.as_ref() };
+        // Fresh (never in the index) or retired (odd: no fast writer can
+        // take it), so this is the only writer.
         let n = h.seq.write_begin();
         h.ok.store(0, Ordering::Relaxed);
+        h.wr.store(0, Ordering::Relaxed);
+        h.version.store(0, Ordering::Relaxed);
         h.region.store(u64::from(page.region), Ordering::Relaxed);
         h.index.store(page.index, Ordering::Relaxed);
         h.len.store(len as u64, Ordering::Relaxed);
@@ -547,9 +565,12 @@ impl Frame {
         unsafe { self.head.as_ptr().cast::<u8>().add(HEAD) }
     }
 
-    /// The page's bytes (the engine is their only writer).
+    /// The page's bytes (takes fast writes back first: the engine is then
+    /// their only writer until the next grant).
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` bytes follow the head; nobody else writes them.
+        self.revoke();
+        // SAFETY: `len` bytes follow the head; nobody else writes them
+        // (no grant for fast writes is out, see `revoke`).
         unsafe { std::slice::from_raw_parts(self.data(), self.len) }
     }
 
@@ -561,8 +582,10 @@ impl Frame {
     /// read flag (the next `publish` decides whether to set it again).
     pub fn modify<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let h = self.head();
-        let n = h.seq.write_begin();
+        // A fast writer may hold the word (it finds no grant after this).
+        let n = h.seq.write_lock();
         h.ok.store(0, Ordering::Relaxed);
+        h.wr.store(0, Ordering::Relaxed);
         // SAFETY: `len` bytes follow the head; `&mut self` is the only
         // writer; readers detect the change by the sequence word.
         let r = f(unsafe { std::slice::from_raw_parts_mut(self.data(), self.len) });
@@ -585,6 +608,58 @@ impl Frame {
     pub fn readable(&self) -> bool {
         self.head().ok.load(Ordering::Relaxed) != 0
     }
+
+    /// Grants fast writes: this node owns the page at rest, nobody else
+    /// holds a copy and no access of it is under way or waiting, so a write
+    /// here is the same as the engine's at the owner (`pool_write.rs`).
+    /// Only after [`Frame::set_readable`].
+    pub fn set_writable(&self) {
+        let h = self.head();
+        if h.wr.load(Ordering::Relaxed) == 0 {
+            // Release: a fast writer that sees the grant sees the version
+            // and every change before it.
+            h.wr.store(1, Ordering::Release);
+        }
+    }
+
+    /// Whether fast writes are granted (tests and the state dump).
+    pub fn writable(&self) -> bool {
+        self.head().wr.load(Ordering::Relaxed) != 0
+    }
+
+    /// Takes the grant for fast writes back, waiting for a fast write under
+    /// way: afterwards the bytes and the version include every fast write
+    /// that completed, and no other will happen until the next grant
+    /// (fast writers check the grant while holding the sequence word).
+    /// Marks the page for the next `publish`. True if a grant was out.
+    pub fn revoke(&self) -> bool {
+        let h = self.head();
+        if h.wr.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let n = h.seq.write_lock();
+        h.wr.store(0, Ordering::Relaxed);
+        h.seq.write_end(n);
+        self.store.lock().dirty.push(self.page);
+        true
+    }
+
+    /// The owner's version of the page (fast writes included).
+    pub fn version(&self) -> u64 {
+        self.revoke();
+        self.head().version.load(Ordering::Relaxed)
+    }
+
+    /// The version as it is now, leaving a grant out (for the state dump:
+    /// a fast write may add to it any time).
+    pub fn version_now(&self) -> u64 {
+        self.head().version.load(Ordering::Relaxed)
+    }
+
+    pub fn set_version(&mut self, v: u64) {
+        self.revoke();
+        self.head().version.store(v, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Frame {
@@ -592,8 +667,10 @@ impl Drop for Frame {
         // Dead: an odd sequence no reader accepts, then out of the index;
         // the memory waits for the next page of its class.
         let h = self.head();
-        h.seq.write_begin();
+        // Live, so even unless a fast writer holds it: wait for that one.
+        h.seq.write_lock();
         h.ok.store(0, Ordering::Relaxed);
+        h.wr.store(0, Ordering::Relaxed);
         if let Some(s) = self.slot {
             self.store.index().slots[s].store(0, Ordering::Release);
         }
@@ -605,6 +682,10 @@ impl Drop for Frame {
             .push(self.head);
     }
 }
+
+#[path = "pool_write.rs"]
+mod write;
+pub use write::{fast_writes, set_fast_writes, write_counts};
 
 #[cfg(test)]
 #[path = "pool_test.rs"]

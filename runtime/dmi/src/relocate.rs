@@ -214,8 +214,16 @@ pub(crate) fn wait_parked(pid: i32, home: usize) -> Result<(), DmiError> {
 
 /// Moves the instance `old`, which was told to move at a yield and parks
 /// with its [`Home`] at `home`, into a new process of this node's `set`.
-/// On error the original runs on where it was (told so through its home).
-pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, DmiError> {
+/// `arm` prepares the copy's new mailbox (its next move) before the copy
+/// runs on: it may reach its next yield without calling its node at all
+/// (hits are served from the frames). On error the original runs on where
+/// it was (told so through its home).
+pub fn relocate(
+    set: &'static Set,
+    old: Member,
+    home: usize,
+    arm: impl FnOnce(&'static Mailbox),
+) -> Result<Moved, DmiError> {
     let t0 = Instant::now();
     let pid = old.pid();
     let state = std::mem::offset_of!(Home, state);
@@ -250,6 +258,7 @@ pub fn relocate(set: &'static Set, old: Member, home: usize) -> Result<Moved, Dm
     };
     match attempt() {
         Ok((member, mb)) => {
+            arm(mb);
             let bytes = dumped.manifest.pages_len;
             let me = std::process::id() as u64;
             let words = [mb as *const Mailbox as u64, me];

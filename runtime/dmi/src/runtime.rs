@@ -286,6 +286,19 @@ impl Dmi {
         if !crate::pool::fast_reads() {
             return None;
         }
+        self.node_frames()
+    }
+
+    /// The page index to write hits to, if writes may use it (as
+    /// [`Dmi::frames`]; `pool_write.rs`).
+    fn write_frames(&self) -> Option<&'static crate::pool::Index> {
+        if !crate::pool::fast_writes() {
+            return None;
+        }
+        self.node_frames()
+    }
+
+    fn node_frames(&self) -> Option<&'static crate::pool::Index> {
         match &self.link {
             Some(l) => l.index(),
             // SAFETY: the node's store lives until `finalize` consumes self.
@@ -375,6 +388,14 @@ impl Dmi {
 
     /// `DMI_write`: writes `buf` at `addr`.
     pub fn write(&self, addr: i64, buf: &[u8], mode: WriteMode) -> Result<(), DmiError> {
+        // A hit (pages owned here at rest, nobody else holding them) is
+        // applied the same in both modes; anything else goes to the engine.
+        if self
+            .write_frames()
+            .is_some_and(|ix| ix.write(&[(addr, buf)]))
+        {
+            return Ok(());
+        }
         self.call(CallReq::Write {
             items: vec![(addr, buf.to_vec())],
             mode,
@@ -407,6 +428,11 @@ impl Dmi {
 
     /// `DMI_group_write`.
     pub fn group_write(&self, items: &[(i64, &[u8])], mode: WriteMode) -> Result<(), DmiError> {
+        // All pages are written from the frames, or none (then the engine
+        // takes the whole call).
+        if self.write_frames().is_some_and(|ix| ix.write(items)) {
+            return Ok(());
+        }
         let items = items.iter().map(|(a, b)| (*a, b.to_vec())).collect();
         self.call(CallReq::Write { items, mode }).map(drop)
     }

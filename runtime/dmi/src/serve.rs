@@ -139,6 +139,16 @@ pub(crate) fn become_program(
 /// mailbox `mb` after `yields` yields: the program's own instance (on a
 /// thread of its own) or one that arrived from another node (`here`: in
 /// the calling thread, the copy's parent, until it ends or moves on).
+/// Arms the mailbox of instance `id` after `yields` yields (a copy that
+/// arrived, or the program's instance about to start) for its next move,
+/// before it runs (see [`crate::relocate::relocate`]); `serve_movable`
+/// arms it again.
+pub(crate) fn arm_arrival(id: i64, yields: u64, mb: &'static Mailbox) {
+    if let Ok(reg) = registry() {
+        crate::host::rearm(id, yields, mb, reg.moves.next_after(yields, id));
+    }
+}
+
 pub(crate) fn serve_movable(
     id: i64,
     member: Member,
@@ -236,6 +246,10 @@ pub fn create(
         s.open = false;
         s.next - 1
     };
+    // Armed before the instance runs (`serve` arms it again): it may reach
+    // its first scheduled yield without calling the node (hits from the
+    // frames).
+    crate::host::rearm(id, 0, mb, reg.moves.next_after(0, id));
     let spawned = Member::spawn(reg.set, move || {
         close_node_fds();
         let link = || Link::new(mb, node_pid, path);
@@ -475,7 +489,8 @@ fn serve(
                 if dest.is_none() {
                     continue;
                 }
-                match relocate(reg.set, member, home) {
+                let arm = |new: &'static Mailbox| crate::host::rearm(id, yields, new, next);
+                match relocate(reg.set, member, home, arm) {
                     Ok(m) => {
                         report(&format!(
                             "dmi: node {rank}: instance {id} moved at yield {yields}: pid {from} -> {} \

@@ -63,6 +63,8 @@ pub(crate) trait Host: Send + Sync {
     /// A copy of instance `id` runs here now: serve it in this thread
     /// (its parent) until it ends or moves on.
     fn arrived(&self, id: i64, member: Member, mailbox: &'static Mailbox, yields: u64);
+    /// Prepares an arriving copy's mailbox (its next move) before it runs.
+    fn arm(&self, id: i64, mailbox: &'static Mailbox, yields: u64);
     /// Plans, reports and the end of the run.
     fn message(&self, from: NodeId, m: InstMsg);
 }
@@ -276,6 +278,9 @@ fn run_copy(
     mailbox: &'static Mailbox,
 ) {
     let state = home + std::mem::offset_of!(Home, state);
+    // Before the copy runs on: it may reach its next yield without calling
+    // this node (hits from the frames).
+    mv.host.arm(id, mailbox, yields);
     if let Err(e) = set_home(member.pid(), state, &[HOME_MOVED]) {
         // The original is gone already: the instance is lost.
         report(&format!(

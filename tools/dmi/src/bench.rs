@@ -231,7 +231,9 @@ fn lead(a: &BenchArgs) -> Result<(), String> {
         Value::Null
     } else {
         let samples = dmi_nodes(a, 2, true)?;
-        eprintln!("-- intra-node: read hits on node 0 of 2, through the node and from the frames");
+        eprintln!(
+            "-- intra-node: read and write hits on node 0 of 2, through the node and from the frames"
+        );
         for s in &samples {
             eprintln!("{}", s.row());
         }

@@ -6,7 +6,9 @@
 //! (`dmi::pool`), side by side in one run. Hits of three kinds: a page node
 //! 0 owns (GET), and copies of node 1's pages it caches (INVALIDATE,
 //! UPDATE). The two paths alternate round by round, so load on the machine
-//! affects both alike.
+//! affects both alike. Write hits the same way: EXCLUSIVE and PUT writes
+//! of the page node 0 owns (nobody else holds it), through the node
+//! (`DMI_FAST_WRITES=0`'s path) or straight into the frame.
 
 use std::time::{Duration, Instant};
 
@@ -90,6 +92,7 @@ fn measure(
             }
         }
         dmi::pool::set_fast_reads(true);
+        out.extend(measure_writes(d, o, who, size, own)?);
         for ((what, mode), [slow, fast]) in kinds.iter().zip(times) {
             let name = |path: &str| format!("hit, {who}, {what}, {path}");
             out.push(Sample::new(
@@ -105,6 +108,63 @@ fn measure(
                 fast,
             ));
         }
+    }
+    Ok(out)
+}
+
+/// Write hits of the page `own` (owned by node 0, no copies) through the
+/// node and into the frames, EXCLUSIVE and PUT; fails if a write meant for
+/// the frames took the node's path (the grant was not there).
+fn measure_writes(
+    d: &Dmi,
+    o: &Opts,
+    who: &str,
+    size: usize,
+    own: i64,
+) -> Result<Vec<Sample>, DmiError> {
+    let modes = [WriteMode::Exclusive, WriteMode::Put];
+    let mut buf = vec![0u8; size];
+    let mut times: Vec<[Vec<Duration>; 2]> = modes.iter().map(|_| Default::default()).collect();
+    let mut v = 0u8;
+    for &mode in &modes {
+        for fast in [false, true] {
+            dmi::pool::set_fast_writes(fast);
+            d.write(own, &buf, mode)?;
+        }
+    }
+    let (hits0, _) = dmi::pool::write_counts();
+    for _ in 0..o.rounds {
+        for (k, &mode) in modes.iter().enumerate() {
+            for (p, fast) in [false, true].into_iter().enumerate() {
+                dmi::pool::set_fast_writes(fast);
+                for _ in 0..o.reps {
+                    v = v.wrapping_add(1);
+                    buf[0] = v;
+                    let t = Instant::now();
+                    d.write(own, &buf, mode)?;
+                    times[k][p].push(t.elapsed());
+                }
+            }
+        }
+    }
+    dmi::pool::set_fast_writes(true);
+    let (hits, _) = dmi::pool::write_counts();
+    let want = (o.rounds * o.reps * modes.len()) as u64;
+    if hits - hits0 != want {
+        return Err(DmiError::Setup(format!(
+            "{who}: {} of {want} write hits went to the frames (expected all: the page is owned here, nobody else holds it)",
+            hits - hits0
+        )));
+    }
+    let mut out = Vec::new();
+    for (mode, [slow, fast]) in modes.iter().zip(times) {
+        let m = match mode {
+            WriteMode::Exclusive => "EXCLUSIVE",
+            WriteMode::Put => "PUT",
+        };
+        let name = |path: &str| format!("write hit, {who}, owned page, {path}");
+        out.push(Sample::new(&name("through the node"), m, size, slow));
+        out.push(Sample::new(&name("into the frames"), m, size, fast));
     }
     Ok(out)
 }

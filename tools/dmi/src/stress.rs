@@ -40,6 +40,12 @@ pub struct StressArgs {
     /// range while other nodes write.
     #[arg(long, default_value_t = 0)]
     instances: u32,
+    /// Half the accesses of each client go to "its" page (node R's program:
+    /// page R mod PAGES; its instance K: page R+1+K mod PAGES): a page its
+    /// node often owns, so its writes are often fast writes into the frames
+    /// while other nodes read it.
+    #[arg(long)]
+    skew: bool,
 }
 
 /// Check the histories `dmi stress` wrote for per-page sequential consistency.
@@ -81,13 +87,17 @@ fn setup(d: &Dmi, a: &StressArgs) -> Result<i64, String> {
 }
 
 /// Client `me` (a node's program, or an instance) runs its accesses.
-fn workload(d: &Dmi, a: &StressArgs, me: u32, base: i64) -> Result<History, String> {
+fn workload(d: &Dmi, a: &StressArgs, me: u32, own: u64, base: i64) -> Result<History, String> {
     let addr = |p: u64| base + (p * PAGE as u64) as i64;
     let mut rng = Rng::new(a.seed.wrapping_mul(1000) + u64::from(me));
     let mut h = History::default();
     let mut seq = 0u64;
     for _ in 0..a.ops {
-        let p1 = rng.below(a.pages);
+        let p1 = if a.skew && rng.below(2) == 0 {
+            own % a.pages
+        } else {
+            rng.below(a.pages)
+        };
         let mut ps = vec![p1];
         if a.pages > 1 && rng.below(4) == 0 {
             ps.push((p1 + 1 + rng.below(a.pages - 1)) % a.pages);
@@ -134,11 +144,13 @@ fn save(a: &StressArgs, name: &str, h: &History) -> Result<(), String> {
 /// Instance `k` of node `rank`: its own client id and history file.
 fn instance(d: &Dmi, a: &StressArgs, rank: u32, k: u32, base: i64) -> Result<String, String> {
     let client = 1000 + rank * 100 + k;
-    let h = workload(d, a, client, base)?;
+    let h = workload(d, a, client, u64::from(rank + 1 + k), base)?;
     save(a, &format!("node-{rank}-inst-{k}"), &h)?;
     let (hits, misses) = dmi::pool::read_counts();
+    let (w_hits, w_misses) = dmi::pool::write_counts();
     Ok(format!(
-        "node {rank} instance {k}: {} events recorded, {hits} reads from the frames, {misses} through the node",
+        "node {rank} instance {k}: {} events recorded, {hits} reads from the frames, {misses} through the node, \
+         {w_hits} writes to the frames, {w_misses} through the node",
         h.len()
     ))
 }
@@ -161,14 +173,53 @@ fn node_run(d: &Dmi, a: &StressArgs) -> Result<History, String> {
         };
         ids.push(dmi::serve::create(node, true, body, 0).map_err(e)?);
     }
-    let h = workload(d, a, me, base)?;
+    let mut h = workload(d, a, me, u64::from(me), base)?;
     for (k, id) in ids.into_iter().enumerate() {
         match dmi::serve::join(id).map_err(e)? {
             dmi::serve::Ended::Returned(0) => {}
             how => return Err(format!("instance {k} ended: {how:?}")),
         }
     }
+    end_phase(d, a, me, base, &mut h)?;
     Ok(h)
+}
+
+/// After the workload: page p's writer (node p mod N) writes it (taking it
+/// over), every other node caches it (INVALIDATE), and the writer writes it
+/// again: a write the owner may no longer apply alone (copies exist), so
+/// whatever path it takes, the copies must see it. Then, every write of
+/// every client complete, each node reads what every page holds (from its
+/// frames where it may), and `dmi check` wants all to agree on the last
+/// write.
+fn end_phase(d: &Dmi, a: &StressArgs, me: u32, base: i64, h: &mut History) -> Result<(), String> {
+    let addr = |p: u64| base + (p * PAGE as u64) as i64;
+    let n = u64::from(d.size());
+    let mut seq = 1 << 31;
+    for round in 0..2 {
+        d.barrier().map_err(e)?;
+        for p in (0..a.pages).filter(|p| p % n == u64::from(me)) {
+            seq += 1;
+            let v = (u64::from(me) + 1) << 32 | seq;
+            d.write(addr(p), &value_bytes(v), WriteMode::Exclusive)
+                .map_err(e)?;
+            h.record(me, p, Event::Write(v));
+        }
+        d.barrier().map_err(e)?;
+        if round == 0 {
+            for p in (0..a.pages).filter(|p| p % n != u64::from(me)) {
+                let mut b = [0u8; PAGE];
+                d.read(addr(p), &mut b, ReadMode::Invalidate).map_err(e)?;
+                h.record(me, p, Event::Read(decode(&b)?));
+            }
+        }
+    }
+    for p in 0..a.pages {
+        let mut b = [0u8; PAGE];
+        d.read(base + (p * PAGE as u64) as i64, &mut b, ReadMode::Get)
+            .map_err(e)?;
+        h.last.entry(me).or_default().insert(p, decode(&b)?);
+    }
+    Ok(())
 }
 
 pub fn stress(a: StressArgs) -> i32 {
@@ -196,8 +247,10 @@ pub fn stress(a: StressArgs) -> i32 {
         return 1;
     }
     let (hits, misses) = dmi::pool::read_counts();
+    let (w_hits, w_misses) = dmi::pool::write_counts();
     println!(
-        "node {me}: {} events recorded, {hits} reads from the frames, {misses} through the engine",
+        "node {me}: {} events recorded, {hits} reads from the frames, {misses} through the engine, \
+         {w_hits} writes to the frames, {w_misses} through the engine",
         h.len()
     );
     0

@@ -100,7 +100,8 @@ fn bench_reports_every_mode_against_memcpy_and_tcp() {
     // the frames beat the round trip through the node (engine, and for the
     // instance its mailbox and receiver) by far.
     let intra = doc["intra_node"]["samples"].as_array().unwrap();
-    assert_eq!(intra.len(), 2 * 2 * 3 * 2, "{intra:?}");
+    // sizes x callers x (3 read kinds + 2 write modes) x 2 paths
+    assert_eq!(intra.len(), 2 * 2 * 5 * 2, "{intra:?}");
     for v in intra {
         assert_eq!(v["reps"], 7 * 5, "{v}");
     }
@@ -121,6 +122,22 @@ fn bench_reports_every_mode_against_memcpy_and_tcp() {
                 assert!(
                     fast < slow,
                     "{who} {what} {mode} {size}: {fast} >= {slow} us"
+                );
+            }
+            // Write hits of the owned page (nobody else holds it): straight
+            // into the frame beats the engine's path (the bench itself
+            // fails if a fast write was not taken).
+            for mode in ["EXCLUSIVE", "PUT"] {
+                let op = |path: &str| format!("write hit, {who}, owned page, {path}");
+                let med = |path: &str| {
+                    find(intra, &op(path), mode, size)["median_us"]
+                        .as_f64()
+                        .unwrap()
+                };
+                let (slow, fast) = (med("through the node"), med("into the frames"));
+                assert!(
+                    fast < slow,
+                    "{who} write {mode} {size}: {fast} >= {slow} us"
                 );
             }
         }

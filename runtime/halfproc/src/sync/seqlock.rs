@@ -22,8 +22,17 @@
 //! Linux's seqlocks and crossbeam's `AtomicCell` do) throw a raced copy
 //! away; the loom model (`tests/loom.rs`) uses atomic data words.
 //!
+//! Several writers (e.g. `dmi`'s engine and the fast writers of its page
+//! frames) take the counter with [`SeqCount::write_lock`] or
+//! [`SeqCount::try_write_begin`]: a compare-and-swap from an even value to
+//! the next odd one, so exactly one wins; the acquire on it pairs with the
+//! previous writer's `write_end`. [`SeqCount::write_begin`] stays for a
+//! sole writer (or one taking over a counter nobody else can take: a
+//! retired one, left odd).
+//!
 //! There is no futex: readers never wait for the writer, they retry or
-//! give up (the caller decides).
+//! give up (the caller decides); `write_lock` spins (then yields) while
+//! another writer holds the counter.
 //!
 //! # Examples
 //!
@@ -81,13 +90,57 @@ impl SeqCount {
     }
 
     /// Starts a change; returns the odd value for [`SeqCount::write_end`].
-    /// Only one writer may use a counter (the caller ensures it).
+    /// Only one writer may use a counter (the caller ensures it), or, with
+    /// several, only the one that holds it already (a retired counter: no
+    /// [`SeqCount::try_write_begin`] can take an odd value).
     #[inline]
     pub fn write_begin(&self) -> u64 {
         let n = (self.seq.load(Ordering::Relaxed) + 1) | 1;
         self.seq.store(n, Ordering::Relaxed);
         fence(Ordering::Release);
         n
+    }
+
+    /// Starts a change if the counter still reads `s` (an even value from
+    /// [`SeqCount::read_begin`]): the odd value for
+    /// [`SeqCount::write_end`], or `None` when anything changed since or a
+    /// change is under way. Several writers may race with this: exactly one
+    /// wins each even value, so writers that all use it (or
+    /// [`SeqCount::write_lock`]) exclude each other.
+    #[inline]
+    pub fn try_write_begin(&self, s: u64) -> Option<u64> {
+        if s & 1 != 0 {
+            return None;
+        }
+        self.seq
+            .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        fence(Ordering::Release);
+        Some(s + 1)
+    }
+
+    /// Starts a change among several writers: waits (spinning) while
+    /// another writer's change is under way, then takes the counter like
+    /// [`SeqCount::try_write_begin`]. The counter must not be retired (left
+    /// odd for good): that waits forever.
+    #[inline]
+    pub fn write_lock(&self) -> u64 {
+        let mut spins = 0u32;
+        loop {
+            let s = self.seq.load(Ordering::Relaxed);
+            if let Some(n) = self.try_write_begin(s) {
+                return n;
+            }
+            spins += 1;
+            if spins < 64 {
+                core::hint::spin_loop();
+            } else {
+                #[cfg(not(loom))]
+                std::thread::yield_now();
+                #[cfg(loom)]
+                loom::thread::yield_now();
+            }
+        }
     }
 
     /// Ends the change `write_begin` returned `n` for.
@@ -131,6 +184,51 @@ mod tests {
         assert!(n > d && n % 2 == 1);
         c.write_end(n);
         assert!(c.read_begin().unwrap() > v);
+    }
+
+    /// Writers that take the counter with `write_lock` and
+    /// `try_write_begin` exclude each other: plain increments under it are
+    /// never lost, and a failed `try_write_begin` changes nothing.
+    #[test]
+    fn locking_writers_exclude_each_other() {
+        struct Cell {
+            seq: SeqCount,
+            n: core::cell::UnsafeCell<u64>,
+        }
+        // SAFETY: `n` is only touched by the writer holding `seq`.
+        unsafe impl Sync for Cell {}
+        let c = Arc::new(Cell {
+            seq: SeqCount::new(),
+            n: core::cell::UnsafeCell::new(0),
+        });
+        c.seq.write_end(c.seq.write_begin());
+        let ts: Vec<_> = (0..3)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut done = 0u64;
+                    for _ in 0..20_000 {
+                        let n = if t == 0 {
+                            Some(c.seq.write_lock())
+                        } else {
+                            c.seq.read_begin().and_then(|s| c.seq.try_write_begin(s))
+                        };
+                        if let Some(n) = n {
+                            // SAFETY: this writer holds the counter.
+                            unsafe { *c.n.get() += 1 };
+                            done += 1;
+                            c.seq.write_end(n);
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        let done: u64 = ts.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(done >= 20_000);
+        // SAFETY: every writer is gone.
+        assert_eq!(unsafe { *c.n.get() }, done, "an increment was lost");
+        assert!(c.seq.read_begin().is_some(), "left held");
     }
 
     /// One writer keeps rewriting 64 words with one value while readers

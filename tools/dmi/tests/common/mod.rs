@@ -87,15 +87,22 @@ pub fn build_example(
                 .collect()
         }
     };
+    // Tests of one binary run in parallel and build the same program: each
+    // compiles to a name of its own and renames it into place, so nobody
+    // runs a file the linker is still writing ("Permission denied").
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out = dir.join(out_name);
+    let part = dir.join(format!("{out_name}.{}-{n}.part", std::process::id()));
     let cc = Command::new("cc")
         .args(flags)
         .args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Werror", "-o"])
-        .arg(&out)
+        .arg(&part)
         .arg(root.join(format!("examples/{name}.c")))
         .args(&link)
         .output()
         .expect("cc is installed");
     assert!(cc.status.success(), "compiling {name}.c: {}", text(&cc));
+    std::fs::rename(&part, &out).unwrap();
     out
 }

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! Write hits without the engine: a `DMI_write` (EXCLUSIVE or PUT) whose
+//! pages this node owns at rest with nobody else holding them is applied
+//! straight to the frames by the caller, from the node's program or from a
+//! compute instance (`docs/dmi.md`, "Fast writes").
+//!
+//! **The grant.** At the end of a step the engine marks a page
+//! exclusive-writable ([`super::Frame::set_writable`], `Node::publish`)
+//! only when it would apply a write there at once and answer it without
+//! telling anybody: this node owns it, the copyset is empty, no write waits
+//! for acknowledgements, nothing is queued or awaited, and no membership
+//! change is under way. Before the engine reads or changes an owned page
+//! (a remote GET or Fetch, a write, a transfer, a swap, a handover) it
+//! takes the grant back ([`super::Frame::revoke`]): it takes the frame's
+//! sequence word like any writer, clears the flag, and lets go.
+//!
+//! **A fast write.** For every page it touches: find the frame, take its
+//! sequence word by compare-and-swap from the even value just read
+//! (`SeqCount::try_write_begin`; writers exclude each other), and check,
+//! holding it, that the frame is still this page's and granted; if any
+//! page fails, let go of all and take the engine's path with the whole
+//! call. Then copy the bytes, add one to the version per page part (as the
+//! engine's `propagate` does), and let go (a new even value: readers of the
+//! frames retry). A write whose grant check passed holding the word comes
+//! before the engine's revoke (which waits for the word), so the engine
+//! sends on and reads the page with it; one that finds the grant gone goes
+//! to the engine and queues behind whatever took it. Either way the write
+//! takes effect at one instant in the engine's order of the page's
+//! accesses, which keeps every page sequentially consistent.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use super::{Head, Index, ATTEMPTS, HEAD, PROBES, SLOTS};
+use crate::addr::REGION_SHIFT;
+
+static HITS: AtomicU64 = AtomicU64::new(0);
+static MISSES: AtomicU64 = AtomicU64::new(0);
+/// Whether this process tries fast writes (`DMI_FAST_WRITES=0`: no).
+static FAST: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether writes in this process try the frames first.
+pub fn fast_writes() -> bool {
+    match FAST.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var("DMI_FAST_WRITES").map_or(true, |v| v != "0");
+            FAST.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+            on
+        }
+        v => v == 1,
+    }
+}
+
+/// Turns fast writes on or off for this process (the benchmark compares
+/// both; `DMI_FAST_WRITES=0` starts with off).
+pub fn set_fast_writes(on: bool) {
+    FAST.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// (writes applied to the frames, writes that took the engine's path) in
+/// this process so far.
+pub fn write_counts() -> (u64, u64) {
+    (HITS.load(Ordering::Relaxed), MISSES.load(Ordering::Relaxed))
+}
+
+/// A frame whose sequence word this writer holds (odd value `n`).
+struct Held<'a> {
+    head: &'a Head,
+    /// The frame's start (the data follows at [`HEAD`]).
+    base: *mut u8,
+    n: u64,
+}
+
+impl Index {
+    /// Writes every `(addr, bytes)` item into the frames if this node may
+    /// write all the pages they touch without the engine (see the module
+    /// doc); false: nothing was written, take the engine's path.
+    pub fn write(&self, items: &[(i64, &[u8])]) -> bool {
+        let hit = self.try_write(items);
+        if hit {
+            HITS.fetch_add(1, Ordering::Relaxed);
+        } else {
+            MISSES.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    fn try_write(&self, items: &[(i64, &[u8])]) -> bool {
+        if items.is_empty() || self.open.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut held: Vec<Held<'_>> = Vec::new();
+        // (frame in `held`, offset in the page, bytes)
+        let mut parts: Vec<(usize, usize, &[u8])> = Vec::new();
+        let all = items.iter().all(|&(addr, buf)| {
+            if addr <= 0 || buf.is_empty() {
+                return false;
+            }
+            let id = (addr >> REGION_SHIFT) as u64;
+            let Some((ps, pn)) = self.region(id) else {
+                return false;
+            };
+            let mut off = (addr as u64) & ((1 << REGION_SHIFT) - 1);
+            let mut done = 0;
+            while done < buf.len() {
+                let (index, at) = (off / ps, off % ps);
+                if index >= pn {
+                    return false;
+                }
+                let n = ((ps - at) as usize).min(buf.len() - done);
+                let Some(k) = self.hold(id, index, &mut held) else {
+                    return false;
+                };
+                if held[k].head.len.load(Ordering::Relaxed) < at + n as u64 {
+                    return false;
+                }
+                parts.push((k, at as usize, &buf[done..done + n]));
+                done += n;
+                off += n as u64;
+            }
+            true
+        });
+        if all {
+            for &(k, at, bytes) in &parts {
+                let (h, base) = (held[k].head, held[k].base);
+                // SAFETY: the frame has at least `at + bytes.len()` bytes
+                // after its head (checked against `len` holding the word);
+                // this writer holds its sequence word and the engine's grant,
+                // so nobody else writes them; readers see the odd word.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(HEAD + at), bytes.len())
+                };
+                let v = h.version.load(Ordering::Relaxed);
+                h.version.store(v + 1, Ordering::Relaxed);
+            }
+        }
+        for h in held {
+            h.head.seq.write_end(h.n);
+        }
+        all
+    }
+
+    /// Takes the sequence word of `(region, index)`'s frame if the engine
+    /// granted fast writes on it (or finds it among those held already):
+    /// its place in `held`, or None (busy, not granted, not here).
+    fn hold<'a>(&'a self, region: u64, index: u64, held: &mut Vec<Held<'a>>) -> Option<usize> {
+        let mine = |h: &Head| {
+            h.region.load(Ordering::Relaxed) == region && h.index.load(Ordering::Relaxed) == index
+        };
+        if let Some(k) = held.iter().position(|h| mine(h.head)) {
+            return Some(k);
+        }
+        let h = super::hash(region, index);
+        for _ in 0..ATTEMPTS {
+            let mut raced = false;
+            for i in 0..PROBES {
+                let p = self.slots[(h + i) % SLOTS].load(Ordering::Acquire);
+                if p == 0 {
+                    continue;
+                }
+                // SAFETY: the index only holds frames of its store, whose
+                // memory stays mapped (frames are reused, never returned to
+                // the allocator, while the store lives).
+                let head = unsafe { &*(p as *const Head) };
+                let Some(s) = head.seq.read_begin() else {
+                    raced = true;
+                    continue;
+                };
+                if !mine(head) {
+                    continue;
+                }
+                if head.wr.load(Ordering::Relaxed) == 0 {
+                    return None;
+                }
+                let Some(n) = head.seq.try_write_begin(s) else {
+                    raced = true;
+                    continue;
+                };
+                // Holding the word: the page, the read flag and the grant
+                // change only under it (a grant is set outside, after the
+                // engine's last change: Acquire pairs with its Release).
+                if mine(head)
+                    && head.wr.load(Ordering::Acquire) != 0
+                    && head.ok.load(Ordering::Relaxed) != 0
+                {
+                    held.push(Held {
+                        head,
+                        base: p as *mut u8,
+                        n,
+                    });
+                    return Some(held.len() - 1);
+                }
+                head.seq.write_end(n);
+                return None;
+            }
+            if !raced {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+#[path = "pool_write_test.rs"]
+mod tests;
