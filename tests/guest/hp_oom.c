@@ -21,10 +21,15 @@
 #define MB (1UL << 20)
 #define MAX_MEMBERS 4
 
-/* One process of the set: where it runs and its oom_score_adj. */
+/*
+ * One process of the set: where it runs, its oom_score_adj, and whether it
+ * loops over meta-operations on the range (switched to the set mm most of
+ * the time) instead of sleeping.
+ */
 struct proc_spec {
 	const char *cg;
 	int adj;
+	int busy;
 };
 
 /* A set: its creator (index 0) and members, all children of the test. */
@@ -79,8 +84,20 @@ static void settle(const struct proc_spec *spec, int index, int up)
 		_exit(31);
 	if (write(up, &r, sizeof(r)) != sizeof(r))
 		_exit(32);
-	for (;;)
-		pause();
+	for (;;) {
+		char *q;
+
+		if (!spec->busy) {
+			pause();
+			continue;
+		}
+		q = hp_anon(4 * PAGE);
+		if (q == MAP_FAILED)
+			_exit(33);
+		q[0] = 1;
+		if (mprotect(q, PAGE, PROT_READ) || munmap(q, 4 * PAGE))
+			_exit(34);
+	}
 }
 
 /*
@@ -211,7 +228,7 @@ static int limit(const char *cg, size_t mb)
  * of the two in B, is killed, and the member lives.  Before, the member's
  * badness carried the set's 64 MiB in B's OOM too, and it was killed first.
  */
-TEST(foreign_cgroup_oom_leaves_the_set_out)
+static void foreign_oom(struct __test_metadata *_metadata, int busy)
 {
 	char s[128], b[128];
 	struct scene sc = { 0 };
@@ -224,7 +241,7 @@ TEST(foreign_cgroup_oom_leaves_the_set_out)
 	ASSERT_EQ(0, cg_make_in(s, sizeof(s), CG, "hp_oom", "s"));
 	ASSERT_EQ(0, cg_make_in(b, sizeof(b), CG, "hp_oom", "b"));
 	ASSERT_EQ(0, limit(b, 32));
-	ASSERT_EQ(0, make_set(&sc, (struct proc_spec[]){ { s, 0 }, { b, 0 } }, 2, 64));
+	ASSERT_EQ(0, make_set(&sc, (struct proc_spec[]){ { s, 0, 0 }, { b, 0, busy } }, 2, 64));
 	oom0 = cg_read(b, "memory.events", "oom_kill");
 	st = hog(b, 128);
 	oom1 = cg_read(b, "memory.events", "oom_kill");
@@ -240,6 +257,22 @@ TEST(foreign_cgroup_oom_leaves_the_set_out)
 	end_scene(&sc);
 	cg_remove(b);
 	cg_remove(s);
+}
+
+TEST(foreign_cgroup_oom_leaves_the_set_out)
+{
+	foreign_oom(_metadata, 0);
+}
+
+/*
+ * The same with the member looping over meta-operations on the range, so
+ * that the OOM killer mostly finds it switched to the set mm: its badness
+ * must still be its own mm's (patch 0016), and the OOM reaper must never
+ * reap the set mm (the member would die of SIGBUS, not SIGKILL).
+ */
+TEST(foreign_cgroup_oom_spares_a_switched_member)
+{
+	foreign_oom(_metadata, 1);
 }
 
 /*
