@@ -189,8 +189,9 @@ fn plan(
 ) -> Result<(Vec<Vma>, u64)> {
     let pm_path = format!("/proc/{pid}/pagemap");
     let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
-    let mut off = 0u64;
     let mut vmas = Vec::new();
+    // (index in vmas, start, end) of each VMA whose pages are scanned.
+    let mut scan = Vec::new();
     let skip = restorer_regions(reader, maps);
     for m in maps {
         if m.path == "[vsyscall]"
@@ -219,25 +220,50 @@ fn plan(
             Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
             // A deleted file cannot be mapped again: every page is carried.
             _ if deleted => vec![(m.start, m.end)],
-            _ => time("pagemap", || pagescan::wanted_runs(&pm, m.start, m.end))?,
+            _ => {
+                scan.push((vmas.len(), m.start, m.end));
+                Vec::new()
+            }
         };
-        let mut pages = Vec::with_capacity(runs.len());
-        for (s, e) in runs {
-            pages.push(PageRun {
-                addr: s,
-                len: e - s,
-                file_off: off,
-            });
-            off += e - s;
-        }
         vmas.push(Vma {
             grows_down: m.path == "[stack]",
             start: m.start,
             end: m.end,
             prot: m.prot,
             backing,
-            pages,
+            pages: runs
+                .into_iter()
+                .map(|(s, e)| PageRun {
+                    addr: s,
+                    len: e - s,
+                    file_off: 0,
+                })
+                .collect(),
         });
+    }
+    // The page tables of all the VMAs to scan are walked together, by as
+    // many threads as will read the image (the present pages' bytes, by
+    // the VMAs' sizes, are not known yet: the sizes stand in for them).
+    let ranges: Vec<(u64, u64)> = scan.iter().map(|&(_, s, e)| (s, e)).collect();
+    let threads = reader_threads(ranges.iter().map(|(s, e)| e - s).sum());
+    let found = time("pagemap", || {
+        pagescan::wanted_runs_of(&pm, &ranges, threads)
+    })?;
+    for (&(v, _, _), runs) in scan.iter().zip(found) {
+        vmas[v].pages = runs
+            .into_iter()
+            .map(|(s, e)| PageRun {
+                addr: s,
+                len: e - s,
+                file_off: 0,
+            })
+            .collect();
+    }
+    // Offsets in the contents, in VMA order.
+    let mut off = 0u64;
+    for r in vmas.iter_mut().flat_map(|v| v.pages.iter_mut()) {
+        r.file_off = off;
+        off += r.len;
     }
     Ok((vmas, off))
 }
