@@ -479,7 +479,7 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     println!(
-        "{:>6} {:>3} {:>2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>9} {:>12} {:>12} {:>12}",
+        "{:>6} {:>3} {:>2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12}",
         "MiB",
         "thr",
         "pf",
@@ -495,6 +495,7 @@ pub fn main(args: &[String]) -> i32 {
         "ratio",
         "ratio min",
         "ratio frz",
+        "frz min",
         "fault-in med",
         "touch copy",
         "touch orig"
@@ -569,9 +570,10 @@ pub fn main(args: &[String]) -> i32 {
             // Best against best: image bytes / min(c+r) over MiB / min(memcpy).
             let best = (img / cmin) / (mib as f64 / mmin);
             let frz = (img / fzmed) / (mib as f64 / mmed);
+            let frz_best = (img / fzmin) / (mib as f64 / mmin);
             let pf = u8::from(pf);
             println!(
-                "{mib:>6} {t:>3} {pf:>2} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {fzmin:>10.1} {fzmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {frz:>9.3} {fmed:>10.1}ms {tcmed:>10.1}ms {tomed:>10.1}ms",
+                "{mib:>6} {t:>3} {pf:>2} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {fzmin:>10.1} {fzmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {frz:>9.3} {frz_best:>9.3} {fmed:>10.1}ms {tcmed:>10.1}ms {tomed:>10.1}ms",
                 cr_bw / mc_bw
             );
             for (name, v) in &mut acc.phases {
@@ -588,7 +590,7 @@ pub fn main(args: &[String]) -> i32 {
          restore, from the call to the restore's return; frozen = from the seize to the \
          restore's return (a local stop-and-copy migration's frozen time); pf: the \
          image's memory faulted in before the seize (1) or not (0); ratio: medians, \
-         ratio min: minima; ratio frz: frozen medians; fault-in: MADV_POPULATE_WRITE of SIZE MiB of fresh 4 KiB pages, \
+         ratio min: minima; ratio frz / frz min: frozen medians / minima; fault-in: MADV_POPULATE_WRITE of SIZE MiB of fresh 4 KiB pages, \
          which a restore that copies pays; touch copy / orig (medians): the restored copy \
          (its pages moved into place, the image dropped) / the original writing one byte \
          of every page of its SIZE MiB for the first time since the restore: what the \
