@@ -12,7 +12,8 @@
 //! seize until the copy exists, which is the frozen time of a local
 //! stop-and-copy migration. The copy is checked (its first, middle and last
 //! page of the N MiB read back and compared) and killed, the original resumed. memcpy: `copy_from_slice` of N MiB
-//! between two pre-faulted buffers, same number of reps. Reported: min and
+//! between two pre-faulted buffers, once per rep just before the rep's dumps
+//! (so that both see the same load on a shared machine). Reported: min and
 //! median of each, throughput = image bytes / (dump + restore), and the
 //! ratio to memcpy. `--phases` also prints, per size, the min and median
 //! of each phase of the engine ([`halfproc_migrate::phases`]) and of the
@@ -27,11 +28,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const HELP: &str =
-    "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--threads 1,2] [--phases] [--memfd]\n\
+    "usage: halfproc bench migrate [--sizes 64,256,1024] [--reps 3] [--threads 1,2] [--prefault 1,0]\n\
+  [--phases] [--memfd]\n\
   checkpoint+restore (in memory) of a process with SIZE MiB of private memory,\n\
   min/median over REPS, throughput vs memcpy bandwidth measured in the same run;\n\
   --threads: reader thread counts of the dump to compare, alternated rep by rep\n\
   (default: the engine's default, the CPUs available, at most 8; HALFPROC_DUMP_THREADS);\n\
+  --prefault: with (1) and without (0) the image's memory faulted in before the target\n\
+  is stopped, alternated rep by rep (default: the engine's, HALFPROC_DUMP_PREFAULT);\n\
   --phases: also min/median time of each phase (freeze, pagemap, read, crc, restore fill, ...)\n\
   --memfd: restore from a memfd the pages are written into (as from a file), not from memory\n";
 
@@ -42,6 +46,8 @@ struct Opts {
     memfd: bool,
     /// Reader thread counts to compare (empty: the engine's default).
     threads: Vec<usize>,
+    /// Prefault settings to compare (empty: the engine's default).
+    prefault: Vec<bool>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -51,6 +57,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         phases: false,
         memfd: false,
         threads: Vec::new(),
+        prefault: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -78,6 +85,16 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                             "--threads {s}: a thread count from 1 to {}",
                             halfproc_migrate::DUMP_MAX_THREADS
                         )),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--prefault" => {
+                o.prefault = val()?
+                    .split(',')
+                    .map(|s| match s.trim() {
+                        "1" => Ok(true),
+                        "0" => Ok(false),
+                        _ => Err(format!("--prefault {s}: 1 (on) or 0 (off)")),
                     })
                     .collect::<Result<_, _>>()?;
             }
@@ -280,8 +297,12 @@ fn check_copy(pid: i32, addr: u64, mib: usize) -> Result<(), String> {
 
 /// One rep's times.
 struct Rep {
-    /// Freeze + dump + restore (the original's frozen time).
+    /// From the call to dump to the end of the restore.
     took: Duration,
+    /// From the seize to the end of the restore (the original's frozen
+    /// time; `took` also has what the dump does before it stops the
+    /// target: the refusal checks and the prefault).
+    frozen: Duration,
     dumped: Duration,
     bytes: u64,
     /// The copy's first write to each page, the tool's image dropped.
@@ -311,6 +332,7 @@ fn one(pid: i32, addr: u64, mib: usize, memfd: bool) -> Result<Rep, String> {
         halfproc_migrate::restore_from_memory(&d.manifest, &d.pages, &opts)
     }
     .map_err(|e| e.to_string())?;
+    let frozen = d.frozen_for();
     let took = t.elapsed();
     let bytes = d.pages.len() as u64;
     // Resumes the original and drops the image: the copy's moved pages are
@@ -329,6 +351,7 @@ fn one(pid: i32, addr: u64, mib: usize, memfd: bool) -> Result<Rep, String> {
     same?;
     Ok(Rep {
         took,
+        frozen,
         dumped,
         bytes,
         touch_copy: touch_copy?,
@@ -374,23 +397,47 @@ fn fault_in_times(mib: usize, reps: usize) -> Result<Vec<Duration>, String> {
     Ok(out)
 }
 
-fn memcpy_times(mib: usize, reps: usize) -> Vec<Duration> {
-    let src = vec![7u8; mib << 20];
-    let mut dst = vec![1u8; mib << 20];
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&dst);
-            t.elapsed()
-        })
-        .collect()
+/// memcpy of `mib` MiB between two pre-faulted buffers, timed once per
+/// rep between the reps' dumps, so that both see the same load.
+struct Memcpy {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+}
+
+impl Memcpy {
+    fn new(mib: usize) -> Memcpy {
+        let m = Memcpy {
+            src: vec![7u8; mib << 20],
+            dst: vec![1u8; mib << 20],
+        };
+        // Not inherited by the restore's fork of this tool: the fork would
+        // copy their page table entries and the child unmap them again
+        // (90 ms each for 2 GiB of 4 KiB pages), which is not the engine's.
+        for b in [&m.src, &m.dst] {
+            let start = (b.as_ptr() as usize).next_multiple_of(4096);
+            let end = (b.as_ptr() as usize + b.len()) & !4095;
+            if end > start {
+                // SAFETY: advice on whole pages inside our own buffer; it
+                // changes only what a fork inherits, not the contents.
+                unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_DONTFORK) };
+            }
+        }
+        m
+    }
+
+    fn time(&mut self) -> Duration {
+        let t = Instant::now();
+        self.dst.copy_from_slice(std::hint::black_box(&self.src));
+        std::hint::black_box(&self.dst);
+        t.elapsed()
+    }
 }
 
 /// One size and thread count's measurements over the reps.
 #[derive(Default)]
 struct Acc {
     times: Vec<Duration>,
+    frozen: Vec<Duration>,
     dumps: Vec<Duration>,
     touch_copy: Vec<Duration>,
     touch_orig: Vec<Duration>,
@@ -401,6 +448,7 @@ struct Acc {
 impl Acc {
     fn add(&mut self, r: Rep) {
         self.times.push(r.took);
+        self.frozen.push(r.frozen);
         self.dumps.push(r.dumped);
         self.bytes = r.bytes;
         self.touch_copy.push(r.touch_copy);
@@ -431,18 +479,23 @@ pub fn main(args: &[String]) -> i32 {
         }
     };
     println!(
-        "{:>6} {:>3} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>12} {:>12} {:>12}",
+        "{:>6} {:>3} {:>2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>7} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12}",
         "MiB",
         "thr",
+        "pf",
         "image MiB",
         "c+r min ms",
         "c+r med ms",
+        "frozen min",
+        "frozen med",
         "dump med",
         "c+r MiB/s",
         "memcpy med",
         "memcpy MiB/s",
         "ratio",
         "ratio min",
+        "ratio frz",
+        "frz min",
         "fault-in med",
         "touch copy",
         "touch orig"
@@ -452,6 +505,15 @@ pub fn main(args: &[String]) -> i32 {
     } else {
         o.threads.clone()
     };
+    let prefault = if o.prefault.is_empty() {
+        vec![halfproc_migrate::prefault_enabled()]
+    } else {
+        o.prefault.clone()
+    };
+    let configs: Vec<(usize, bool)> = threads
+        .iter()
+        .flat_map(|&t| prefault.iter().map(move |&p| (t, p)))
+        .collect();
     for &mib in &o.sizes {
         let (pid, addr) = match spawn_holder(mib) {
             Ok(p) => p,
@@ -460,10 +522,14 @@ pub fn main(args: &[String]) -> i32 {
                 return 1;
             }
         };
-        let mut accs: Vec<Acc> = threads.iter().map(|_| Acc::default()).collect();
+        let mut accs: Vec<Acc> = configs.iter().map(|_| Acc::default()).collect();
+        let mut memcpy = Memcpy::new(mib);
+        let mut mc = Vec::with_capacity(o.reps);
         for _ in 0..o.reps {
-            for (acc, &t) in accs.iter_mut().zip(&threads) {
+            mc.push(memcpy.time());
+            for (acc, &(t, pf)) in accs.iter_mut().zip(&configs) {
                 halfproc_migrate::set_reader_threads(t);
+                halfproc_migrate::set_prefault(pf);
                 if o.phases {
                     halfproc_migrate::phases::start();
                 }
@@ -473,14 +539,16 @@ pub fn main(args: &[String]) -> i32 {
                     Ok(r) => acc.add(r),
                     Err(e) => {
                         kill_reap(pid);
-                        eprintln!("halfproc-bench migrate: {mib} MiB, {t} threads: {e}");
+                        eprintln!(
+                            "halfproc-bench migrate: {mib} MiB, {t} threads, prefault {pf}: {e}"
+                        );
                         return 1;
                     }
                 }
             }
         }
         kill_reap(pid);
-        let mut mc = memcpy_times(mib, o.reps);
+        drop(memcpy);
         let mut fault = match fault_in_times(mib, o.reps) {
             Ok(v) => v,
             Err(e) => {
@@ -490,8 +558,9 @@ pub fn main(args: &[String]) -> i32 {
         };
         let (_, fmed) = min_median(&mut fault);
         let (mmin, mmed) = min_median(&mut mc);
-        for (acc, &t) in accs.iter_mut().zip(&threads) {
+        for (acc, &(t, pf)) in accs.iter_mut().zip(&configs) {
             let (cmin, cmed) = min_median(&mut acc.times);
+            let (fzmin, fzmed) = min_median(&mut acc.frozen);
             let (_, dmed) = min_median(&mut acc.dumps);
             let (_, tcmed) = min_median(&mut acc.touch_copy);
             let (_, tomed) = min_median(&mut acc.touch_orig);
@@ -500,8 +569,11 @@ pub fn main(args: &[String]) -> i32 {
             let mc_bw = mib as f64 / (mmed / 1e3);
             // Best against best: image bytes / min(c+r) over MiB / min(memcpy).
             let best = (img / cmin) / (mib as f64 / mmin);
+            let frz = (img / fzmed) / (mib as f64 / mmed);
+            let frz_best = (img / fzmin) / (mib as f64 / mmin);
+            let pf = u8::from(pf);
             println!(
-                "{mib:>6} {t:>3} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {fmed:>10.1}ms {tcmed:>10.1}ms {tomed:>10.1}ms",
+                "{mib:>6} {t:>3} {pf:>2} {img:>10.1} {cmin:>10.1} {cmed:>10.1} {fzmin:>10.1} {fzmed:>10.1} {dmed:>10.1} {cr_bw:>12.0} {mmed:>10.1}ms {mc_bw:>12.0} {:>7.3} {best:>9.3} {frz:>9.3} {frz_best:>9.3} {fmed:>10.1}ms {tcmed:>10.1}ms {tomed:>10.1}ms",
                 cr_bw / mc_bw
             );
             for (name, v) in &mut acc.phases {
@@ -514,9 +586,11 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     println!(
-        "c+r = freeze + dump into memory (+ memfd) + restore (the original is stopped \
-         throughout: a local stop-and-copy migration's frozen time); ratio: medians, \
-         ratio min: minima; fault-in: MADV_POPULATE_WRITE of SIZE MiB of fresh 4 KiB pages, \
+        "c+r = dump into memory (refusal checks, prefault, freeze, read) (+ memfd) + \
+         restore, from the call to the restore's return; frozen = from the seize to the \
+         restore's return (a local stop-and-copy migration's frozen time); pf: the \
+         image's memory faulted in before the seize (1) or not (0); ratio: medians, \
+         ratio min: minima; ratio frz / frz min: frozen medians / minima; fault-in: MADV_POPULATE_WRITE of SIZE MiB of fresh 4 KiB pages, \
          which a restore that copies pays; touch copy / orig (medians): the restored copy \
          (its pages moved into place, the image dropped) / the original writing one byte \
          of every page of its SIZE MiB for the first time since the restore: what the \

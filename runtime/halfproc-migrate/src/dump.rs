@@ -1,6 +1,6 @@
 //! `checkpoint`: refuse, freeze, collect every carried resource, write the image.
 
-use crate::dump_mem::{dump_memory, Sink};
+use crate::dump_mem::{dump_memory, reserve_for, Sink};
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
@@ -138,10 +138,13 @@ pub fn freeze_and_dump_member(
     set_range: Option<(u64, u64)>,
 ) -> Result<Dumped> {
     time("refuse", || refuse::check_member(pid, relayed, set_range))?;
+    // The image's memory is faulted in before the target is stopped.
+    let reserve = time("prefault", || reserve_for(pid, set_range));
     let frozen = time("seize", || Frozen::seize(pid))?;
     let since = Instant::now();
     let mut pages = PageBuf::new();
-    let manifest = dump_frozen(&frozen, relayed, set_range, Sink::Memory(&mut pages))?;
+    let sink = Sink::Memory(&mut pages, reserve);
+    let manifest = dump_frozen(&frozen, relayed, set_range, sink)?;
     Ok(Dumped {
         frozen,
         manifest,

@@ -8,11 +8,11 @@
 //! whole contents is computed piece by piece right after each read, while
 //! the piece is in the cache (`crc32fast`, carry-less multiply).
 
-use crate::dump_read::{read_pieces, reader_threads, Piece};
+use crate::dump_read::{prefault_enabled, read_pieces, reader_threads, Piece};
 use crate::error::{Error, Result};
 use crate::image::{Backing, PageRun, Vma};
 use crate::mem::MemoryReader;
-use crate::pagebuf::{huge_offset, PageBuf, HUGE};
+use crate::pagebuf::{huge_offset, PageBuf, Reserve, HUGE};
 use crate::pagescan;
 use crate::phases::time;
 use crate::procfs;
@@ -22,8 +22,9 @@ use std::io::Write;
 
 /// Where page contents go.
 pub(crate) enum Sink<'a> {
-    /// Into this vector (replaced by the contents, as `pages.img` would hold them).
-    Memory(&'a mut PageBuf),
+    /// Into this vector (replaced by the contents, as `pages.img` would
+    /// hold them), placed in the reserve when it fits (see [`reserve_for`]).
+    Memory(&'a mut PageBuf, Option<Reserve>),
     /// Written to this writer in order.
     Writer(&'a mut dyn Write),
 }
@@ -62,11 +63,13 @@ pub(crate) fn dump_memory(
         })
     };
     let crc = match out {
-        Sink::Memory(pages) => {
-            *pages = time("alloc", || {
-                PageBuf::zeroed(total as usize, huge_offset(runs().map(|(r, _)| r)))
-            })
-            .map_err(|e| Error::io(format!("map {total} bytes for the image"), e))?;
+        Sink::Memory(pages, reserve) => {
+            let at = huge_offset(runs().map(|(r, _)| r));
+            *pages = match reserve.and_then(|r| time("place", || r.place(total as usize, at))) {
+                Some(b) => b,
+                None => time("alloc", || PageBuf::zeroed(total as usize, at))
+                    .map_err(|e| Error::io(format!("map {total} bytes for the image"), e))?,
+            };
             // Pieces of at most a huge page: each is hashed right after
             // it is read, while it is still in the cache. Runs lie in file
             // order, end to end, and so do the pieces.
@@ -125,6 +128,49 @@ pub(crate) fn dump_memory(
     Ok((vmas, total, crc))
 }
 
+/// No memory is faulted in ahead of a dump whose estimate is below this.
+const PREFAULT_MIN: u64 = 4 << 20;
+
+/// Memory for the in-memory image of `pid`, faulted in while it still
+/// runs (see [`Reserve`]), or `None`: prefaulting is off
+/// ([`crate::set_prefault`]), the estimate is under [`PREFAULT_MIN`], or
+/// the memory could not be had (the dump then maps its buffer while the
+/// target is stopped, as without a reserve). The estimate is the
+/// process's anonymous pages and swap (`RssAnon` + `VmSwap`: what a dump
+/// carries, as copied-on-write file pages are anonymous), at most the size
+/// of the VMAs a dump looks at; the reserve has room for an eighth more
+/// plus 8 MiB, since the process may grow before it is stopped (a larger
+/// image does not fit and gets a buffer of its own).
+pub(crate) fn reserve_for(pid: i32, set_range: Option<(u64, u64)>) -> Option<Reserve> {
+    if !prefault_enabled() {
+        return None;
+    }
+    let st = procfs::status(pid).ok()?;
+    let kib = |key: &str| -> u64 {
+        procfs::field(&st, key)
+            .ok()
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let private: u64 = procfs::maps(pid)
+        .ok()?
+        .iter()
+        .filter(|m| {
+            !m.shared
+                && !is_special(&m.path)
+                && m.path != "[vsyscall]"
+                && !refuse::in_range(m, set_range)
+        })
+        .map(|m| m.end - m.start)
+        .sum();
+    let est = ((kib("RssAnon") + kib("VmSwap")) << 10).min(private);
+    if est < PREFAULT_MIN {
+        return None;
+    }
+    let cap = est + est / 8 + (8 << 20);
+    Reserve::new(cap as usize, est as usize, reader_threads(est)).ok()
+}
+
 fn path(v: &Vma) -> &str {
     match &v.backing {
         Backing::File { path, .. } => path,
@@ -143,8 +189,9 @@ fn plan(
 ) -> Result<(Vec<Vma>, u64)> {
     let pm_path = format!("/proc/{pid}/pagemap");
     let pm = File::open(&pm_path).map_err(|e| Error::io(format!("open {pm_path}"), e))?;
-    let mut off = 0u64;
     let mut vmas = Vec::new();
+    // (index in vmas, start, end) of each VMA whose pages are scanned.
+    let mut scan = Vec::new();
     let skip = restorer_regions(reader, maps);
     for m in maps {
         if m.path == "[vsyscall]"
@@ -173,25 +220,50 @@ fn plan(
             Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
             // A deleted file cannot be mapped again: every page is carried.
             _ if deleted => vec![(m.start, m.end)],
-            _ => time("pagemap", || pagescan::wanted_runs(&pm, m.start, m.end))?,
+            _ => {
+                scan.push((vmas.len(), m.start, m.end));
+                Vec::new()
+            }
         };
-        let mut pages = Vec::with_capacity(runs.len());
-        for (s, e) in runs {
-            pages.push(PageRun {
-                addr: s,
-                len: e - s,
-                file_off: off,
-            });
-            off += e - s;
-        }
         vmas.push(Vma {
             grows_down: m.path == "[stack]",
             start: m.start,
             end: m.end,
             prot: m.prot,
             backing,
-            pages,
+            pages: runs
+                .into_iter()
+                .map(|(s, e)| PageRun {
+                    addr: s,
+                    len: e - s,
+                    file_off: 0,
+                })
+                .collect(),
         });
+    }
+    // The page tables of all the VMAs to scan are walked together, by as
+    // many threads as will read the image (the present pages' bytes, by
+    // the VMAs' sizes, are not known yet: the sizes stand in for them).
+    let ranges: Vec<(u64, u64)> = scan.iter().map(|&(_, s, e)| (s, e)).collect();
+    let threads = reader_threads(ranges.iter().map(|(s, e)| e - s).sum());
+    let found = time("pagemap", || {
+        pagescan::wanted_runs_of(&pm, &ranges, threads)
+    })?;
+    for (&(v, _, _), runs) in scan.iter().zip(found) {
+        vmas[v].pages = runs
+            .into_iter()
+            .map(|(s, e)| PageRun {
+                addr: s,
+                len: e - s,
+                file_off: 0,
+            })
+            .collect();
+    }
+    // Offsets in the contents, in VMA order.
+    let mut off = 0u64;
+    for r in vmas.iter_mut().flat_map(|v| v.pages.iter_mut()) {
+        r.file_off = off;
+        off += r.len;
     }
     Ok((vmas, off))
 }

@@ -1,8 +1,8 @@
 //! Reading a dump's page contents into the in-memory image, by one or more
 //! reader threads. The contents are cut into pieces of at most 2 MiB, in
-//! image order; each thread takes a contiguous share of them (equal bytes),
-//! reads every piece straight to its offset and hashes it at once, while
-//! it is in the cache; the threads' CRC-32s are combined in order, so the
+//! image order; the threads take them one at a time from a shared queue,
+//! read each straight to its offset and hash it at once, while it is in
+//! the cache; the pieces' CRC-32s are combined in image order, so the
 //! checksum is the one a single pass would give.
 //!
 //! One thread copies at about a third of memcpy speed here (the reader
@@ -15,7 +15,8 @@
 
 use crate::mem::MemoryReader;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The most reader threads a dump starts.
 pub const MAX_THREADS: usize = 8;
@@ -48,6 +49,27 @@ pub fn reader_threads(total: u64) -> usize {
     }
 }
 
+/// 0: not chosen yet (environment), 1: off, 2: on.
+static PREFAULT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a dump into memory faults in its image's memory before it stops
+/// the target (default: yes; `HALFPROC_DUMP_PREFAULT=0` says no).
+pub fn set_prefault(on: bool) {
+    PREFAULT.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// See [`set_prefault`].
+pub fn prefault_enabled() -> bool {
+    match PREFAULT.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var("HALFPROC_DUMP_PREFAULT").map_or(true, |v| v != "0");
+            set_prefault(on);
+            on
+        }
+        v => v == 2,
+    }
+}
+
 /// One read: `len` bytes of the target at `addr` go to `off` in the image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Piece {
@@ -67,86 +89,73 @@ pub(crate) struct ReadError {
 /// Reads every piece into `image` (pieces are end to end from offset 0,
 /// in order, covering all of `image`) with `threads` threads; returns the
 /// CRC-32 of `image`. The first error (in image order) wins.
+///
+/// The threads take the pieces in image order, one at a time, from a
+/// shared queue rather than in fixed shares: on a machine whose cores are
+/// also busy with other work, a thread that is not scheduled for a while
+/// no longer holds up the dump with the rest of its share. Each piece's
+/// CRC-32 is kept by its index and the CRCs are combined in image order.
+/// After a failed read no thread takes another piece; every piece before
+/// the failed one was taken already and finishes, so the error of the
+/// first failing piece in image order is the one reported.
 pub(crate) fn read_pieces(
     reader: &dyn MemoryReader,
     pieces: &[Piece],
     image: &mut [u8],
     threads: usize,
 ) -> Result<u32, ReadError> {
-    let shares = split(pieces, threads.max(1));
+    let mut bufs = Vec::with_capacity(pieces.len());
     let mut rest = image;
-    let mut jobs = Vec::with_capacity(shares.len());
-    for share in shares {
-        let bytes: u64 = share.iter().map(|p| p.len).sum();
-        let (mine, tail) = rest.split_at_mut(bytes as usize);
+    for p in pieces {
+        let (mine, tail) = rest.split_at_mut(p.len as usize);
         rest = tail;
-        jobs.push((share, mine));
+        bufs.push(mine);
     }
-    let read_share = |share: &[Piece], buf: &mut [u8]| -> Result<crc32fast::Hasher, ReadError> {
-        let base = share.first().map_or(0, |p| p.off);
-        let mut crc = crc32fast::Hasher::new();
-        for &piece in share {
-            let at = (piece.off - base) as usize;
-            let dst = &mut buf[at..at + piece.len as usize];
-            reader
-                .read(piece.addr, dst)
-                .map_err(|err| ReadError { piece, err })?;
-            crc.update(dst);
+    let queue = Mutex::new(pieces.iter().copied().zip(bufs).enumerate());
+    let failed = AtomicBool::new(false);
+    let work = || -> Vec<(usize, Result<crc32fast::Hasher, ReadError>)> {
+        let mut done = Vec::new();
+        loop {
+            if failed.load(Ordering::Relaxed) {
+                break;
+            }
+            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+            let Some((i, (piece, dst))) = next else { break };
+            let r = reader.read(piece.addr, dst).map(|()| {
+                let mut crc = crc32fast::Hasher::new();
+                crc.update(dst);
+                crc
+            });
+            if r.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            done.push((i, r.map_err(|err| ReadError { piece, err })));
         }
-        Ok(crc)
+        done
     };
-    let results: Vec<Result<crc32fast::Hasher, ReadError>> = if jobs.len() == 1 {
-        jobs.into_iter().map(|(s, b)| read_share(s, b)).collect()
+    let n = threads.clamp(1, pieces.len().max(1));
+    let mut results: Vec<(usize, Result<crc32fast::Hasher, ReadError>)> = if n == 1 {
+        work()
     } else {
         std::thread::scope(|scope| {
-            let handles: Vec<_> = jobs
-                .into_iter()
-                .map(|(s, b)| scope.spawn(move || read_share(s, b)))
-                .collect();
+            let handles: Vec<_> = (0..n).map(|_| scope.spawn(work)).collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect()
         })
     };
+    results.sort_unstable_by_key(|&(i, _)| i);
     let mut total = crc32fast::Hasher::new();
-    for r in results {
+    for (_, r) in results {
         total.combine(&r?);
     }
     Ok(total.finalize())
 }
 
-/// Cuts `pieces` into `min(n, pieces.len())` contiguous, non-empty shares
-/// of about equal bytes: share k ends where the k-th n-th of the bytes
-/// falls, a piece going to the share that holds its middle.
-fn split(pieces: &[Piece], n: usize) -> Vec<&[Piece]> {
-    let n = n.min(pieces.len());
-    let total: u64 = pieces.iter().map(|p| p.len).sum();
-    let mut out = Vec::with_capacity(n);
-    let (mut start, mut acc) = (0, 0u64);
-    for k in 1..n {
-        let target = total * k as u64 / n as u64;
-        // At least one piece, and one left for each share after this one.
-        let last = pieces.len() - (n - k);
-        let mut end = start + 1;
-        acc += pieces[start].len;
-        while end < last && acc + pieces[end].len / 2 <= target {
-            acc += pieces[end].len;
-            end += 1;
-        }
-        out.push(&pieces[start..end]);
-        start = end;
-    }
-    if start < pieces.len() {
-        out.push(&pieces[start..]);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     /// A target whose byte at address `a` is `f(a)`; fails at `bad`.
     struct Fake {
@@ -188,21 +197,53 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn shares_are_contiguous_nonempty_and_balanced() {
-        let ps = pieces(&[4096; 10]);
-        for n in 1..=12 {
-            let s = split(&ps, n);
-            assert_eq!(s.len(), n.min(10), "n = {n}");
-            assert!(s.iter().all(|x| !x.is_empty()));
-            let joined: Vec<Piece> = s.iter().flat_map(|x| x.iter().copied()).collect();
-            assert_eq!(joined, ps);
-            let max = s.iter().map(|x| x.len()).max().unwrap();
-            let min = s.iter().map(|x| x.len()).min().unwrap();
-            assert!(max - min <= 1, "n = {n}: {max} vs {min}");
+    /// Piece 0 is read only once every other piece has been: a reader
+    /// with a fixed share of the pieces would wait for it forever (here:
+    /// 10 s, then the read fails); threads that take pieces from a queue
+    /// read all the others meanwhile.
+    struct Stalled {
+        pieces: usize,
+        calls: Mutex<usize>,
+        more: std::sync::Condvar,
+    }
+
+    impl MemoryReader for Stalled {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+            let mut calls = self.calls.lock().unwrap();
+            *calls += 1;
+            self.more.notify_all();
+            if addr == 0x10_0000 {
+                let (calls, wait) = self
+                    .more
+                    .wait_timeout_while(calls, std::time::Duration::from_secs(10), |c| {
+                        *c < self.pieces
+                    })
+                    .unwrap();
+                if wait.timed_out() {
+                    return Err(io::Error::other(format!(
+                        "{} of {} pieces read",
+                        *calls, self.pieces
+                    )));
+                }
+            }
+            buf.fill(1);
+            Ok(())
         }
-        assert_eq!(split(&[], 4).len(), 0);
-        assert_eq!(split(&pieces(&[8192, 4096 * 100]), 2).len(), 2);
+    }
+
+    #[test]
+    fn a_stalled_thread_does_not_hold_back_the_other_pieces() {
+        let ps = pieces(&[4096; 16]);
+        let r = Stalled {
+            pieces: ps.len(),
+            calls: Mutex::new(0),
+            more: std::sync::Condvar::new(),
+        };
+        let mut image = vec![0u8; 16 * 4096];
+        match read_pieces(&r, &ps, &mut image, 2) {
+            Ok(crc) => assert_eq!(crc, crc32fast::hash(&[1u8; 16 * 4096])),
+            Err(e) => panic!("{}", e.err),
+        }
     }
 
     #[test]

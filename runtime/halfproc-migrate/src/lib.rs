@@ -41,7 +41,10 @@ pub use dump::{
     checkpoint, checkpoint_relayed, freeze_and_dump, freeze_and_dump_member, CheckpointStats,
     Dumped, Leave,
 };
-pub use dump_read::{reader_threads, set_reader_threads, MAX_THREADS as DUMP_MAX_THREADS};
+pub use dump_read::{
+    prefault_enabled, reader_threads, set_prefault, set_reader_threads,
+    MAX_THREADS as DUMP_MAX_THREADS,
+};
 pub use error::{Error, Refusal, Result};
 pub use mem::{caller_is_member, reader_kind, DmReader, MemoryReader, PortableReader};
 pub use pagebuf::PageBuf;

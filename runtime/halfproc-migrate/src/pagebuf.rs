@@ -114,6 +114,136 @@ impl PageBuf {
     }
 }
 
+/// Memory for an image, mapped and faulted in (zero-filled, in huge pages
+/// where THP allows) before the size and placement of the image are known:
+/// a dump makes it before it stops the target, from an estimate, so that
+/// its reads during the stop copy into pages that exist instead of
+/// faulting in (and zeroing) every page of the image while the target
+/// waits. [`Reserve::place`] then cuts the [`PageBuf`] out of it.
+///
+/// # Invariants
+///
+/// `[base, base + map_len)` is a private anonymous mapping owned by this
+/// value alone (`map_len == 0`: nothing), and `aligned` is its first
+/// 2 MiB boundary.
+pub(crate) struct Reserve {
+    base: usize,
+    map_len: usize,
+    aligned: usize,
+}
+
+impl Reserve {
+    /// Room for an image of up to `cap` bytes at any placement; the first
+    /// `fill` bytes of every placement (`fill` + 2 MiB from the first
+    /// 2 MiB boundary) are faulted in by `threads` threads, each
+    /// `MADV_POPULATE_WRITE` of its part. Fails if the mapping or a
+    /// populate fails (out of memory, a kernel before 5.14).
+    pub(crate) fn new(cap: usize, fill: usize, threads: usize) -> std::io::Result<Reserve> {
+        let cap = cap.max(fill).next_multiple_of(HUGE);
+        let map_len = cap + 2 * HUGE;
+        // SAFETY: a new private anonymous mapping, owned by the value made
+        // below (its Drop unmaps it, also on the error paths).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = base as usize;
+        // INVARIANT: the mapping is ours; `aligned` is its first 2 MiB boundary.
+        let r = Reserve {
+            base,
+            map_len,
+            aligned: base.next_multiple_of(HUGE),
+        };
+        let fill_end = (r.aligned + fill.next_multiple_of(HUGE) + HUGE).min(base + map_len);
+        if thp_on_request() {
+            // SAFETY: advice on our own fresh mapping; it never changes
+            // its contents.
+            unsafe {
+                libc::madvise(
+                    r.aligned as *mut _,
+                    fill_end - r.aligned,
+                    libc::MADV_HUGEPAGE,
+                )
+            };
+        }
+        let huge_pages = (fill_end - r.aligned) / HUGE;
+        let n = threads.clamp(1, huge_pages.max(1));
+        let part = |k: usize| {
+            let s = r.aligned + huge_pages * k / n * HUGE;
+            let e = r.aligned + huge_pages * (k + 1) / n * HUGE;
+            // SAFETY: populating part of our own mapping (it only faults in
+            // zero pages; the contents stay as they are).
+            let rc = unsafe { libc::madvise(s as *mut _, e - s, libc::MADV_POPULATE_WRITE) };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        if n == 1 {
+            part(0)?;
+        } else {
+            std::thread::scope(|scope| {
+                let hs: Vec<_> = (0..n).map(|k| scope.spawn(move || part(k))).collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect::<std::io::Result<Vec<()>>>()
+            })?;
+        }
+        Ok(r)
+    }
+
+    /// The buffer for `len` bytes starting at `huge_offset` modulo 2 MiB
+    /// (as [`PageBuf::zeroed`]), the rest of the reserve unmapped; `None`
+    /// (everything unmapped) if `len` does not fit. Bytes past what was
+    /// faulted in are faulted in when first written, as in a fresh buffer.
+    pub(crate) fn place(mut self, len: usize, huge_offset: usize) -> Option<PageBuf> {
+        let start = self.aligned + ((huge_offset % HUGE) & !(PAGE - 1));
+        let end = start + len.next_multiple_of(PAGE);
+        let map_end = self.base + self.map_len;
+        if len == 0 || end > map_end {
+            return None;
+        }
+        // SAFETY: both ranges lie inside our mapping, outside [start, end),
+        // which the PageBuf below takes over.
+        unsafe {
+            if start > self.base {
+                libc::munmap(self.base as *mut _, start - self.base);
+            }
+            if map_end > end {
+                libc::munmap(end as *mut _, map_end - end);
+            }
+        }
+        self.map_len = 0;
+        // INVARIANT: [start, start + page_up(len)) is mapped, ours and
+        // zero-filled (fresh anonymous memory, never written).
+        Some(PageBuf {
+            // SAFETY: `start` >= `base`, which mmap returned, so not null.
+            ptr: unsafe { NonNull::new_unchecked(start as *mut u8) },
+            len,
+        })
+    }
+}
+
+impl Drop for Reserve {
+    fn drop(&mut self) {
+        if self.map_len > 0 {
+            // SAFETY: per the invariant the mapping is ours alone and
+            // nothing points into it.
+            unsafe { libc::munmap(self.base as *mut _, self.map_len) };
+        }
+    }
+}
+
 /// Where in a 2 MiB page an image's contents should start so that the
 /// most bytes of its runs of at least 2 MiB lie at the same offset in
 /// 2 MiB pages as in the process (runs at the same distance, modulo 2 MiB,
@@ -208,6 +338,36 @@ mod tests {
         assert_eq!(c.as_ptr() as usize % PAGE, 0);
         assert_eq!(&c[..], &b[..]);
         assert!(PageBuf::new().is_empty());
+    }
+
+    /// A reserve gives a placed, zero-filled buffer that is already
+    /// resident (the pages were faulted in before `place`); one that does
+    /// not fit gives none.
+    #[test]
+    fn a_reserve_is_placed_resident_and_zeroed() {
+        let off = 0x7_3000;
+        let len = 5 * HUGE + 3 * PAGE + 10;
+        let r = Reserve::new(6 * HUGE, len, 2).unwrap();
+        let mut b = r.place(len, off).unwrap();
+        assert_eq!(b.as_ptr() as usize % HUGE, off);
+        assert_eq!(b.len(), len);
+        let pages = len.div_ceil(PAGE);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: mincore of our own buffer's pages into a vector of one
+        // byte per page.
+        let rc = unsafe { libc::mincore(b.as_mut_ptr().cast(), pages * PAGE, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        assert!(vec.iter().all(|&v| v & 1 == 1), "not all pages resident");
+        assert!(b.iter().all(|&x| x == 0));
+        b[len - 1] = 9;
+        assert!(Reserve::new(2 * HUGE, 2 * HUGE, 1)
+            .unwrap()
+            .place(5 * HUGE, 0)
+            .is_none());
+        assert!(Reserve::new(2 * HUGE, HUGE, 1)
+            .unwrap()
+            .place(0, 0)
+            .is_none());
     }
 
     #[test]

@@ -63,6 +63,78 @@ pub(crate) fn wanted_runs(pm: &File, start: u64, end: u64) -> Result<Vec<(u64, u
     }
 }
 
+/// [`wanted_runs`] of each of `ranges`, by `threads` threads: the ranges
+/// are cut at multiples of a part size (at least 32 MiB, more for a large
+/// total so that there are at most about 1024 parts) and the threads take
+/// the parts in order from a shared queue; runs that meet at a cut are
+/// joined again, so the answer is that of one scan per range. The walk of
+/// the page tables, which is what costs (about 10 ms per GiB present),
+/// is then shared.
+pub(crate) fn wanted_runs_of(
+    pm: &File,
+    ranges: &[(u64, u64)],
+    threads: usize,
+) -> Result<Vec<Vec<(u64, u64)>>> {
+    let total: u64 = ranges.iter().map(|(s, e)| e - s).sum();
+    let part = (total / 1024).max(32 << 20).next_multiple_of(2 << 20);
+    in_parts(pm, ranges, threads, part)
+}
+
+fn in_parts(
+    pm: &File,
+    ranges: &[(u64, u64)],
+    threads: usize,
+    part: u64,
+) -> Result<Vec<Vec<(u64, u64)>>> {
+    let mut parts = Vec::new();
+    for (i, &(start, end)) in ranges.iter().enumerate() {
+        let mut at = start;
+        while at < end {
+            let cut = if threads > 1 {
+                ((at / part + 1) * part).min(end)
+            } else {
+                end
+            };
+            parts.push((i, at, cut));
+            at = cut;
+        }
+    }
+    let queue = std::sync::Mutex::new(parts.into_iter().enumerate());
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    type Found = (usize, usize, Result<Vec<(u64, u64)>>);
+    let work = || -> Vec<Found> {
+        let mut done = Vec::new();
+        while !failed.load(std::sync::atomic::Ordering::Relaxed) {
+            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+            let Some((k, (i, s, e))) = next else { break };
+            let r = wanted_runs(pm, s, e);
+            if r.is_err() {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            done.push((k, i, r));
+        }
+        done
+    };
+    let mut found: Vec<Found> = if threads <= 1 {
+        work()
+    } else {
+        std::thread::scope(|scope| {
+            let hs: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
+            hs.into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        })
+    };
+    found.sort_unstable_by_key(|&(k, _, _)| k);
+    let mut out = vec![Vec::new(); ranges.len()];
+    for (_, i, r) in found {
+        for (s, e) in r? {
+            push_run(&mut out[i], s, e);
+        }
+    }
+    Ok(out)
+}
+
 fn wanted(categories: u64) -> bool {
     categories & PAGE_IS_SWAPPED != 0
         || (categories & PAGE_IS_PRESENT != 0 && categories & PAGE_IS_FILE == 0)
@@ -200,6 +272,16 @@ mod tests {
             Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOTTY), "{e}"),
         }
         assert_eq!(wanted_runs(&pm, anon, a(64)).unwrap(), want_anon);
+        // Cut into parts of 3 pages, scanned by 1 and 3 threads: the
+        // same runs (joined across the cuts), in the order of the ranges.
+        let ranges = [(file, file + 8 * PS), (anon, a(64))];
+        for threads in [1, 3] {
+            assert_eq!(
+                in_parts(&pm, &ranges, threads, 3 * PS).unwrap(),
+                vec![want_file.clone(), want_anon.clone()],
+                "{threads} threads"
+            );
+        }
         // SAFETY: unmapping the two mappings made above.
         unsafe {
             libc::munmap(anon as *mut _, 64 * PS as usize);
