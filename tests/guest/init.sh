@@ -211,6 +211,7 @@ if [ "$mode" = test ]; then
 		prog "$t" "/tests/$t" || rc=1
 	done
 	with_reclaim prog hp_reclaim /tests/hp_reclaim || rc=1
+	with_reclaim prog hp_memcg_reclaim /tests/hp_memcg_reclaim || rc=1
 	# DMI on the kernel backend: compute instances, Jacobi (tests/dmi).
 	prog dmi/instances /dmi/instances.sh || rc=1
 	halfproc info --probe; tap $? runtime_info_probe
