@@ -10,16 +10,10 @@
 #include "../lib/halfproc_test.h"
 #include "../lib/hp_cgroup.h"
 #include "kselftest_harness.h"
+#include "../lib/hp_smaps.h"
 
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
-#ifndef MADV_PAGEOUT
-#define MADV_PAGEOUT 21
-#endif
 
 #define MB (1UL << 20)
-#define HPAGE (2 * MB)
 /* Per-CPU charge stocks make memory.current run ahead by up to 64 pages. */
 #define SLACK (1 * MB)
 
@@ -69,29 +63,6 @@ static int read_back(char *p, size_t len)
 	return 0;
 }
 
-/* The AnonHugePages (kB) of the /proc/self/smaps entry holding @addr. */
-static long huge_kb(const void *addr)
-{
-	unsigned long a = (unsigned long)addr, s, e;
-	char line[512];
-	long v = -1;
-	int in = 0;
-	FILE *f = fopen("/proc/self/smaps", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-			in = a >= s && a < e;
-			continue;
-		}
-		if (in && sscanf(line, "AnonHugePages: %ld", &v) == 1)
-			break;
-	}
-	fclose(f);
-	return v;
-}
-
 FIXTURE(cgs)
 {
 	char a[128], b[128];
@@ -127,24 +98,23 @@ FIXTURE_TEARDOWN(cgs)
 TEST_F(cgs, thp_collapse_charges_the_set_cgroup)
 {
 	long a0, b0, a1, b1;
-	char *p, *raw;
+	char *p;
 
 	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK))
 		SKIP(return, "no THP");
-	raw = hp_anon(2 * HPAGE);
-	ASSERT_NE(MAP_FAILED, raw);
-	p = (char *)(((uintptr_t)raw + HPAGE - 1) & ~(HPAGE - 1));
+	p = hp_aligned(HPAGE);
+	ASSERT_NE(MAP_FAILED, p);
 	ASSERT_EQ(0, madvise(p, HPAGE, MADV_NOHUGEPAGE));
 	fill(p, HPAGE);
-	ASSERT_EQ(0, huge_kb(p));
+	ASSERT_EQ(0, smaps_kb(p, "AnonHugePages"));
 	a0 = cg_read(self->a, "memory.current", NULL);
 	b0 = cg_read(self->b, "memory.current", NULL);
 	ASSERT_EQ(0, member_in(self->b, collapse, p, HPAGE));
 	a1 = cg_read(self->a, "memory.current", NULL);
 	b1 = cg_read(self->b, "memory.current", NULL);
 	TH_LOG("collapse by a member in B: A %ld -> %ld, B %ld -> %ld, AnonHugePages %ld kB",
-	       a0, a1, b0, b1, huge_kb(p));
-	ASSERT_EQ(2048, huge_kb(p));
+	       a0, a1, b0, b1, smaps_kb(p, "AnonHugePages"));
+	ASSERT_EQ(2048, smaps_kb(p, "AnonHugePages"));
 	EXPECT_EQ(0, read_back(p, HPAGE));
 	EXPECT_GT(a1 - a0, -(long)SLACK);
 	EXPECT_LT(b1 - b0, (long)SLACK);

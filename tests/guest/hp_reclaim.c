@@ -19,16 +19,10 @@
 #include <linux/mempolicy.h>
 #include <linux/userfaultfd.h>
 #include "kselftest_harness.h"
+#include "../lib/hp_smaps.h"
 
 #define MB (1UL << 20)
-#define HPAGE (2 * MB)
 
-#ifndef MADV_PAGEOUT
-#define MADV_PAGEOUT 21
-#endif
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
 
 /* What a checking member compares; in a MAP_SHARED page outside the set. */
 struct ctl {
@@ -152,43 +146,6 @@ static int sysfs_write(const char *path, const char *val)
 	ok = write(fd, val, strlen(val)) == (ssize_t)strlen(val);
 	close(fd);
 	return ok ? 0 : -1;
-}
-
-/* A field (kB) of the /proc/self/smaps entry that holds @addr, or -1. */
-static long smaps_kb(const void *addr, const char *field)
-{
-	char line[512];
-	unsigned long a = (unsigned long)addr, s, e;
-	int in = 0;
-	long v = -1;
-	FILE *f = fopen("/proc/self/smaps", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') <
-		    strchr(line, ' ')) {
-			in = a >= s && a < e;
-			continue;
-		}
-		if (in && !strncmp(line, field, strlen(field)) &&
-		    line[strlen(field)] == ':') {
-			v = strtol(line + strlen(field) + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
-}
-
-/* A HPAGE-aligned, HPAGE-long piece of a fresh range mapping. */
-static char *hp_aligned(size_t len)
-{
-	char *p = hp_anon(len + HPAGE);
-
-	if (p == MAP_FAILED)
-		return p;
-	return (char *)(((uintptr_t)p + HPAGE - 1) & ~(HPAGE - 1));
 }
 
 /*

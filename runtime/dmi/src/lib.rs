@@ -32,6 +32,7 @@ pub mod capi_reconf;
 pub mod check;
 mod config;
 mod control;
+mod engine;
 pub mod epoch;
 pub mod error;
 mod host;

@@ -101,37 +101,80 @@ fn hash(region: u64, index: u64) -> usize {
     (h >> 20) as usize
 }
 
-/// Reads served from frames, and reads that fell back, in this process.
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
-/// Whether this process tries the index first (`DMI_FAST_READS=0`: no).
-static FAST: AtomicUsize = AtomicUsize::new(0);
+/// A fast path of this process (reads or writes through the frames): on
+/// unless its environment variable is `0`, switchable at run time (the
+/// benchmarks compare both), and its hits and fallbacks counted.
+pub(crate) struct FastPath {
+    env: &'static str,
+    /// 0: not decided yet (read `env`), 1: on, 2: off.
+    state: AtomicUsize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl FastPath {
+    pub(crate) const fn new(env: &'static str) -> FastPath {
+        FastPath {
+            env,
+            state: AtomicUsize::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn on(&self) -> bool {
+        match self.state.load(Ordering::Relaxed) {
+            0 => {
+                let on = std::env::var(self.env).map_or(true, |v| v != "0");
+                self.set(on);
+                on
+            }
+            v => v == 1,
+        }
+    }
+
+    pub(crate) fn set(&self, on: bool) {
+        self.state.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    }
+
+    /// Counts one try; returns `hit`.
+    pub(crate) fn count(&self, hit: bool) -> bool {
+        let n = if hit { &self.hits } else { &self.misses };
+        n.fetch_add(1, Ordering::Relaxed);
+        hit
+    }
+
+    /// (hits, fallbacks) so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Reads served from frames, and reads that fell back (`DMI_FAST_READS=0`:
+/// off).
+static READS: FastPath = FastPath::new("DMI_FAST_READS");
 /// The index of the node this process runs (its instances get it through
 /// their mailbox, `ring.rs`).
 static NODE_INDEX: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether reads in this process try the frames first.
 pub fn fast_reads() -> bool {
-    match FAST.load(Ordering::Relaxed) {
-        0 => {
-            let on = std::env::var("DMI_FAST_READS").map_or(true, |v| v != "0");
-            FAST.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-            on
-        }
-        v => v == 1,
-    }
+    READS.on()
 }
 
 /// Turns reads from the frames on or off for this process (the benchmark
 /// compares both; `DMI_FAST_READS=0` starts with off).
 pub fn set_fast_reads(on: bool) {
-    FAST.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    READS.set(on);
 }
 
 /// (reads served from frames, reads that took the slow path) in this
 /// process so far.
 pub fn read_counts() -> (u64, u64) {
-    (HITS.load(Ordering::Relaxed), MISSES.load(Ordering::Relaxed))
+    READS.counts()
 }
 
 /// The shared-range index of this process's node, if it has one.
@@ -164,13 +207,7 @@ impl Index {
     /// is readable here (owned at rest, or a valid copy); false: nothing
     /// is promised about `buf`, take the slow path.
     pub fn read(&self, addr: i64, buf: &mut [u8]) -> bool {
-        let hit = self.try_read(addr, buf);
-        if hit {
-            HITS.fetch_add(1, Ordering::Relaxed);
-        } else {
-            MISSES.fetch_add(1, Ordering::Relaxed);
-        }
-        hit
+        READS.count(self.try_read(addr, buf))
     }
 
     fn try_read(&self, addr: i64, buf: &mut [u8]) -> bool {

@@ -28,38 +28,30 @@
 //! takes effect at one instant in the engine's order of the page's
 //! accesses, which keeps every page sequentially consistent.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use super::{Head, Index, ATTEMPTS, HEAD, PROBES, SLOTS};
+use super::{FastPath, Head, Index, ATTEMPTS, HEAD, PROBES, SLOTS};
 use crate::addr::REGION_SHIFT;
 
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
-/// Whether this process tries fast writes (`DMI_FAST_WRITES=0`: no).
-static FAST: AtomicUsize = AtomicUsize::new(0);
+/// Writes applied to the frames, and writes that took the engine's path
+/// (`DMI_FAST_WRITES=0`: off).
+static WRITES: FastPath = FastPath::new("DMI_FAST_WRITES");
 
 /// Whether writes in this process try the frames first.
 pub fn fast_writes() -> bool {
-    match FAST.load(Ordering::Relaxed) {
-        0 => {
-            let on = std::env::var("DMI_FAST_WRITES").map_or(true, |v| v != "0");
-            FAST.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-            on
-        }
-        v => v == 1,
-    }
+    WRITES.on()
 }
 
 /// Turns fast writes on or off for this process (the benchmark compares
 /// both; `DMI_FAST_WRITES=0` starts with off).
 pub fn set_fast_writes(on: bool) {
-    FAST.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+    WRITES.set(on);
 }
 
 /// (writes applied to the frames, writes that took the engine's path) in
 /// this process so far.
 pub fn write_counts() -> (u64, u64) {
-    (HITS.load(Ordering::Relaxed), MISSES.load(Ordering::Relaxed))
+    WRITES.counts()
 }
 
 /// A frame whose sequence word this writer holds (odd value `n`).
@@ -75,13 +67,7 @@ impl Index {
     /// write all the pages they touch without the engine (see the module
     /// doc); false: nothing was written, take the engine's path.
     pub fn write(&self, items: &[(i64, &[u8])]) -> bool {
-        let hit = self.try_write(items);
-        if hit {
-            HITS.fetch_add(1, Ordering::Relaxed);
-        } else {
-            MISSES.fetch_add(1, Ordering::Relaxed);
-        }
-        hit
+        WRITES.count(self.try_write(items))
     }
 
     fn try_write(&self, items: &[(i64, &[u8])]) -> bool {

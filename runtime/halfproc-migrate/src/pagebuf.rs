@@ -54,22 +54,8 @@ impl PageBuf {
         let data_len = len.next_multiple_of(PAGE);
         let off = (huge_offset % HUGE) & !(PAGE - 1);
         let map_len = data_len + 2 * HUGE;
-        // SAFETY: a new private anonymous mapping; trimmed below to the part
-        // this buffer owns.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let base = base as usize;
+        // Trimmed below to the part this buffer owns.
+        let base = map_private_anon(map_len)?;
         let start = base.next_multiple_of(HUGE) + off;
         let end = start + data_len;
         // SAFETY: both ranges lie inside the mapping just made, outside
@@ -141,22 +127,9 @@ impl Reserve {
     pub(crate) fn new(cap: usize, fill: usize, threads: usize) -> std::io::Result<Reserve> {
         let cap = cap.max(fill).next_multiple_of(HUGE);
         let map_len = cap + 2 * HUGE;
-        // SAFETY: a new private anonymous mapping, owned by the value made
-        // below (its Drop unmaps it, also on the error paths).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let base = base as usize;
+        // Owned by the value made below (its Drop unmaps it, also on the
+        // error paths).
+        let base = map_private_anon(map_len)?;
         // INVARIANT: the mapping is ours; `aligned` is its first 2 MiB boundary.
         let r = Reserve {
             base,
@@ -321,6 +294,27 @@ impl std::fmt::Debug for PageBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PageBuf({:p}, {} bytes)", self.ptr, self.len)
     }
+}
+
+/// A new private anonymous read-write mapping of `len` bytes; its address.
+/// The caller owns it (unmaps it, or the parts it does not keep).
+fn map_private_anon(len: usize) -> std::io::Result<usize> {
+    // SAFETY: a new mapping at an address the kernel picks; nothing else
+    // refers to it yet.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(base as usize)
 }
 
 #[cfg(test)]
