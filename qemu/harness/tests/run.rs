@@ -6,7 +6,20 @@
 use halfproc_harness::qemu::{run, RunOpts};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+/// One test at a time. Each writes a script and then executes it; a test
+/// running beside it that forks (to start its own fake qemu) while the
+/// script is still open for writing gives the child a copy of that
+/// descriptor until the child's own exec, and the exec of the script fails
+/// with `ETXTBSY` ("Text file busy": seen once in a fresh-clone CI run,
+/// 2026-11-25).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A fresh directory holding a fake qemu that prints `console` and reports
 /// exit status `status`.
@@ -52,6 +65,7 @@ fn opts(dir: &Path, expected: &[&str]) -> RunOpts {
 
 #[test]
 fn a_clean_run_writes_tagged_results() {
+    let _serial = one_at_a_time();
     let console = include_str!("fixtures/guest-suite.log");
     let dir = fake_qemu("clean", console, 0);
     let v = run(&opts(&dir, &["hp_sets", "mm/mremap_test"])).unwrap();
@@ -115,6 +129,7 @@ fn a_clean_run_writes_tagged_results() {
 
 #[test]
 fn a_missing_program_fails_the_run_and_the_files_say_so() {
+    let _serial = one_at_a_time();
     let dir = fake_qemu("missing", "TAP version 13\nok 1 init.module_loads\n", 0);
     let v = run(&opts(&dir, &["hp_sets"])).unwrap();
     assert!(!v.passed());
@@ -143,6 +158,7 @@ fn a_missing_program_fails_the_run_and_the_files_say_so() {
 /// The fake refuses to start without its `-netdev` and its role.
 #[test]
 fn a_pair_is_judged_guest_by_guest() {
+    let _serial = one_at_a_time();
     use halfproc_harness::pair;
     let dir = fake_qemu("pair", "", 0);
     std::fs::write(
