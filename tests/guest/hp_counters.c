@@ -213,4 +213,170 @@ TEST(meta_operations_take_no_module_reference)
 	EXPECT_EQ(0, above);
 }
 
+/* What one set size and placement of idle members measured (below). */
+struct idle_counts {
+	long flushes, member_flushes, flush_cpus, ipis;
+	int err;
+};
+
+static void pin(int cpu)
+{
+	cpu_set_t cs;
+
+	CPU_ZERO(&cs);
+	CPU_SET(cpu, &cs);
+	if (sched_setaffinity(0, sizeof(cs), &cs))
+		_exit(2);
+}
+
+/* Wait until @pid sleeps (state S), up to 5 s. */
+static int asleep(pid_t pid)
+{
+	char path[64], st[512], *rp;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	for (int i = 0; i < 5000; i++) {
+		int fd = open(path, O_RDONLY);
+		ssize_t n = fd < 0 ? -1 : read(fd, st, sizeof(st) - 1);
+
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			return 0;
+		st[n] = 0;
+		rp = strrchr(st, ')');
+		if (rp && rp[1] == ' ' && rp[2] == 'S')
+			return 1;
+		usleep(1000);
+	}
+	return 0;
+}
+
+/*
+ * Run in a process that has only ever run on CPU 0: make a set, add @idle
+ * members that touch the range on @cpu and then sleep in read(), and count
+ * what @n munmaps of a touched range page cost.
+ */
+static void idle_members_run(int idle, int cpu, int n, struct idle_counts *out)
+{
+	pid_t members[8];
+	int ready[2], go[2];
+	char set[32], c;
+	long f0, m0, c0, i0;
+	char *p;
+
+	out->err = 1;
+	p = hp_anon(PAGE);
+	if (p == MAP_FAILED || pipe(ready) || pipe(go))
+		return;
+	p[0] = 1;
+	snprintf(set, sizeof(set), "%ld", newest_set());
+	for (int i = 0; i < idle; i++) {
+		members[i] = hp_spawn();
+		if (members[i] < 0)
+			return;
+		if (members[i] == 0) {
+			volatile char x;
+
+			close(go[1]);
+			pin(cpu);
+			x = p[0];
+			(void)x;
+			if (write(ready[1], "r", 1) != 1)
+				_exit(3);
+			/* Sleeps until the measuring process closes its end. */
+			_exit(read(go[0], &c, 1) == 0 ? 0 : 4);
+		}
+	}
+	close(go[0]);
+	out->err = 2;
+	for (int i = 0; i < idle; i++)
+		if (read(ready[0], &c, 1) != 1 || !asleep(members[i]))
+			return;
+	f0 = counter(set, "flushes");
+	m0 = counter(set, "member_flushes");
+	c0 = counter(set, "flush_cpus");
+	i0 = counter(set, "ipis");
+	out->err = 3;
+	for (int i = 0; i < n; i++) {
+		char *q = hp_anon(PAGE);
+
+		if (q == MAP_FAILED)
+			return;
+		q[0] = 1;
+		if (munmap(q, PAGE))
+			return;
+	}
+	out->flushes = counter(set, "flushes") - f0;
+	out->member_flushes = counter(set, "member_flushes") - m0;
+	out->flush_cpus = counter(set, "flush_cpus") - c0;
+	out->ipis = counter(set, "ipis") - i0;
+	close(go[1]);
+	out->err = 4;
+	for (int i = 0; i < idle; i++)
+		if (wait_status(members[i]))
+			return;
+	out->err = 0;
+}
+
+/*
+ * Issue 10, counts: IPIs go only to CPUs that loaded a member's mm, and do
+ * not grow with the number of idle members.  For sets of 1, 2, 4 and 8
+ * members (one measuring, the others asleep in read()), 50 munmaps of a
+ * touched range page from CPU 0:
+ * - every munmap flushes every member (member flushes = members x flushes);
+ * - idle members that only ever ran on CPU 0, where the measuring member
+ *   runs: no CPU to flush, no IPI (a flush of all CPUs, or of CPUs that
+ *   never loaded a member, fails this);
+ * - idle members that ran on CPU 1 before they slept: CPU 1 holds at most
+ *   one of their mms (lazily, x86 drops a CPU from the previous mm's mask
+ *   at each switch), so at most one IPI per flush however many sleep.
+ * The measuring process is forked after this one is bound to CPU 0, so its
+ * own mm was never loaded on CPU 1.
+ */
+TEST(idle_members_cost_no_ipis)
+{
+	static const int sizes[] = { 1, 2, 4, 8 };
+	const int n = 50, runs = 2 * ARRAY_SIZE(sizes);
+	struct idle_counts *r;
+
+	REQUIRE_COUNTERS();
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		SKIP(return, "one CPU");
+	r = mmap(NULL, runs * sizeof(*r), PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, r);
+	{
+		cpu_set_t cs;
+
+		CPU_ZERO(&cs);
+		CPU_SET(0, &cs);
+		ASSERT_EQ(0, sched_setaffinity(0, sizeof(cs), &cs));
+	}
+	for (int i = 0; i < runs; i++) {
+		int members = sizes[i / 2], cpu = i % 2;
+		pid_t w = fork();
+
+		ASSERT_LE(0, w);
+		if (w == 0) {
+			idle_members_run(members - 1, cpu, n, &r[i]);
+			_exit(r[i].err);
+		}
+		ASSERT_EQ(0, wait_status(w)) TH_LOG("%d members, idle on CPU %d: step %d",
+						   members, cpu, r[i].err);
+		TH_LOG("%d members, idle ones on CPU %d, %d touched munmaps: flushes %ld, "
+		       "member flushes %ld, flushed CPUs %ld, IPIs %ld", members, cpu, n,
+		       r[i].flushes, r[i].member_flushes, r[i].flush_cpus, r[i].ipis);
+		EXPECT_GE(r[i].flushes, n);
+		EXPECT_EQ(members * r[i].flushes, r[i].member_flushes);
+		if (cpu == 0) {
+			EXPECT_EQ(0, r[i].flush_cpus);
+			EXPECT_EQ(0, r[i].ipis);
+		} else {
+			EXPECT_LE(r[i].ipis, r[i].flushes);
+		}
+	}
+	munmap(r, runs * sizeof(*r));
+}
+
 TEST_HARNESS_MAIN
