@@ -1,27 +1,34 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Allocation failures on the set's paths (failslab with fail-nth, as
- * syzkaller injects them).  Each operation that allocates is run in a fresh
- * process with its Nth slab allocation failing, for N = 1, 2, ... until the
- * operation makes fewer than N: making a set (the first MAP_HALFPROC),
- * making a member (clone3(CLONE_HALFPROC)), a mapping in the range, an
- * mprotect that splits a range VMA, dmread, and exec in a member.  Every
- * run must either succeed with the effect visible to another member, or
- * fail with ENOMEM and leave the set as it was; exec may also fail with
- * E2BIG (copying its arguments) or kill the process after its point of no
- * return, but a failed atomic allocation may not kill it more often in a
- * member than outside a set.  No set may outlive its members, and the kernel must
- * report nothing (the harness scans the console).
+ * Allocation failures on the set's paths (fail-nth, as syzkaller injects
+ * them), in two variants: failslab (slab allocations) and fail_page_alloc
+ * (page allocations that are not highmem: page tables - the set mm's PGD
+ * and the P4D/PUD/PMD/PTE tables of the range - and other kernel pages;
+ * user data pages are highmem-capable and left alone).  Each operation that
+ * allocates is run in a fresh process with its Nth injection point failing,
+ * for N = 1, 2, ... until the operation passes fewer than N: making a set
+ * (the first MAP_HALFPROC), making a member (clone3(CLONE_HALFPROC)), a
+ * mapping in the range, an mprotect that splits a range VMA, populating
+ * range pages (MADV_POPULATE_WRITE), a first-touch fault in the range,
+ * dmread, and exec in a member.  Every run must either succeed with the
+ * effect visible to another member, or fail with ENOMEM and leave the set
+ * as it was (a fault whose page table could not be allocated is retried);
+ * exec may also fail with E2BIG (copying its arguments) or kill the
+ * process after its point of no return, but a failed atomic allocation may
+ * not kill it more often in a member than outside a set.  No set may
+ * outlive its members, and the kernel must report nothing (the harness
+ * scans the console).
  *
- * GFP_KERNEL allocations only fail with failslab's ignore-gfp-wait off,
- * which this test sets (and restores).  Skips without CONFIG_FAILSLAB,
- * CONFIG_FAULT_INJECTION_DEBUG_FS or the module.
+ * GFP_KERNEL allocations only fail with ignore-gfp-wait off, and
+ * fail_page_alloc only fails order-0 pages with min-order 0: this test sets
+ * both (and restores them).  Skips without CONFIG_FAILSLAB or
+ * CONFIG_FAIL_PAGE_ALLOC (that variant), CONFIG_FAULT_INJECTION_DEBUG_FS
+ * or the module.
  */
 #include "../lib/halfproc_test.h"
 #include <limits.h>
 #include "kselftest_harness.h"
 
-#define FAILSLAB "/sys/kernel/debug/failslab/"
 #define MAX_NTH 3000 /* more allocations than any of these operations makes */
 
 /* What one run reports through its exit status. */
@@ -247,6 +254,41 @@ static int op_range_mprotect(int n)
 	return member_sees(p, 'x') ?: r;
 }
 
+/* Populating range pages: the set's page tables for them, if nothing else. */
+static int op_range_populate(int n)
+{
+	char *p = hp_anon(16 * PAGE);
+	int injected, r, rc;
+
+	if (p == MAP_FAILED)
+		return 89;
+	arm(n);
+	rc = madvise(p, 16 * PAGE, MADV_POPULATE_WRITE);
+	injected = disarm();
+	r = judge_call(injected, rc != 0, errno, "madvise(MADV_POPULATE_WRITE) of range pages");
+	/* Populated or not, the pages work and another member sees them. */
+	p[15 * PAGE] = 'p';
+	return member_sees(p + 15 * PAGE, 'p') ?: r;
+}
+
+/*
+ * The first touch of a fresh set's range: the fault allocates the set's
+ * page tables down to the PTE.  A failed one makes the fault VM_FAULT_OOM,
+ * which the kernel retries (no OOM kill outside a memcg): the write lands.
+ */
+static int op_range_fault(int n)
+{
+	volatile char *p = hp_anon(16 * PAGE);
+	int injected;
+
+	if (p == MAP_FAILED)
+		return 90;
+	arm(n);
+	p[8 * PAGE] = 'f';
+	injected = disarm();
+	return member_sees((char *)p + 8 * PAGE, 'f') ?: (injected ? SUCCEEDED : RAN_OUT);
+}
+
 static int op_dmread(int n)
 {
 	static char secret[64 * PAGE], buf[64 * PAGE];
@@ -321,42 +363,85 @@ static int exec_nth(int n, int member)
 static int op_exec_member(int n) { return exec_nth(n, 1); }
 static int op_exec_plain(int n) { return exec_nth(n, 0); }
 
-static int failslab_on(struct __test_metadata *_metadata, char *saved_wait,
-		       char *saved_verbose)
+/* Attribute @name of the variant's injection directory. */
+static void attr_path(char *buf, size_t len, const char *dir, const char *name)
 {
+	snprintf(buf, len, "/sys/kernel/debug/%s/%s", dir, name);
+}
+
+/* The attributes set for the test (and restored after it), and their values. */
+static const char *const attrs[] = { "ignore-gfp-wait", "verbose", "min-order" };
+static const char *const attr_values[] = { "N", "0", "0" };
+
+/*
+ * Fail sleeping allocations too, with no stack dump per injection (and
+ * order-0 pages: fail_page_alloc only has min-order); @saved gets the old
+ * values.  0 if the variant's injection is not configured.
+ */
+static int inject_on(struct __test_metadata *_metadata, const char *dir,
+		     char saved[][8])
+{
+	char path[128];
+
 	if (access("/proc/thread-self/fail-nth", F_OK))
 		return 0;
-	if (read_file(FAILSLAB "ignore-gfp-wait", saved_wait, 8) ||
-	    read_file(FAILSLAB "verbose", saved_verbose, 8))
-		return 0;
-	/* Fail sleeping allocations too; no stack dump per injection. */
-	EXPECT_EQ(0, write_file(FAILSLAB "ignore-gfp-wait", "N"));
-	EXPECT_EQ(0, write_file(FAILSLAB "verbose", "0"));
+	for (int i = 0; i < 3; i++) {
+		attr_path(path, sizeof(path), dir, attrs[i]);
+		saved[i][0] = 0;
+		if (read_file(path, saved[i], 8) && i < 2)
+			return 0;
+	}
+	for (int i = 0; i < 3; i++) {
+		attr_path(path, sizeof(path), dir, attrs[i]);
+		if (saved[i][0])
+			EXPECT_EQ(0, write_file(path, attr_values[i]));
+	}
 	return 1;
 }
 
 FIXTURE(failslab) {
-	char wait[8], verbose[8];
+	char saved[3][8];
 	int refs;
+};
+
+/* Which allocations fail, and the operations that must reach one. */
+FIXTURE_VARIANT(failslab) {
+	const char *dir;
+	int page_alloc;
+};
+
+FIXTURE_VARIANT_ADD(failslab, slab) {
+	.dir = "failslab",
+	.page_alloc = 0,
+};
+
+FIXTURE_VARIANT_ADD(failslab, page_alloc) {
+	.dir = "fail_page_alloc",
+	.page_alloc = 1,
 };
 
 FIXTURE_SETUP(failslab)
 {
 	if (!hp_supported())
 		SKIP(return, "halfproc module not loaded");
-	if (!failslab_on(_metadata, self->wait, self->verbose))
-		SKIP(return, "no failslab or fail-nth (CONFIG_FAILSLAB, FAULT_INJECTION_DEBUG_FS)");
+	if (!inject_on(_metadata, variant->dir, self->saved))
+		SKIP(return, "no %s or fail-nth (CONFIG_%s, FAULT_INJECTION_DEBUG_FS)",
+		     variant->dir, variant->page_alloc ? "FAIL_PAGE_ALLOC" : "FAILSLAB");
 	self->refs = hp_module_refs();
 }
 
 FIXTURE_TEARDOWN(failslab)
 {
+	char path[128];
 	int i;
 
-	if (!self->wait[0])
+	if (!self->saved[0][0])
 		return;
-	write_file(FAILSLAB "ignore-gfp-wait", self->wait);
-	write_file(FAILSLAB "verbose", self->verbose);
+	for (i = 0; i < 3; i++) {
+		attr_path(path, sizeof(path), variant->dir, attrs[i]);
+		if (self->saved[i][0])
+			write_file(path, self->saved[i]);
+	}
 	/*
 	 * Every set made here is gone once its members are (each holds a
 	 * module reference); sets of earlier tests may still be going.
@@ -384,14 +469,43 @@ TEST_F_TIMEOUT(failslab, making_a_member, 300)
 	ASSERT_LT(0, RUN_NTH(op_make_member, 0));
 }
 
+/*
+ * A mapping and an mprotect allocate VMAs, not page tables: in the page
+ * variant the sweep only checks that what they do allocate fails cleanly.
+ */
 TEST_F_TIMEOUT(failslab, mapping_in_the_range, 300)
 {
-	ASSERT_LT(0, RUN_NTH(op_range_mmap, 0));
+	int enomem = RUN_NTH(op_range_mmap, 0);
+
+	if (!variant->page_alloc)
+		ASSERT_LT(0, enomem);
 }
 
 TEST_F_TIMEOUT(failslab, mprotect_splitting_a_range_vma, 300)
 {
-	ASSERT_LT(0, RUN_NTH(op_range_mprotect, 0));
+	int enomem = RUN_NTH(op_range_mprotect, 0);
+
+	if (!variant->page_alloc)
+		ASSERT_LT(0, enomem);
+}
+
+/* The set's page tables for 16 range pages: a failed one is ENOMEM. */
+TEST_F_TIMEOUT(failslab, populating_range_pages, 300)
+{
+	int enomem = RUN_NTH(op_range_populate, 0);
+
+	if (variant->page_alloc)
+		ASSERT_LT(0, enomem);
+}
+
+/* A fault whose page table could not be allocated is retried, and lands. */
+TEST_F_TIMEOUT(failslab, first_touch_in_the_range, 300)
+{
+	int counts[3] = { 0, 0, 0 };
+
+	ASSERT_EQ(0, for_each_nth(op_range_fault, counts, 0));
+	if (variant->page_alloc)
+		ASSERT_LT(0, counts[0]);
 }
 
 TEST_F_TIMEOUT(failslab, dmread, 300)
@@ -403,6 +517,7 @@ TEST_F_TIMEOUT(failslab, dmread, 300)
 TEST_F_TIMEOUT(failslab, exec_in_a_member_dies_of_atomic_allocations_no_more_than_outside_a_set, 300)
 {
 	int plain[3] = { 0, 0, 0 }, member[3] = { 0, 0, 0 };
+	char path[128];
 
 	/*
 	 * Only allocations that cannot sleep: after the point of no return
@@ -411,7 +526,8 @@ TEST_F_TIMEOUT(failslab, exec_in_a_member_dies_of_atomic_allocations_no_more_tha
 	 * deaths, which vary by one or two between runs; an atomic one can
 	 * fail under memory pressure and kill the process for nothing.
 	 */
-	ASSERT_EQ(0, write_file(FAILSLAB "ignore-gfp-wait", "Y"));
+	attr_path(path, sizeof(path), variant->dir, "ignore-gfp-wait");
+	ASSERT_EQ(0, write_file(path, "Y"));
 	ASSERT_EQ(0, for_each_nth(op_exec_plain, plain, 1));
 	ASSERT_EQ(0, for_each_nth(op_exec_member, member, 1));
 	TH_LOG("exec died past its point of no return: %d times outside a set, %d in a member",
