@@ -5,6 +5,7 @@ use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
     self, reg, AltStack, FdEntry, Manifest, MmFields, PipeEnd, RelayedEnd, Rlimit, SigAction,
+    TidAddress,
 };
 use crate::mem::{self, MemoryReader};
 use crate::pagebuf::PageBuf;
@@ -173,8 +174,11 @@ fn dump_frozen(
     let saved = f.regs()?;
     let xstate = f.xstate()?;
     let rseq = f.rseq()?;
+    let robust_list = f.robust_list()?;
     crate::phases::add("procfs+regs", t.elapsed());
-    let (sigactions, altstack) = time("signals", || query_signal_state(f, reader, &maps, &saved))?;
+    let (sigactions, altstack, tid_addr) =
+        time("signals", || query_signal_state(f, reader, &maps, &saved))?;
+    let tid_address = tid_addr.map(|addr| tid_address(pid, reader, &maps, addr));
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
@@ -230,6 +234,8 @@ fn dump_frozen(
         vmas,
         mm,
         rseq,
+        robust_list,
+        tid_address,
         pages_len,
         pages_crc,
         set_range,
@@ -394,12 +400,34 @@ fn find_syscall_insn(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> R
 /// `rt_sigaction(sig, NULL, &old, 8)` and `sigaltstack(NULL, &old)` in the
 /// target, into a scratch slot of its own stack below the red zone whose
 /// bytes are put back afterwards.
+/// Whether the word at `addr` (the target's `clear_child_tid`) is the C
+/// library's copy of the thread id: it holds the target's id (single
+/// threaded: its pid), in a private writable mapping the restore rebuilds.
+fn tid_address(
+    pid: i32,
+    reader: &dyn MemoryReader,
+    maps: &[procfs::MapsEntry],
+    addr: u64,
+) -> TidAddress {
+    let writable = maps.iter().any(|m| {
+        m.start <= addr && addr + 4 <= m.end && m.prot & libc::PROT_WRITE != 0 && !m.shared
+    });
+    let mut word = [0u8; 4];
+    let holds_tid =
+        writable && reader.read(addr, &mut word).is_ok() && i32::from_le_bytes(word) == pid;
+    TidAddress { addr, holds_tid }
+}
+
+/// Signal dispositions, the alternate stack and the `set_tid_address`
+/// registration (`PR_GET_TID_ADDRESS`: `None` without
+/// `CONFIG_CHECKPOINT_RESTORE`), each asked by a system call executed in
+/// the target.
 fn query_signal_state(
     f: &Frozen,
     reader: &dyn MemoryReader,
     maps: &[procfs::MapsEntry],
     regs: &[u64],
-) -> Result<(Vec<SigAction>, AltStack)> {
+) -> Result<(Vec<SigAction>, AltStack, Option<u64>)> {
     let pid = f.pid();
     let insn = find_syscall_insn(reader, maps)?;
     let scratch = (regs[reg::RSP] - 128 - 64) & !15;
@@ -483,6 +511,32 @@ fn query_signal_state(
             Err(e) => failure = Some(e),
         }
     }
+    let mut tid_address = None;
+    if failure.is_none() {
+        const PR_GET_TID_ADDRESS: u64 = 40;
+        match f.inject(
+            regs,
+            insn,
+            libc::SYS_prctl as u64,
+            &[PR_GET_TID_ADDRESS, scratch],
+        ) {
+            Ok(0) => {
+                let mut b = [0u8; 8];
+                reader
+                    .read(scratch, &mut b)
+                    .map_err(|e| Error::io("read the tid address", e))?;
+                tid_address = Some(u64::from_le_bytes(b));
+            }
+            // No CONFIG_CHECKPOINT_RESTORE: nothing to ask the kernel.
+            Ok(e) if e == -(libc::EINVAL as i64) => {}
+            Ok(e) => {
+                failure = Some(Error::Restore(format!(
+                    "prctl(PR_GET_TID_ADDRESS) in target returned {e}"
+                )))
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
     let mem = fs::OpenOptions::new()
         .write(true)
         .open(format!("/proc/{pid}/mem"));
@@ -491,6 +545,6 @@ fn query_signal_state(
     put_back.map_err(|e| Error::io("restore scratch slot", e))?;
     match failure {
         Some(e) => Err(e),
-        None => Ok((out, alt)),
+        None => Ok((out, alt, tid_address.filter(|&a| a != 0))),
     }
 }

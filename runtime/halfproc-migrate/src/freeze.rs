@@ -203,6 +203,29 @@ impl Frozen {
         Ok((ptr != 0).then_some(crate::image::Rseq { ptr, len, sig }))
     }
 
+    /// The robust futex list registration, if any (`get_robust_list`: we
+    /// trace the target, which is the access the call checks).
+    pub fn robust_list(&self) -> Result<Option<crate::image::RobustList>> {
+        let (mut head, mut len) = (0u64, 0usize);
+        // SAFETY: get_robust_list writes one pointer and one size_t into
+        // the two live locals.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_get_robust_list,
+                self.pid,
+                &mut head as *mut u64,
+                &mut len as *mut usize,
+            )
+        };
+        if r != 0 {
+            return Err(Error::io("get_robust_list", io::Error::last_os_error()));
+        }
+        Ok((head != 0).then_some(crate::image::RobustList {
+            head,
+            len: len as u64,
+        }))
+    }
+
     /// Executes one system call in the target at `syscall_insn` (address of a
     /// `0f 05` in an executable mapping) and returns its result. The caller
     /// restores the original registers afterwards with [`Frozen::set_regs`].

@@ -68,6 +68,15 @@ pub struct Manifest {
     pub vmas: Vec<Vma>,
     pub mm: MmFields,
     pub rseq: Option<Rseq>,
+    /// The robust futex list (`get_robust_list`; absent in older images:
+    /// none is registered).
+    #[serde(default)]
+    pub robust_list: Option<RobustList>,
+    /// The `set_tid_address` registration (`PR_GET_TID_ADDRESS`; absent
+    /// where the kernel lacks `CONFIG_CHECKPOINT_RESTORE`, and in older
+    /// images: none is registered).
+    #[serde(default)]
+    pub tid_address: Option<TidAddress>,
     pub pages_len: u64,
     pub pages_crc: u32,
     /// A member's half-process set range `[start, end)`, left out of the
@@ -213,6 +222,26 @@ pub struct Rseq {
     pub ptr: u64,
     pub len: u32,
     pub sig: u32,
+}
+
+/// The robust futex list head registered with `set_robust_list`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct RobustList {
+    pub head: u64,
+    pub len: u64,
+}
+
+/// The address registered with `set_tid_address` (`clear_child_tid`: the
+/// kernel clears it and wakes its futex when the thread exits).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct TidAddress {
+    pub addr: u64,
+    /// The 32-bit word there held the thread's own id when dumped: the
+    /// C library's copy of its thread id (glibc registers `&pd->tid`,
+    /// whose value its mutexes record as their owner). The restore writes
+    /// the new thread id there. False where the word is something else
+    /// (musl registers a lock word) or not writable: left as it was.
+    pub holds_tid: bool,
 }
 
 /// Writes `manifest` into `dir` (the pages file was written by the dumper).

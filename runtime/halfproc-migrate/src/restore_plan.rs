@@ -83,6 +83,9 @@ pub(crate) struct Plan {
     pub(crate) nops: u64,
     pub(crate) uc_addr: u64,
     pub(crate) err_slot: u64,
+    /// 4 bytes the forked child fills with its thread id before it enters
+    /// the blob (the plan is made before the fork).
+    pub(crate) tid_slot: u64,
     pub(crate) what: Vec<String>,
 }
 
@@ -109,6 +112,7 @@ pub(crate) fn plan(
     };
     use libc::*;
     let err_slot = b.push(&[0u8; 16], 16);
+    let tid_slot = b.push(&[0u8; 8], 8);
     let rseq_area = b.push(&[0u8; 32], 32);
     let all = b.push(&u64::MAX.to_le_bytes(), 8);
     op(
@@ -591,6 +595,33 @@ pub(crate) fn plan(
             format!("rseq register {:#x}", r.ptr),
         );
     }
+    // The robust futex list and `clear_child_tid`: the target's, or none.
+    // The fork left ours registered, pointing into memory now replaced,
+    // where the kernel would walk a list or clear a word at exit.
+    let (head, len) = m.robust_list.map_or((0, 24), |r| (r.head, r.len));
+    op(
+        SYS_set_robust_list,
+        &[head, len],
+        0,
+        format!("set_robust_list({head:#x}, {len})"),
+    );
+    let tid_at = m.tid_address.map_or(0, |t| t.addr);
+    op(
+        SYS_set_tid_address,
+        &[tid_at],
+        ANY_OK,
+        format!("set_tid_address({tid_at:#x})"),
+    );
+    if let Some(t) = m.tid_address.filter(|t| t.holds_tid) {
+        // The C library's copy of the thread id gets the new one, as the
+        // library itself stored it from set_tid_address() at start-up.
+        op(
+            COPY as c_long,
+            &[t.addr, tid_slot, 4],
+            4,
+            format!("thread id into {:#x}", t.addr),
+        );
+    }
     op(
         SYS_arch_prctl,
         &[0x1002 /* ARCH_SET_FS */, m.regs[reg::FS_BASE]],
@@ -656,6 +687,7 @@ pub(crate) fn plan(
         nops: ops.len() as u64,
         uc_addr: frame_addr + 8,
         err_slot,
+        tid_slot,
         what: ops.into_iter().map(|(_, w)| w).collect(),
     })
 }

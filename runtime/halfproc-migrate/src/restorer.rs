@@ -184,6 +184,8 @@ pub(crate) unsafe fn child_enter(
     unsafe {
         std::ptr::copy_nonoverlapping(code.as_ptr(), r as *mut u8, code.len());
         std::ptr::copy_nonoverlapping(p.data.as_ptr(), data_base as *mut u8, p.data.len());
+        // The new thread id for the plan's copy into the C library's word.
+        (p.tid_slot as *mut u32).write(libc::syscall(libc::SYS_gettid) as u32);
         let marker = (r + CODE_SIZE) as *mut u64;
         marker.write(REGION_MAGIC);
         marker.add(1).write(r_len);

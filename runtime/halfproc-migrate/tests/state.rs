@@ -36,6 +36,33 @@ fn handlers_mask_cwd_umask_survive() {
     assert_eq!(st, "exit 7");
 }
 
+/// The robust futex list, the `clear_child_tid` registration and libc's
+/// copy of the thread id follow the process: before they did, the
+/// restored process kept the restoring tool's registrations (pointing into
+/// memory it no longer had) and glibc's mutexes recorded the old pid as
+/// their owner. Three moves in a row, so a restored process is restored.
+#[test]
+fn robust_list_tid_address_and_libc_tid_survive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let mut pid = spawn(targets(), &["threadstate"], None, &out);
+    for i in 0..3 {
+        sleep_ms(150);
+        let img = tmp.path().join(format!("img{i}"));
+        checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+        pid = restore(&img).expect("restore").pid;
+    }
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let st = describe(wait(pid));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "ready\nrobust list same=1; tid address same=1; mutex owner is gettid=1; unlock=0\n"
+    );
+    assert_eq!(st, "exit 9");
+}
+
 #[test]
 fn corrupt_pages_are_detected() {
     let tmp = tempfile::tempdir().unwrap();

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <sys/auxv.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,6 +195,44 @@ int main(int argc, char **argv)
 		       sigismember(&cur, SIGUSR2), old.sa_handler == SIG_IGN, (unsigned)m,
 		       getcwd(cwd, sizeof(cwd)) ? cwd : "?");
 		return 7;
+	} else if (!strcmp(mode, "threadstate")) {
+		/*
+		 * The thread's kernel registrations and the C library's copy of
+		 * its id: the robust list and the clear_child_tid address must
+		 * be the ones glibc registered at start-up, and a mutex locked
+		 * now must record the thread's current id as its owner.
+		 */
+		struct sigaction sa;
+		void *head0, *head1;
+		size_t len0, len1;
+		int *tid0 = NULL, *tid1 = NULL;
+		int has0, has1;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		if (syscall(SYS_get_robust_list, 0, &head0, &len0))
+			return 1;
+		has0 = prctl(PR_GET_TID_ADDRESS, &tid0) == 0;
+		printf("ready\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		if (syscall(SYS_get_robust_list, 0, &head1, &len1))
+			return 1;
+		has1 = prctl(PR_GET_TID_ADDRESS, &tid1) == 0;
+		pthread_mutexattr_t a;
+		pthread_mutex_t m;
+		pthread_mutexattr_init(&a);
+		pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+		pthread_mutex_init(&m, &a);
+		pthread_mutex_lock(&m);
+		int owner_ok = m.__data.__owner == (int)syscall(SYS_gettid);
+		int unlock = pthread_mutex_unlock(&m);
+		printf("robust list same=%d; tid address same=%d; mutex owner is gettid=%d; unlock=%d\n",
+		       head1 == head0 && len1 == len0, has1 == has0 && tid1 == tid0,
+		       owner_ok, unlock);
+		return 9;
 	}
 	for (;;)
 		spin++;
