@@ -369,6 +369,17 @@ ptrdiff_t halfproc_dmread(pid_t pid, const void *ptr, size_t size, void *buf);
  */
 ptrdiff_t halfproc_dmwrite(pid_t pid, void *ptr, size_t size, const void *buf);
 
+/**
+ * A migration point (see `halfproc::yield_point`): where a node daemon was
+ * asked to migrate this program (`halfproc migrate PID --to HOST:PORT`),
+ * the program stops here and is moved from here; otherwise it returns at
+ * once. Returns 1 in the copy that now runs elsewhere (another pid), 0 when
+ * the program did not move, -1 with `errno` if the yield page cannot be
+ * mapped (`EEXIST`: its fixed address is taken; the program can then only
+ * be migrated preemptively, like one that never yields).
+ */
+int halfproc_yield(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -617,3 +617,21 @@ pub unsafe extern "C" fn halfproc_dmwrite(
     };
     bytes_or_errno(halfproc::dmwrite(pid, ptr as usize, size, local))
 }
+
+/// A migration point (see `halfproc::yield_point`): where a node daemon was
+/// asked to migrate this program (`halfproc migrate PID --to HOST:PORT`),
+/// the program stops here and is moved from here; otherwise it returns at
+/// once. Returns 1 in the copy that now runs elsewhere (another pid), 0 when
+/// the program did not move, -1 with `errno` if the yield page cannot be
+/// mapped (`EEXIST`: its fixed address is taken; the program can then only
+/// be migrated preemptively, like one that never yields).
+#[no_mangle]
+pub extern "C" fn halfproc_yield() -> c_int {
+    match halfproc::yield_now() {
+        Ok(moved) => c_int::from(moved),
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
+            -1
+        }
+    }
+}

@@ -36,6 +36,7 @@ fn header_is_up_to_date() {
         "halfproc_free",
         "halfproc_dmread",
         "halfproc_dmwrite",
+        "halfproc_yield",
     ] {
         assert!(
             generated.contains(&format!("{f}(")),

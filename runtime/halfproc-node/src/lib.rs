@@ -25,3 +25,4 @@ pub mod precopy;
 pub mod program;
 pub mod proto;
 pub mod session;
+pub mod yield_point;

@@ -47,7 +47,7 @@ pub async fn migrate_out(node: Arc<Node>, pid: i32, to: String, progress: Progre
     let r = migrate_acquired(&node, &prog, &to, &progress, t0).await;
     if r.is_err() && matches!(prog.state(), program::PState::Busy(_)) {
         prog.release();
-        prog.resume_stdin();
+        prog.resume_here();
     }
     r.unwrap_or_else(Msg::Error)
 }
@@ -72,6 +72,25 @@ async fn migrate_acquired(
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
         .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
+    // A program that yields is moved from its next yield (or, if it does
+    // not reach one in time, from where it is).
+    match crate::yield_point::park(pid, crate::yield_point::wait_limit()).await {
+        crate::yield_point::Parking::NoPage => {}
+        crate::yield_point::Parking::Parked(t) => say(
+            progress,
+            format!(
+                "pid {pid} stopped at halfproc_yield() after {} ms",
+                t.as_millis()
+            ),
+        ),
+        crate::yield_point::Parking::NotReached(t) => say(
+            progress,
+            format!(
+                "pid {pid} did not reach halfproc_yield() within {} ms: moving it from where it is",
+                t.as_millis()
+            ),
+        ),
+    }
     let stdin_offset = prog.pause_stdin().await;
 
     // Freeze and dump on a thread that stays the tracer until the decision.
@@ -321,7 +340,7 @@ pub async fn resolve(node: Arc<Node>, pid: i32, force: Option<bool>) -> Msg {
         }
         Learned::Aborted(e) => {
             prog.set_running();
-            prog.resume_stdin();
+            prog.resume_here();
             // SAFETY: continuing our own stopped child.
             unsafe { libc::kill(pid, libc::SIGCONT) };
             Msg::Done(format!(
@@ -678,7 +697,7 @@ pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> M
         Ok(st) => {
             if !kill {
                 prog.release();
-                prog.resume_stdin();
+                prog.resume_here();
             }
             Msg::Done(format!(
                 "checkpointed pid {pid} into {dir}: {:.1} MiB of pages, {} VMAs, stopped {} ms{}",
@@ -694,7 +713,7 @@ pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> M
         }
         Err(e) => {
             prog.set_running();
-            prog.resume_stdin();
+            prog.resume_here();
             Msg::Error(format!(
                 "checkpoint of pid {pid} failed: {e}; it keeps running"
             ))

@@ -240,6 +240,14 @@ impl Program {
         lock(&self.stdin).written.load(Ordering::SeqCst)
     }
 
+    /// The original runs on here (a move or checkpoint failed, or left it
+    /// running): stdin flows again, and a program stopped at a yield for
+    /// the move is let go.
+    pub fn resume_here(&self) {
+        self.resume_stdin();
+        crate::yield_point::let_go(self.pid);
+    }
+
     /// Starts (again) writing stdin into the pipe.
     pub fn resume_stdin(&self) {
         let mut s = lock(&self.stdin);

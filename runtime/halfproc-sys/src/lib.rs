@@ -42,6 +42,7 @@ pub mod mem;
 pub mod range;
 pub mod size;
 pub mod task;
+pub mod yield_page;
 
 pub use error::{Error, Result};
 pub use mem::Region;

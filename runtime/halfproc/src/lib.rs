@@ -56,6 +56,8 @@ pub mod set;
 #[cfg(not(loom))]
 mod slots;
 pub mod sync;
+#[cfg(not(loom))]
+pub mod yield_point;
 
 #[cfg(not(loom))]
 pub use alloc::{SharedAlloc, SharedBox, SharedVec};
@@ -69,6 +71,8 @@ pub use error::{Error, Result};
 pub use member::{ExitStatus, Member};
 #[cfg(not(loom))]
 pub use set::{Set, SetConfig};
+#[cfg(not(loom))]
+pub use yield_point::yield_now;
 
 /// Under loom only the lock state machines are compiled.
 #[cfg(loom)]

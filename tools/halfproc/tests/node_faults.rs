@@ -121,6 +121,46 @@ fn destination_killed(name: &str, at: KillAt, expect: &str) {
     assert_eq!(code, want_code, "{name}: exit status ({err})");
 }
 
+/// A program stopped at `halfproc_yield()` for a move whose destination
+/// dies while the image streams is let go from its yield (not left
+/// waiting there), runs on and finishes as if never asked.
+#[test]
+fn a_yielding_program_is_let_go_when_the_destination_dies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let argv = [yielder(), "yield", "60000"];
+    let (want, want_code) = reference(&argv, None);
+    let (a, b) = (Daemon::start(), Daemon::start());
+    let (r, held) = run_held(&a, &argv, None, tmp.path(), "yield-fault");
+    let pid = r.pid();
+    sleep_ms(200);
+    let (proxy, h) = killing_proxy(b.addr.clone(), b.pid(), KillAt::Bytes(64 * 1024));
+    let e = match migrate(&a.addr, pid, &proxy) {
+        Ok(m) => panic!("migrated (pid {}) to a node killed mid-way", m.pid),
+        Err(e) => e,
+    };
+    h.join().unwrap();
+    assert!(
+        e.contains(&format!("pid {pid} stopped at halfproc_yield() after")),
+        "{e}"
+    );
+    assert!(e.contains("was resumed here"), "{e}");
+    // Let go at once: it runs on (it would give up waiting after a minute).
+    let t = Instant::now();
+    while halfproc_node::yield_point::state_of(pid) != Some(halfproc_node::yield_point::RUNNING) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "still {:?} at its yield",
+            halfproc_node::yield_point::state_of(pid)
+        );
+        sleep_ms(10);
+    }
+    held.close();
+    let (out, code, err) = r.finish();
+    assert_same("yielder after a failed move", &out, &want);
+    assert_eq!(code, want_code, "run's stderr: {err}");
+    assert!(err.contains("yielder: moved 0\n"), "run's stderr: {err}");
+}
+
 #[test]
 fn destination_killed_while_streaming() {
     destination_killed("fault_stream", KillAt::Bytes(16 << 10), "lost while");

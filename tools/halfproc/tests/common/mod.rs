@@ -218,11 +218,13 @@ pub fn reference(argv: &[&str], stdin: Option<&Path>) -> (Vec<u8>, i32) {
     (o.stdout, o.status.code().unwrap_or(-1))
 }
 
-/// A successful migration: new pid, frozen time reported by the CLI.
+/// A successful migration: new pid, frozen time reported by the CLI, and
+/// all it said on stderr (progress).
 #[derive(Debug)]
 pub struct Migrated {
     pub pid: i32,
     pub frozen_ms: f64,
+    pub said: String,
 }
 
 /// `halfproc migrate --node FROM PID --to TO`: the new pid, or stderr.
@@ -243,7 +245,11 @@ pub fn migrate(from: &str, pid: i32, to: &str) -> Result<Migrated, String> {
             .and_then(|s| s.split(" ms").next())
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("no frozen time in {err:?}"))?;
-        Ok(Migrated { pid, frozen_ms })
+        Ok(Migrated {
+            pid,
+            frozen_ms,
+            said: err,
+        })
     } else {
         Err(format!("exit {:?}: {err}", o.status.code()))
     }
@@ -341,7 +347,7 @@ pub fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
 
-fn build_c(src: &Path, name: &str) -> PathBuf {
+fn build_c(src: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("halfproc-node-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name);
@@ -349,6 +355,7 @@ fn build_c(src: &Path, name: &str) -> PathBuf {
         .args(["-O1", "-o"])
         .arg(&out)
         .arg(src)
+        .args(extra)
         .status()
         .expect("run cc");
     assert!(st.success(), "cc failed for {}", src.display());
@@ -360,16 +367,44 @@ pub fn prog() -> &'static str {
     static P: OnceLock<PathBuf> = OnceLock::new();
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/halfproc-migrate/tests/prog.c");
-    P.get_or_init(|| build_c(&src, "prog")).to_str().unwrap()
+    P.get_or_init(|| build_c(&src, "prog", &[]))
+        .to_str()
+        .unwrap()
 }
 
 /// tests/node_targets.c.
 pub fn targets() -> &'static str {
     static P: OnceLock<PathBuf> = OnceLock::new();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node_targets.c");
-    P.get_or_init(|| build_c(&src, "node_targets"))
+    P.get_or_init(|| build_c(&src, "node_targets", &[]))
         .to_str()
         .unwrap()
+}
+
+/// tests/yielder.c, linked with the runtime's static C library
+/// (`halfproc-c` is a dev-dependency: cargo builds `libhalfproc_c.a` into
+/// the test's own `deps` directory).
+pub fn yielder() -> &'static str {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let deps = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let lib = deps.join("libhalfproc_c.a");
+        assert!(lib.exists(), "{} was not built", lib.display());
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let inc = here.join("../../runtime/halfproc-c/include");
+        let (inc, lib) = (inc.to_str().unwrap(), lib.to_str().unwrap());
+        build_c(
+            &here.join("tests/yielder.c"),
+            "yielder",
+            &["-I", inc, lib, "-lpthread", "-ldl", "-lm", "-lrt"],
+        )
+    })
+    .to_str()
+    .unwrap()
 }
 
 /// A Debian tool by name.
