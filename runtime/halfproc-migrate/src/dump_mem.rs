@@ -201,7 +201,7 @@ fn plan(
             continue;
         }
         refuse::classify_mapping(m)?;
-        let deleted = m.path.ends_with(" (deleted)");
+        let deleted = m.path.ends_with(" (deleted)") || procfs::replaced(m);
         let backing = if is_special(&m.path) {
             Backing::Special {
                 name: m.path.clone(),
@@ -218,7 +218,8 @@ fn plan(
         };
         let runs = match &backing {
             Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
-            // A deleted file cannot be mapped again: every page is carried.
+            // A deleted (or replaced) file cannot be mapped again: every
+            // page is carried.
             _ if deleted => vec![(m.start, m.end)],
             _ => {
                 scan.push((vmas.len(), m.start, m.end));

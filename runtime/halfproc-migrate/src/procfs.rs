@@ -17,6 +17,18 @@ pub struct MapsEntry {
     pub path: String,
 }
 
+/// Whether file mapping `m`'s path no longer names the file it maps (the
+/// file was replaced under that name, e.g. by a rebuild, or removed): its
+/// inode differs from the path's, or the path is gone. Such a mapping is
+/// carried like one of a deleted file, whole, since the only copy of what
+/// the process maps is in its memory.
+pub fn replaced(m: &MapsEntry) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    m.path.starts_with('/')
+        && !m.path.ends_with(" (deleted)")
+        && fs::metadata(&m.path).map_or(true, |md| md.ino() != m.inode)
+}
+
 fn read(pid: i32, what: &str) -> Result<String> {
     let p = format!("/proc/{pid}/{what}");
     fs::read_to_string(&p).map_err(|e| Error::io(format!("read {p}"), e))

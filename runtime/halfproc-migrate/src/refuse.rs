@@ -155,6 +155,7 @@ pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusa
             return Err(bad(true));
         }
         if m.path.ends_with(" (deleted)")
+            || procfs::replaced(m)
             || m.path.starts_with("/memfd:")
             || m.path.starts_with("/SYSV")
         {

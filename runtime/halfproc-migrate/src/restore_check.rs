@@ -55,20 +55,60 @@ pub(crate) fn unmap_ranges(lo: u64, hi: u64, keep: Option<(u64, u64)>) -> [(u64,
 
 /// Mapped files must be the same files (size, mtime, CRC) as at checkpoint.
 pub(crate) fn check_files(m: &Manifest) -> Result<()> {
+    match differing_files(m)?.first() {
+        Some(&i) => Err(changed(m, i)),
+        None => Ok(()),
+    }
+}
+
+fn changed(m: &Manifest, i: usize) -> Error {
+    let path = match &m.vmas[i].backing {
+        Backing::File { path, .. } => path.as_str(),
+        _ => "?",
+    };
+    Error::Restore(format!(
+        "mapped file {path} changed since the checkpoint (or is missing here)"
+    ))
+}
+
+/// Indexes of the image's file mappings whose file is not the same here
+/// (changed, replaced or missing: size, mtime and CRC-32 are compared),
+/// which the restore cannot map again. A caller that can get their
+/// contents as the original saw them (a node daemon, from the frozen
+/// original) makes them copies with [`copy_instead`]. A *shared* mapping
+/// of such a file is an error: a copy would not be shared.
+pub fn differing_files(m: &Manifest) -> Result<Vec<usize>> {
     let mut seen = BTreeMap::new();
-    for v in &m.vmas {
-        if let Backing::File { path, id, .. } = &v.backing {
-            if !seen.contains_key(path) {
-                seen.insert(path.clone(), procfs::file_id(path)?);
-            }
-            if &seen[path] != id {
-                return Err(Error::Restore(format!(
-                    "mapped file {path} changed since the checkpoint"
-                )));
+    let mut out = Vec::new();
+    for (i, v) in m.vmas.iter().enumerate() {
+        if let Backing::File {
+            path, id, shared, ..
+        } = &v.backing
+        {
+            let same = *seen
+                .entry(path.clone())
+                .or_insert_with(|| procfs::file_id(path).is_ok_and(|here| &here == id));
+            if !same {
+                if *shared {
+                    return Err(changed(m, i));
+                }
+                out.push(i);
             }
         }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// Makes the file mappings `idx` (from [`differing_files`]) anonymous: the
+/// restore maps them as private memory with their protections and lays
+/// their dumped pages over as before; the caller then writes the file's
+/// contents, as the original saw them, into the restored (stopped) copy.
+pub fn copy_instead(m: &mut Manifest, idx: &[usize]) {
+    for &i in idx {
+        if let Some(v) = m.vmas.get_mut(i) {
+            v.backing = Backing::Anon;
+        }
+    }
 }
 
 /// vdso/vvar: each special mapping of the image must exist here with the

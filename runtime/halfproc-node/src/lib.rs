@@ -19,6 +19,7 @@
 pub mod access;
 pub mod client;
 pub mod daemon;
+pub mod files;
 pub mod member;
 pub mod migrate;
 pub mod precopy;

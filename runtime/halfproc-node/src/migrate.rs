@@ -401,9 +401,24 @@ async fn stream_and_commit(
         conn.send(&Msg::Pages(c.to_vec())).await.map_err(lost)?;
     }
     conn.send(&Msg::PagesEnd).await.map_err(lost)?;
-    let new_pid = match answer(conn, "restoring").await.map_err(Failed::Before)? {
-        Msg::Restored { pid } => pid,
-        m => return Err(Failed::Before(format!("unexpected answer {m:?}"))),
+    let new_pid = loop {
+        match answer(conn, "restoring").await.map_err(Failed::Before)? {
+            Msg::Restored { pid } => break pid,
+            Msg::NeedFiles { ranges } => {
+                let n = crate::files::serve(conn, prog.pid, &ranges)
+                    .await
+                    .map_err(Failed::Before)?;
+                say(
+                    progress,
+                    format!(
+                        "{} mapped file range(s) differ there: sent their contents ({:.1} MiB)",
+                        ranges.len(),
+                        n as f64 / 1048576.0
+                    ),
+                );
+            }
+            m => return Err(Failed::Before(format!("unexpected answer {m:?}"))),
+        }
     };
     say(
         progress,
@@ -567,6 +582,13 @@ async fn receive_and_restore(
     let pages = full;
     // After a pre-copy this also checks that no write was missed.
     image::verify_pages(&m, &pages).map_err(|e| e.to_string())?;
+    // Mapped files that are not the same here are copied from the original.
+    let mut m = m;
+    let ranges = crate::files::plan_copies(&mut m)?;
+    let copies = match ranges.is_empty() {
+        true => Vec::new(),
+        false => crate::files::fetch(conn, ranges).await?,
+    };
     let started = program::create(How::Restore {
         manifest: Box::new(m),
         pages: Pages::Memory(pages),
@@ -581,6 +603,8 @@ async fn receive_and_restore(
             let _ = g.send(yes);
         }
     };
+    crate::files::fill(pid, &copies).inspect_err(|_| decide(false))?;
+    drop(copies);
     conn.send(&Msg::Restored { pid }).await.map_err(|e| {
         decide(false);
         e.to_string()

@@ -230,6 +230,19 @@ pub enum Msg {
     /// A chunk of page contents; `PagesEnd` follows the last.
     Pages(#[serde(with = "serde_bytes")] Vec<u8>),
     PagesEnd,
+    /// Destination, after `PagesEnd`: these file mappings (`[start, end)`
+    /// of the image's VMAs) map files that are not the same here; send
+    /// their contents (`FilePages`*, then `FilePagesEnd`).
+    NeedFiles {
+        ranges: Vec<(u64, u64)>,
+    },
+    /// Source: contents of the original's memory at `addr`.
+    FilePages {
+        addr: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    FilePagesEnd,
     /// Destination: restored, stopped, waiting for `Commit`.
     Restored {
         pid: i32,

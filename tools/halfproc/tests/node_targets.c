@@ -8,14 +8,19 @@
  *   child   a child process that waits to be killed (refused by migrate)
  *   thread  a second thread that sleeps (refused by migrate)
  *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
- *           would run on (the fault tests check that none does) */
+ *           would run on (the fault tests check that none does)
+ *   mapfile FILE (fourth argument) mapped private and read-only at the
+ *           start; a hash of its bytes is printed last */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +38,8 @@ int main(int argc, char **argv)
 	int p[2] = { -1, -1 };
 	pid_t child = -1;
 	uint64_t h = 1469598103934665603ULL;
+	const unsigned char *map = NULL;
+	size_t maplen = 0;
 
 	if (!strcmp(mode, "thread")) {
 		pthread_t t;
@@ -49,6 +56,17 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "socket")) {
 		if (socket(AF_UNIX, SOCK_STREAM, 0) < 0)
 			return 90;
+	} else if (!strcmp(mode, "mapfile")) {
+		struct stat st;
+		int fd = argc > 4 ? open(argv[4], O_RDONLY) : -1;
+
+		if (fd < 0 || fstat(fd, &st))
+			return 93;
+		maplen = st.st_size;
+		map = mmap(NULL, maplen, PROT_READ, MAP_PRIVATE, fd, 0);
+		close(fd);
+		if (map == MAP_FAILED)
+			return 94;
 	} else if (!strcmp(mode, "pipe")) {
 		if (pipe(p))
 			return 91;
@@ -73,6 +91,13 @@ int main(int argc, char **argv)
 	if (argc > 3 && !strcmp(argv[3], "wait"))
 		while (getchar() != EOF)
 			;
+	if (map) {
+		uint64_t s = 0;
+
+		for (size_t i = 0; i < maplen; i++)
+			s = s * 31 + map[i];
+		printf("mapped %zu bytes, hash %016llx\n", maplen, (unsigned long long)s);
+	}
 	if (child > 0) {
 		if (p[1] >= 0)
 			close(p[1]);

@@ -36,7 +36,23 @@ impl Daemon {
 
     /// With extra arguments and environment variables.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut child = halfproc()
+        Daemon::start_wrapped(&[], args, env)
+    }
+
+    /// Run by `wrapper` (a command that ends by executing its arguments,
+    /// e.g. `unshare -m sh -c '...; exec "$0" "$@"'`), with extra arguments
+    /// and environment variables.
+    pub fn start_wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let bin = env!("CARGO_BIN_EXE_halfproc");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
             .args(["node", "--listen", "127.0.0.1:0"])
             .args(args)
             .envs(env.iter().copied())
