@@ -28,7 +28,8 @@
 # max,la57=off for 4-level paging), HALFPROC_RUN (the results' name
 # instead of MODE), HALFPROC_SHARE (a host folder the guest
 # mounts), HALFPROC_QUIET, HALFPROC_GUEST_EXTRA ("SRC:DST ..." more files); for bench-apps
-# HALFPROC_APPS_TIMEOUT (seconds for both guests, default 3600).
+# HALFPROC_APPS_TIMEOUT (seconds for both guests, default 3600), HALFPROC_APPS_CPUS (vCPUs
+# per guest, default 1; 2 suits --nodes 4, two nodes per guest).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
@@ -110,6 +111,8 @@ bench_apps() {	# bench_apps FLAVOUR [OPTIONS]: the apps across two guests
 	local flavour="$1" OUT="$HALFPROC_ROOT/out/$1"
 	shift
 	local timeout="${HALFPROC_APPS_TIMEOUT:-3600}" results="$HALFPROC_ROOT/out/bench-apps-guests"
+	# vCPUs per guest: 1 (one node per guest); 4-node runs put two on each.
+	local cpus="${HALFPROC_APPS_CPUS:-1}"
 	local ko
 	ko="$(sed -n 's|^\(.*\):/lib/modules/halfproc.ko$|\1|p' "$OUT/files" 2>/dev/null)"
 	[ -f "$OUT/kernel" ] && [ -f "$ko" ] ||
@@ -138,9 +141,9 @@ bench_apps() {	# bench_apps FLAVOUR [OPTIONS]: the apps across two guests
 	mkdir -p "$results"
 	# One argument a line (apps/guest/two.sh reads them so); OPTIONS come last and win.
 	printf '%s\n' --size medium --runs 3 --nodes 1,2 --timeout 600 \
-		--label "two QEMU guests (TCG, 1 vCPU each)" \
-		--dmi-note "one node per guest (rank 0 on A, rank 1 on B), kernel backend, TCP over the guests' virtio-net link" \
-		--mpi-note "Open MPI, one rank per guest (orted on B through apps/guest/rsh.sh), btl self,tcp on the same link, mpi_yield_when_idle 1" \
+		--label "two QEMU guests (TCG, $cpus vCPU each)" \
+		--dmi-note "one node per guest on 2 nodes (rank 0 on A, rank 1 on B), two on 4 (ranks 0-1 on A, 2-3 on B), kernel backend, TCP over the guests' virtio-net link" \
+		--mpi-note "Open MPI, the same placement (orted on B through apps/guest/rsh.sh), btl self,tcp, mpi_yield_when_idle 1" \
 		"$@" >"$OUT/bench-apps.args"
 	local files=(--file "$ko:/lib/modules/halfproc.ko" --file "$RT/halfproc:/bin/halfproc"
 		--file "$S/cks-cmp:/apps/cks-cmp" --file "$OUT/bench-apps.args:/etc/bench-apps.args") f
@@ -157,7 +160,7 @@ bench_apps() {	# bench_apps FLAVOUR [OPTIONS]: the apps across two guests
 	# 2 GiB each: the bench size's arrays, the programs and Open MPI in the initramfs.
 	"$HALFPROC_ROOT/target/release/halfproc-harness" pair --kernel "$(cat "$OUT/kernel")" \
 		--initrd "$OUT/initramfs-apps.cpio" --log-a "$OUT/apps-a.log" --log-b "$OUT/apps-b.log" \
-		--timeout "$timeout" --cpus 1 --memory 2048 --cpu "${HALFPROC_CPU:-max}" \
+		--timeout "$timeout" --cpus "$cpus" --memory 2048 --cpu "${HALFPROC_CPU:-max}" \
 		--append "halfproc.mode=apps pti=${HALFPROC_PTI:-on} ${HALFPROC_APPEND:-}" \
 		--share-a "$results" --expect-a apps/two-a --expect-b apps/two-b \
 		${HALFPROC_QUIET:+--quiet} || rc=$?

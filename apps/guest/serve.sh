@@ -5,8 +5,10 @@
 # guests' private link is the only network they have; this is the remote
 # execution a cluster gets from ssh. Requests, one line:
 #   ping                      answers pong (A waits for B's server)
-#   dmi PEERS PROGRAM ARGS    rank 1 of a 2-node DMI run (DMI_PEERS=PEERS);
-#                             its output, then halfproc-rank1-rc=STATUS
+#   dmi RANK SIZE PEERS PROGRAM ARGS
+#                             rank RANK of a SIZE-node DMI run
+#                             (DMI_PEERS=PEERS); its output, then
+#                             halfproc-rank-rc=STATUS
 #   exec COMMAND              COMMAND in sh: what Open MPI's rsh agent
 #                             (apps/guest/rsh.sh) asks for, its orted
 #   served                    how many DMI ranks and orteds this server ran
@@ -17,10 +19,12 @@ case "$kind" in
 ping) echo pong ;;
 dmi)
 	echo dmi >>/tmp/apps-served
-	peers="${rest%% *}"
-	# shellcheck disable=SC2086
-	env DMI_RANK=1 DMI_SIZE=2 DMI_PEERS="$peers" ${rest#* } </dev/null 2>&1
-	echo "halfproc-rank1-rc=$?"
+	# shellcheck disable=SC2086 # the program and its arguments, one word each
+	set -- $rest
+	rank="$1" size="$2" peers="$3"
+	shift 3
+	env DMI_RANK="$rank" DMI_SIZE="$size" DMI_PEERS="$peers" "$@" </dev/null 2>&1
+	echo "halfproc-rank-rc=$?"
 	;;
 exec)
 	case "$rest" in *orted*) echo mpi >>/tmp/apps-served ;; esac

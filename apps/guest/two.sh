@@ -3,7 +3,7 @@
 # The apps on DMI against MPI across two QEMU guests (scripts/guest.sh
 # bench-apps; init.sh runs this in mode apps):
 #   two.sh a|b MY_IP PEER_IP
-# B serves requests (apps/guest/serve.sh: rank 1 of each DMI run, Open
+# B serves requests (apps/guest/serve.sh: B's ranks of each DMI run, Open
 # MPI's orted) until A says quit; A runs `halfproc bench apps` with the
 # launchers of this directory and the options in /etc/bench-apps.args,
 # writing apps.{json,svg,png} to the host's shared folder (/mnt) when the
@@ -55,11 +55,11 @@ halfproc bench apps --bin /apps --dmi /apps/guest/dmi-two.sh \
 r=$?
 sync
 tap "$r" apps_on_two_guests
-# Every 2-node run had its rank 1 on B: what A launched, B served.
+# Every multi-node run had its upper ranks on B: what A launched, B served.
 for k in dmi mpi; do echo "$k $(grep -c "^$k$" /tmp/apps-launched 2>/dev/null)"; done >/tmp/apps-launched.n
 echo served | nc "$peer" 7300 >/tmp/apps-served.n
-echo "# 2-node runs started here: $(paste -sd' ' /tmp/apps-launched.n); rank 1 run on guest B: $(paste -sd' ' /tmp/apps-served.n)"
+echo "# ranks on guest B launched from here: $(paste -sd' ' /tmp/apps-launched.n); run on guest B: $(paste -sd' ' /tmp/apps-served.n)"
 cmp -s /tmp/apps-launched.n /tmp/apps-served.n
-tap $? every_two_node_run_had_rank_1_on_guest_b
+tap $? every_multi_node_run_had_its_upper_ranks_on_guest_b
 echo quit | nc "$peer" 7300 >/dev/null
 exit $failed
