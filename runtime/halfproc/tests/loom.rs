@@ -395,7 +395,7 @@ enum Ended {
 /// that dies (stops) after `die` steps.
 fn journaled_write(f: &WFrame, j: &WJournal, v: usize, die: usize) -> Ended {
     let mut step = 0;
-    let mut at = |s: &mut usize| {
+    let at = |s: &mut usize| {
         *s += 1;
         *s > die
     };
