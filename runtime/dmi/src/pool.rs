@@ -17,9 +17,11 @@
 //! `pool_write.rs` change the bytes and the version of an owned page the
 //! engine marked exclusive-writable ([`Frame::set_writable`]), and the
 //! engine takes that back ([`Frame::revoke`]) before it reads or changes
-//! the page again. Writers take the sequence word with a compare-and-swap
-//! (`SeqCount::write_lock`, `try_write_begin`), so they exclude each other.
-//! The engine brackets every change of a frame (data,
+//! the page again. Writers take the frame's holder word with a
+//! compare-and-swap (naming themselves: the node, or an instance's write
+//! journal, `pool_journal.rs`), so they exclude each other, and only then
+//! the sequence word; the node finishes or undoes the write of an instance
+//! that died holding a frame. The engine brackets every change of a frame (data,
 //! page, validity, its death when the page goes) with the sequence word
 //! (`halfproc::sync::SeqCount`): odd while changing, a new even value after; the values only
 //! grow, also across reuse, because a frame's memory never leaves the pool
@@ -75,6 +77,52 @@ struct Head {
     /// The owner's version of the page (writes applied so far); fast
     /// writes add theirs here.
     version: AtomicU64,
+    /// Who may change the frame now ([`FREE`], [`NODE`], or a compute
+    /// instance's write journal, `pool_journal.rs`): taken by
+    /// compare-and-swap before the sequence word goes odd, given back after
+    /// it is even again ([`Head::lock`], [`Head::unlock`]). Naming the
+    /// holder lets the node finish or undo the write of an instance that
+    /// died holding it.
+    holder: AtomicU64,
+}
+
+/// [`Head::holder`]: nobody holds the frame.
+const FREE: u64 = 0;
+/// [`Head::holder`]: a thread of the node process holds it (the engine,
+/// or a fast write of the node's program: they die with the node). A
+/// retired frame stays held by the node until it is reused.
+const NODE: u64 = 1;
+
+impl Head {
+    /// Takes the frame for a change by the node process: waits (spinning,
+    /// then yielding) while another writer holds it, then makes the
+    /// sequence word odd. A compute instance that died holding it is
+    /// released by its node (`Journal::recover`), so this wait ends.
+    fn lock(&self) -> u64 {
+        let mut spins = 0u32;
+        while self
+            .holder
+            .compare_exchange_weak(FREE, NODE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        // The holder word excludes every other writer.
+        self.seq.write_begin()
+    }
+
+    /// Ends the change `lock` (or a fast writer's `write_begin`) returned
+    /// `n` for and lets the frame go.
+    fn unlock(&self, n: u64) {
+        self.seq.write_end(n);
+        // Release: the next holder sees the change and the even word.
+        self.holder.store(FREE, Ordering::Release);
+    }
 }
 
 #[repr(C)]
@@ -495,8 +543,9 @@ impl Store {
         });
         // SAFETY: the frame is ours (fresh or from the free list).
         let h = unsafe { head.as_ref() };
-        // Fresh (never in the index) or retired (odd: no fast writer can
-        // take it), so this is the only writer.
+        // Fresh (never in the index) or retired (odd and held by the node:
+        // no fast writer can take it), so this is the only writer.
+        h.holder.store(NODE, Ordering::Relaxed);
         let n = h.seq.write_begin();
         h.ok.store(0, Ordering::Relaxed);
         h.wr.store(0, Ordering::Relaxed);
@@ -506,7 +555,7 @@ impl Store {
         h.len.store(len as u64, Ordering::Relaxed);
         // SAFETY: `cap >= len` bytes follow the head; only the engine writes.
         fill(unsafe { std::slice::from_raw_parts_mut(head.as_ptr().cast::<u8>().add(HEAD), len) });
-        h.seq.write_end(n);
+        h.unlock(n);
         let slot = self.link(page, head);
         Frame {
             head,
@@ -619,14 +668,14 @@ impl Frame {
     /// read flag (the next `publish` decides whether to set it again).
     pub fn modify<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let h = self.head();
-        // A fast writer may hold the word (it finds no grant after this).
-        let n = h.seq.write_lock();
+        // A fast writer may hold the frame (it finds no grant after this).
+        let n = h.lock();
         h.ok.store(0, Ordering::Relaxed);
         h.wr.store(0, Ordering::Relaxed);
         // SAFETY: `len` bytes follow the head; `&mut self` is the only
         // writer; readers detect the change by the sequence word.
         let r = f(unsafe { std::slice::from_raw_parts_mut(self.data(), self.len) });
-        self.head().seq.write_end(n);
+        self.head().unlock(n);
         self.store.lock().dirty.push(self.page);
         r
     }
@@ -674,9 +723,9 @@ impl Frame {
         if h.wr.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        let n = h.seq.write_lock();
+        let n = h.lock();
         h.wr.store(0, Ordering::Relaxed);
-        h.seq.write_end(n);
+        h.unlock(n);
         self.store.lock().dirty.push(self.page);
         true
     }
@@ -704,8 +753,9 @@ impl Drop for Frame {
         // Dead: an odd sequence no reader accepts, then out of the index;
         // the memory waits for the next page of its class.
         let h = self.head();
-        // Live, so even unless a fast writer holds it: wait for that one.
-        h.seq.write_lock();
+        // Live, so free unless a fast writer holds it: wait for that one.
+        // The node keeps it (odd) until the frame is reused.
+        h.lock();
         h.ok.store(0, Ordering::Relaxed);
         h.wr.store(0, Ordering::Relaxed);
         if let Some(s) = self.slot {
@@ -723,6 +773,10 @@ impl Drop for Frame {
 #[path = "pool_write.rs"]
 mod write;
 pub use write::{fast_writes, set_fast_writes, write_counts};
+
+#[path = "pool_journal.rs"]
+mod journal;
+pub use journal::{stop_in_fast_write, Journal, Recovered, WriteStop};
 
 #[cfg(test)]
 #[path = "pool_test.rs"]

@@ -15,22 +15,28 @@
 //! sequence word like any writer, clears the flag, and lets go.
 //!
 //! **A fast write.** For every page it touches: find the frame, take its
-//! sequence word by compare-and-swap from the even value just read
-//! (`SeqCount::try_write_begin`; writers exclude each other), and check,
-//! holding it, that the frame is still this page's and granted; if any
-//! page fails, let go of all and take the engine's path with the whole
-//! call. Then copy the bytes, add one to the version per page part (as the
-//! engine's `propagate` does), and let go (a new even value: readers of the
-//! frames retry). A write whose grant check passed holding the word comes
-//! before the engine's revoke (which waits for the word), so the engine
-//! sends on and reads the page with it; one that finds the grant gone goes
-//! to the engine and queues behind whatever took it. Either way the write
-//! takes effect at one instant in the engine's order of the page's
-//! accesses, which keeps every page sequentially consistent.
+//! holder word by compare-and-swap (writers and the engine exclude each
+//! other; the value names the writer), and check, holding it, that the
+//! frame is still this page's and granted; if any page fails, let go of
+//! all and take the engine's path with the whole call. Then make the
+//! sequence words odd, copy the bytes, add one to the version per page part
+//! (as the engine's `propagate` does), and let go (a new even value:
+//! readers of the frames retry). A write whose grant check passed holding
+//! the frame comes before the engine's revoke (which waits for the holder
+//! word), so the engine sends on and reads the page with it; one that finds
+//! the grant gone goes to the engine and queues behind whatever took it.
+//! Either way the write takes effect at one instant in the engine's order
+//! of the page's accesses, which keeps every page sequentially consistent.
+//!
+//! A compute instance writes with its journal (`pool_journal.rs`): it
+//! records the frames it takes and, before changing any, the new bytes, so
+//! that its node completes the write, or finds it never began, if the
+//! instance dies holding them.
 
 use std::sync::atomic::Ordering;
 
-use super::{FastPath, Head, Index, ATTEMPTS, HEAD, PROBES, SLOTS};
+use super::journal::{stop, stop_armed, Journal, WriteStop};
+use super::{FastPath, Head, Index, ATTEMPTS, FREE, HEAD, NODE, PROBES, SLOTS};
 use crate::addr::REGION_SHIFT;
 
 /// Writes applied to the frames, and writes that took the engine's path
@@ -54,7 +60,7 @@ pub fn write_counts() -> (u64, u64) {
     WRITES.counts()
 }
 
-/// A frame whose sequence word this writer holds (odd value `n`).
+/// A frame this writer holds (its sequence word odd, value `n`).
 struct Held<'a> {
     head: &'a Head,
     /// The frame's start (the data follows at [`HEAD`]).
@@ -65,19 +71,31 @@ struct Held<'a> {
 impl Index {
     /// Writes every `(addr, bytes)` item into the frames if this node may
     /// write all the pages they touch without the engine (see the module
-    /// doc); false: nothing was written, take the engine's path.
+    /// doc); false: nothing was written, take the engine's path. For
+    /// threads of the node process (they die with the node).
     pub fn write(&self, items: &[(i64, &[u8])]) -> bool {
-        WRITES.count(self.try_write(items))
+        WRITES.count(self.try_write(items, None))
     }
 
-    fn try_write(&self, items: &[(i64, &[u8])]) -> bool {
+    /// [`Index::write`] from a compute instance, with its journal (in its
+    /// mailbox): the node finishes or drops the write if the instance dies
+    /// in it (`pool_journal.rs`).
+    pub fn write_journaled(&self, items: &[(i64, &[u8])], journal: &Journal) -> bool {
+        WRITES.count(self.try_write(items, Some(journal)))
+    }
+
+    fn try_write(&self, items: &[(i64, &[u8])], journal: Option<&Journal>) -> bool {
         if items.is_empty() || self.open.load(Ordering::Acquire) == 0 {
             return false;
         }
+        if let Some(j) = journal {
+            j.open();
+        }
+        let who = journal.map_or(NODE, Journal::id);
         let mut held: Vec<Held<'_>> = Vec::new();
         // (frame in `held`, offset in the page, bytes)
         let mut parts: Vec<(usize, usize, &[u8])> = Vec::new();
-        let all = items.iter().all(|&(addr, buf)| {
+        let mut all = items.iter().all(|&(addr, buf)| {
             if addr <= 0 || buf.is_empty() {
                 return false;
             }
@@ -93,7 +111,7 @@ impl Index {
                     return false;
                 }
                 let n = ((ps - at) as usize).min(buf.len() - done);
-                let Some(k) = self.hold(id, index, &mut held) else {
+                let Some(k) = self.hold(id, index, who, journal, &mut held) else {
                     return false;
                 };
                 if held[k].head.len.load(Ordering::Relaxed) < at + n as u64 {
@@ -105,30 +123,60 @@ impl Index {
             }
             true
         });
+        if let (true, Some(j)) = (all, journal) {
+            if stop_armed(WriteStop::Held) {
+                stop();
+            }
+            all = j.commit(&parts);
+        }
         if all {
-            for &(k, at, bytes) in &parts {
+            for (i, &(k, at, bytes)) in parts.iter().enumerate() {
                 let (h, base) = (held[k].head, held[k].base);
+                let mut from = 0;
+                if i == 0 && journal.is_some() && stop_armed(WriteStop::Torn) {
+                    from = bytes.len() / 2;
+                    // SAFETY: as below, the first half.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(HEAD + at), from)
+                    };
+                    stop();
+                }
                 // SAFETY: the frame has at least `at + bytes.len()` bytes
-                // after its head (checked against `len` holding the word);
-                // this writer holds its sequence word and the engine's grant,
-                // so nobody else writes them; readers see the odd word.
+                // after its head (checked against `len` holding it); this
+                // writer holds it and the engine's grant, so nobody else
+                // writes them; readers see the odd word.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(HEAD + at), bytes.len())
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr().add(from),
+                        base.add(HEAD + at + from),
+                        bytes.len() - from,
+                    )
                 };
                 let v = h.version.load(Ordering::Relaxed);
                 h.version.store(v + 1, Ordering::Relaxed);
             }
         }
         for h in held {
-            h.head.seq.write_end(h.n);
+            h.head.unlock(h.n);
+        }
+        if let Some(j) = journal {
+            j.close();
         }
         all
     }
 
-    /// Takes the sequence word of `(region, index)`'s frame if the engine
-    /// granted fast writes on it (or finds it among those held already):
-    /// its place in `held`, or None (busy, not granted, not here).
-    fn hold<'a>(&'a self, region: u64, index: u64, held: &mut Vec<Held<'a>>) -> Option<usize> {
+    /// Takes `(region, index)`'s frame if the engine granted fast writes on
+    /// it (or finds it among those held already): holder word `who`, then
+    /// an odd sequence word. Its place in `held`, or None (busy, not
+    /// granted, not here, no room in the journal).
+    fn hold<'a>(
+        &'a self,
+        region: u64,
+        index: u64,
+        who: u64,
+        journal: Option<&Journal>,
+        held: &mut Vec<Held<'a>>,
+    ) -> Option<usize> {
         let mine = |h: &Head| {
             h.region.load(Ordering::Relaxed) == region && h.index.load(Ordering::Relaxed) == index
         };
@@ -147,27 +195,41 @@ impl Index {
                 // memory stays mapped (frames are reused, never returned to
                 // the allocator, while the store lives).
                 let head = unsafe { &*(p as *const Head) };
-                let Some(s) = head.seq.read_begin() else {
+                if head.seq.read_begin().is_none() {
                     raced = true;
                     continue;
-                };
+                }
                 if !mine(head) {
                     continue;
                 }
                 if head.wr.load(Ordering::Relaxed) == 0 {
                     return None;
                 }
-                let Some(n) = head.seq.try_write_begin(s) else {
+                if journal.is_some_and(|j| !j.record_frame(held.len(), head)) {
+                    return None;
+                }
+                // AcqRel: the journal's record of the frame is before it
+                // (release), the previous holder's changes after (acquire).
+                if head
+                    .holder
+                    .compare_exchange(FREE, who, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
+                {
                     raced = true;
                     continue;
-                };
-                // Holding the word: the page, the read flag and the grant
+                }
+                // Holding the frame: the page, the read flag and the grant
                 // change only under it (a grant is set outside, after the
                 // engine's last change: Acquire pairs with its Release).
                 if mine(head)
                     && head.wr.load(Ordering::Acquire) != 0
                     && head.ok.load(Ordering::Relaxed) != 0
                 {
+                    // The holder word excludes every other writer.
+                    let n = head.seq.write_begin();
+                    if let Some(j) = journal {
+                        j.record_version(held.len(), head.version.load(Ordering::Relaxed));
+                    }
                     held.push(Held {
                         head,
                         base: p as *mut u8,
@@ -175,7 +237,7 @@ impl Index {
                     });
                     return Some(held.len() - 1);
                 }
-                head.seq.write_end(n);
+                head.holder.store(FREE, Ordering::Release);
                 return None;
             }
             if !raced {

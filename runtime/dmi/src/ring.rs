@@ -234,6 +234,9 @@ pub struct Mailbox {
     slot: Mutex<Slot>,
     to_node: Condvar,
     to_instance: Condvar,
+    /// The instance's fast writes (`pool_journal.rs`): what the node needs
+    /// to finish or drop one the instance dies in.
+    journal: crate::pool::Journal,
 }
 
 /// What [`Mailbox::take`] found.
@@ -301,6 +304,7 @@ impl Mailbox {
             }),
             to_node: Condvar::new(),
             to_instance: Condvar::new(),
+            journal: crate::pool::Journal::default(),
         })
         .map_err(|e| DmiError::Setup(format!("mailbox: {e}")))?;
         Ok(halfproc::SharedBox::leak(b))
@@ -311,6 +315,11 @@ impl Mailbox {
     /// # Safety
     /// The instance has ended and nothing uses `self` afterwards.
     pub unsafe fn release(&'static self) {
+        // SAFETY: the instance has ended (caller); its node's pool lives on.
+        unsafe {
+            self.journal.recover();
+            self.journal.free();
+        }
         if let Ok(g) = lock(&self.slot) {
             if g.staging != 0 {
                 // SAFETY: the buffer came from halfproc's malloc (in the
@@ -322,6 +331,16 @@ impl Mailbox {
         // SAFETY: `self` was leaked from a SharedBox in `new` and is not
         // used any more (caller).
         drop(unsafe { halfproc::SharedBox::from_raw_in(p, halfproc::SharedAlloc) });
+    }
+
+    /// Node, once the instance died: completes or drops the fast write it
+    /// died in, letting go of the frames it held (`pool_journal.rs`).
+    ///
+    /// # Safety
+    /// The instance is dead.
+    pub unsafe fn recover_writes(&self) -> crate::pool::Recovered {
+        // SAFETY: forwarded from the caller; the node's pool lives on.
+        unsafe { self.journal.recover() }
     }
 
     /// Instance: records the instance function's return value.
@@ -501,6 +520,11 @@ impl Link {
         // SAFETY: the mailbox's node stored its shared-range index there;
         // it stays mapped while the node runs.
         unsafe { crate::pool::Index::at(a) }
+    }
+
+    /// This instance's write journal (in its current mailbox).
+    pub fn journal(&self) -> &'static crate::pool::Journal {
+        &self.mb().journal
     }
 
     fn node_pid(&self) -> i32 {

@@ -294,6 +294,15 @@ impl Dmi {
         self.node_frames()
     }
 
+    /// A write into the frames: in a compute instance with its journal
+    /// (its node completes or drops the write if the instance dies in it).
+    fn write_hit(&self, ix: &crate::pool::Index, items: &[(i64, &[u8])]) -> bool {
+        match &self.link {
+            Some(l) => ix.write_journaled(items, l.journal()),
+            None => ix.write(items),
+        }
+    }
+
     fn node_frames(&self) -> Option<&'static crate::pool::Index> {
         match &self.link {
             Some(l) => l.index(),
@@ -388,7 +397,7 @@ impl Dmi {
         // applied the same in both modes; anything else goes to the engine.
         if self
             .write_frames()
-            .is_some_and(|ix| ix.write(&[(addr, buf)]))
+            .is_some_and(|ix| self.write_hit(ix, &[(addr, buf)]))
         {
             return Ok(());
         }
@@ -426,7 +435,10 @@ impl Dmi {
     pub fn group_write(&self, items: &[(i64, &[u8])], mode: WriteMode) -> Result<(), DmiError> {
         // All pages are written from the frames, or none (then the engine
         // takes the whole call).
-        if self.write_frames().is_some_and(|ix| ix.write(items)) {
+        if self
+            .write_frames()
+            .is_some_and(|ix| self.write_hit(ix, items))
+        {
             return Ok(());
         }
         let items = items.iter().map(|(a, b)| (*a, b.to_vec())).collect();

@@ -528,6 +528,23 @@ fn serve(
         }
     };
     let status_known = status.is_ok();
+    if status_known {
+        // SAFETY: the instance has ended (its status is in).
+        let r = unsafe { mb.recover_writes() };
+        if r.frames > 0 {
+            let how = if r.committed {
+                "completed it"
+            } else {
+                "its pages are as before it"
+            };
+            report(&format!(
+                "dmi: node {rank}: instance {id} (pid {}) died in a fast write of {} page(s); \
+                 {how}",
+                member.pid(),
+                r.frames
+            ));
+        }
+    }
     let ended = match status {
         Ok(st) => match mb.returned() {
             Some(v) if st.success() => Ended::Returned(v),

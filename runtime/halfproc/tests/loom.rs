@@ -186,20 +186,28 @@ fn seqlock_snapshot_is_whole_and_of_its_page() {
     });
 }
 
-/// A page frame as `dmi`'s pool keeps it for fast writes (`pool_write.rs`):
-/// the sequence word, the engine's grant, two data words always written as
-/// a pair, and the version.
+/// A page frame as `dmi`'s pool keeps it for fast writes (`pool.rs`,
+/// `pool_write.rs`): the holder word (who may change it: free, the node
+/// process, or an instance), the sequence word, the engine's grant, two
+/// data words always written as a pair, and the version.
 struct WFrame {
+    holder: AtomicUsize,
     seq: SeqCount,
     wr: AtomicUsize,
     data: [AtomicUsize; 2],
     version: AtomicUsize,
 }
 
+const FREE: usize = 0;
+const NODE: usize = 1;
+/// An instance's holder value (its journal's address in `dmi`).
+const INST: usize = 2;
+
 impl WFrame {
     /// Granted, at version 0, data (0, 0).
     fn granted() -> Arc<WFrame> {
         let f = Arc::new(WFrame {
+            holder: AtomicUsize::new(FREE),
             seq: SeqCount::new(),
             wr: AtomicUsize::new(0),
             data: [AtomicUsize::new(0), AtomicUsize::new(0)],
@@ -211,27 +219,53 @@ impl WFrame {
         f
     }
 
+    /// `Head::lock`: the engine takes the frame (waits for its holder).
+    fn lock(&self) -> u64 {
+        while self
+            .holder
+            .compare_exchange(FREE, NODE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            thread::yield_now();
+        }
+        self.seq.write_begin()
+    }
+
+    /// `Head::unlock`.
+    fn unlock(&self, n: u64) {
+        self.seq.write_end(n);
+        self.holder.store(FREE, Ordering::Release);
+    }
+
+    /// Takes the frame for a fast write as `who` if granted (`Index::hold`):
+    /// the odd sequence value, or None (take the engine's path).
+    fn hold(&self, who: usize) -> Option<u64> {
+        self.seq.read_begin()?;
+        if self.wr.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.holder
+            .compare_exchange(FREE, who, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()?;
+        if self.wr.load(Ordering::Acquire) == 0 {
+            self.holder.store(FREE, Ordering::Release);
+            return None;
+        }
+        Some(self.seq.write_begin())
+    }
+
     /// `Index::write` on one page: true if written, false if it must take
     /// the engine's path (nothing written).
     fn fast_write(&self, v: usize) -> bool {
-        let Some(s) = self.seq.read_begin() else {
+        let Some(n) = self.hold(NODE) else {
             return false;
         };
-        if self.wr.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        let Some(n) = self.seq.try_write_begin(s) else {
-            return false;
-        };
-        let granted = self.wr.load(Ordering::Acquire) != 0;
-        if granted {
-            self.data[0].store(v, Ordering::Relaxed);
-            self.data[1].store(v, Ordering::Relaxed);
-            let ver = self.version.load(Ordering::Relaxed);
-            self.version.store(ver + 1, Ordering::Relaxed);
-        }
-        self.seq.write_end(n);
-        granted
+        self.data[0].store(v, Ordering::Relaxed);
+        self.data[1].store(v, Ordering::Relaxed);
+        let ver = self.version.load(Ordering::Relaxed);
+        self.version.store(ver + 1, Ordering::Relaxed);
+        self.unlock(n);
+        true
     }
 
     /// `Frame::revoke`.
@@ -239,9 +273,9 @@ impl WFrame {
         if self.wr.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let n = self.seq.write_lock();
+        let n = self.lock();
         self.wr.store(0, Ordering::Relaxed);
-        self.seq.write_end(n);
+        self.unlock(n);
     }
 
     /// A reader's snapshot (`Index::read`): the pair, if accepted.
@@ -271,10 +305,10 @@ fn fast_write_is_before_the_revoke_or_not_at_all() {
             f.data[1].load(Ordering::Relaxed),
             f.version.load(Ordering::Relaxed),
         );
-        let n = f.seq.write_lock();
+        let n = f.lock();
         f.data[0].store(2, Ordering::Relaxed);
         f.data[1].store(2, Ordering::Relaxed);
-        f.seq.write_end(n);
+        f.unlock(n);
         let wrote = writer.join().unwrap();
         if wrote {
             assert_eq!(
@@ -331,4 +365,182 @@ fn fast_writers_exclude_each_other_and_readers_see_whole_pages() {
         );
         assert_eq!(wrote == 0, a == 0);
     });
+}
+
+/// A compute instance's write journal (`dmi`'s `pool_journal.rs`) for one
+/// frame: open/committed, the frame recorded, the new value and the
+/// version the frame had when the writer took it.
+#[derive(Default)]
+struct WJournal {
+    state: AtomicUsize,
+    recorded: AtomicUsize,
+    value: AtomicUsize,
+    version: AtomicUsize,
+}
+
+const OPEN: usize = 1;
+const COMMITTED: usize = 2;
+
+/// How the instance's write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// It died after `n` steps.
+    Died(usize),
+    /// No grant (or the frame busy): it would take the engine's path.
+    FellBack,
+    Wrote,
+}
+
+/// A journaled fast write of `v` (`Index::write_journaled`) by an instance
+/// that dies (stops) after `die` steps.
+fn journaled_write(f: &WFrame, j: &WJournal, v: usize, die: usize) -> Ended {
+    let mut step = 0;
+    let at = |s: &mut usize| {
+        *s += 1;
+        *s > die
+    };
+    if at(&mut step) {
+        return Ended::Died(0);
+    }
+    j.state.store(OPEN, Ordering::Relaxed);
+    if at(&mut step) {
+        return Ended::Died(1);
+    }
+    j.recorded.store(1, Ordering::Relaxed);
+    if at(&mut step) {
+        return Ended::Died(2);
+    }
+    let Some(n) = f.hold(INST) else {
+        j.state.store(0, Ordering::Release);
+        return Ended::FellBack;
+    };
+    j.version
+        .store(f.version.load(Ordering::Relaxed), Ordering::Relaxed);
+    if at(&mut step) {
+        return Ended::Died(3);
+    }
+    j.value.store(v, Ordering::Relaxed);
+    j.state.store(COMMITTED, Ordering::Release);
+    loom::sync::atomic::fence(Ordering::Release);
+    if at(&mut step) {
+        return Ended::Died(4);
+    }
+    f.data[0].store(v, Ordering::Relaxed);
+    if at(&mut step) {
+        return Ended::Died(5);
+    }
+    f.data[1].store(v, Ordering::Relaxed);
+    let ver = f.version.load(Ordering::Relaxed);
+    f.version.store(ver + 1, Ordering::Relaxed);
+    if at(&mut step) {
+        return Ended::Died(6);
+    }
+    f.seq.write_end(n);
+    if at(&mut step) {
+        return Ended::Died(7);
+    }
+    f.holder.store(FREE, Ordering::Release);
+    if at(&mut step) {
+        return Ended::Died(8);
+    }
+    j.state.store(0, Ordering::Release);
+    Ended::Wrote
+}
+
+/// `Journal::recover`, by the node once the instance is dead.
+fn recover(f: &WFrame, j: &WJournal) {
+    let state = j.state.load(Ordering::Acquire);
+    if state == 0 || j.recorded.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    if f.holder.load(Ordering::Acquire) != INST {
+        j.state.store(0, Ordering::Release);
+        return;
+    }
+    let n = f.seq.write_begin();
+    if state == COMMITTED {
+        let v = j.value.load(Ordering::Relaxed);
+        f.data[0].store(v, Ordering::Relaxed);
+        f.data[1].store(v, Ordering::Relaxed);
+        f.version
+            .store(j.version.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+    f.seq.write_end(n);
+    f.holder.store(FREE, Ordering::Release);
+    j.state.store(0, Ordering::Release);
+}
+
+/// An instance's fast write that dies after each of its steps in turn,
+/// racing the engine (revoke, copy for a remote node, its own write) and a
+/// reader; the node recovers the journal once the instance is dead (its
+/// receiver saw the status): the engine never waits forever, the write is
+/// in the engine's copy with its version if it committed and nowhere if
+/// not, an accepted snapshot is never torn, and the engine's write is last.
+#[test]
+fn a_dead_fast_writer_is_completed_or_undone_by_its_node() {
+    for die in 0..=9 {
+        loom::model(move || {
+            let f = WFrame::granted();
+            let j = Arc::new(WJournal::default());
+            let (w, wj) = (f.clone(), j.clone());
+            let writer = thread::spawn(move || journaled_write(&w, &wj, 1, die));
+            let e = f.clone();
+            let engine = thread::spawn(move || {
+                e.revoke();
+                let copy = (
+                    e.data[0].load(Ordering::Relaxed),
+                    e.data[1].load(Ordering::Relaxed),
+                    e.version.load(Ordering::Relaxed),
+                );
+                let n = e.lock();
+                e.data[0].store(2, Ordering::Relaxed);
+                e.data[1].store(2, Ordering::Relaxed);
+                e.unlock(n);
+                copy
+            });
+            // The receiver: the instance's status, then its journal.
+            let ended = writer.join().unwrap();
+            recover(&f, &j);
+            let copy = engine.join().unwrap();
+            let committed = match ended {
+                Ended::Wrote => true,
+                Ended::FellBack => false,
+                Ended::Died(n) => n >= 4,
+            };
+            if committed {
+                assert_eq!(copy, (1, 1, 1), "{ended:?}: a committed write is missing");
+            } else {
+                assert_eq!(copy, (0, 0, 0), "{ended:?}: an uncommitted write shows");
+            }
+            let end = (
+                f.data[0].load(Ordering::Relaxed),
+                f.data[1].load(Ordering::Relaxed),
+            );
+            assert_eq!(end, (2, 2), "{ended:?}: a write landed after the engine's");
+            assert_eq!(f.holder.load(Ordering::Relaxed), FREE, "{ended:?}");
+            assert!(f.read().is_some_and(|(a, b)| a == b), "{ended:?}: left odd");
+        });
+    }
+}
+
+/// A reader racing an instance that dies in a fast write, and the node's
+/// recovery: an accepted snapshot is whole (the old pair or the new one).
+#[test]
+fn a_reader_never_accepts_a_dead_writers_torn_page() {
+    for die in [5, 6, 7] {
+        loom::model(move || {
+            let f = WFrame::granted();
+            let j = Arc::new(WJournal::default());
+            let (w, wj) = (f.clone(), j.clone());
+            let writer = thread::spawn(move || {
+                journaled_write(&w, &wj, 1, die);
+                recover(&w, &wj);
+            });
+            if let Some((a, b)) = f.read() {
+                assert_eq!(a, b, "torn snapshot");
+            }
+            writer.join().unwrap();
+            assert_eq!(f.read(), Some((1, 1)));
+        });
+    }
 }
