@@ -21,7 +21,9 @@
 #include "csr.h"
 #include "dmi_common.h"
 
+#ifndef GVEC_GAP	/* -DGVEC_GAP=N to try another (docs/apps.md) */
 #define GVEC_GAP 16
+#endif
 
 struct gvec {
 	int64_t base, page;	/* region address, bytes per page */

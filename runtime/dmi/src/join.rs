@@ -31,7 +31,10 @@ use crate::auth;
 use crate::config::Config;
 use crate::error::DmiError;
 use crate::runtime::{Addrs, Started};
-use crate::transport::{connect_all, dial, encode, next_frame, spawn_peer, Conn, Frame, NetEvent};
+use crate::transport::{
+    connect_all, dial, encode, next_frame, spawn_peer, wrong_protocol, Conn, Frame, NetEvent,
+    PROTOCOL,
+};
 
 /// How long a joiner waits for each step.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -160,7 +163,13 @@ pub async fn join(cfg: &JoinCfg, secret: &[u8]) -> Result<Joined, DmiError> {
         let deadline = tokio::time::Instant::now() + JOIN_TIMEOUT;
         let mut f = tokio_util::codec::Framed::new(s, crate::transport::codec());
         let nonce = match next_frame(&mut f, deadline).await {
-            Some(Frame::Challenge { nonce }) => nonce,
+            Some(Frame::Challenge { nonce, proto }) if proto == PROTOCOL => nonce,
+            Some(Frame::Challenge { proto, .. }) => {
+                return Err(fail(
+                    run,
+                    format!("{target} speaks {}", wrong_protocol(proto)),
+                ))
+            }
             _ => {
                 return Err(fail(
                     run,
@@ -169,9 +178,13 @@ pub async fn join(cfg: &JoinCfg, secret: &[u8]) -> Result<Joined, DmiError> {
             }
         };
         let mac = auth::answer(secret, &nonce, &join_what(my_addr));
-        f.send(encode(&Frame::Join { addr: my_addr, mac }))
-            .await
-            .map_err(|e| fail(run, e.to_string()))?;
+        f.send(encode(&Frame::Join {
+            addr: my_addr,
+            mac,
+            proto: PROTOCOL,
+        }))
+        .await
+        .map_err(|e| fail(run, e.to_string()))?;
         match next_frame(&mut f, deadline).await {
             Some(Frame::Welcome(w)) => break (w, listener, my_addr, f),
             Some(Frame::Refused { reason }) => return Err(fail(run, format!("refused: {reason}"))),

@@ -69,6 +69,10 @@ pub enum ReqKind {
     /// The origin takes the page over to make room at the owner
     /// (`swap.rs`): an EXCLUSIVE without a write.
     Adopt,
+    /// GET read of several `(off, len)` ranges of the page (a group read's
+    /// ranges of one page), served at one version; the answer is their
+    /// bytes, concatenated in order, in one `Reply::Data`.
+    GetMany { ranges: Vec<(usize, usize)> },
 }
 
 /// One page access on its way to the owner.
@@ -110,6 +114,10 @@ pub enum Msg {
         op: OpId,
         reply: Reply,
     },
+    /// Several answers to the receiver, in order: the replies one protocol
+    /// step made for one node with nothing else for it in between
+    /// (`Effects::merge_replies`).
+    Replies(Vec<(OpId, Reply)>),
     /// Ownership of `page` moves to the receiver, for its EXCLUSIVE write `op`.
     Transfer {
         op: OpId,

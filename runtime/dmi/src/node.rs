@@ -18,7 +18,8 @@ use crate::msg::{CopyMode, Msg, OpId, ReadMode, Reply, ReqKind, Request, WriteMo
 use crate::pool::Store;
 use crate::rmw::RmwFuncs;
 
-pub(crate) use crate::page::{Copy, Op, Owner, Page, PageOpKind};
+use crate::page::gather;
+pub(crate) use crate::page::{Copy, Op, Owner, Page, PageOpKind, Piece};
 
 /// Identifies one call of a node (one `DMI_*` invocation).
 pub type CallId = u64;
@@ -202,6 +203,7 @@ impl Node {
         }
         self.unstall(fx);
         self.publish();
+        fx.merge_replies();
         call
     }
 
@@ -303,17 +305,35 @@ impl Node {
         mode: ReadMode,
         fx: &mut Effects,
     ) -> Result<(), DmiError> {
-        let mut all = Vec::new();
+        // One access per page: the ranges of a page (in the order of the
+        // items) go in one request and come back in one answer.
+        let mut all: Vec<(Span, Vec<Piece>)> = Vec::new();
+        let mut at: HashMap<PageId, usize> = HashMap::new();
         let mut base = 0usize;
         for (addr, size) in items {
             for span in self.regions.spans(addr, size)? {
-                all.push((span, base, PageOpKind::Read(mode)));
+                let piece = Piece {
+                    off: span.off,
+                    len: span.len,
+                    out: base + span.buf_off,
+                };
+                match at.get(&span.page) {
+                    Some(&i) => all[i].1.push(piece),
+                    None => {
+                        at.insert(span.page, all.len());
+                        all.push((span, vec![piece]));
+                    }
+                }
             }
             base += size as usize;
         }
         if let Some(c) = self.calls.get_mut(&call) {
             c.out = vec![0; base];
         }
+        let all = all
+            .into_iter()
+            .map(|(span, pieces)| (span, PageOpKind::Read(mode, pieces)))
+            .collect();
         self.issue(call, all, fx);
         Ok(())
     }
@@ -346,7 +366,7 @@ impl Node {
                     WriteMode::Put => PageOpKind::Put(bytes),
                     WriteMode::Exclusive => PageOpKind::Exclusive(bytes),
                 };
-                all.push((span, 0, kind));
+                all.push((span, kind));
             }
         }
         self.issue(call, all, fx);
@@ -373,26 +393,18 @@ impl Node {
                 "an atomic access must lie within one page ({size} bytes at {addr:#x})"
             )));
         }
-        self.issue(call, vec![(spans[0], 0, PageOpKind::Rmw { func, arg })], fx);
+        self.issue(call, vec![(spans[0], PageOpKind::Rmw { func, arg })], fx);
         Ok(())
     }
 
     /// Starts page accesses: served here when possible, else sent to their
     /// homes, one message per home.
-    fn issue(&mut self, call: CallId, parts: Vec<(Span, usize, PageOpKind)>, fx: &mut Effects) {
+    fn issue(&mut self, call: CallId, parts: Vec<(Span, PageOpKind)>, fx: &mut Effects) {
         self.add_work(call, parts.len());
         let mut by_home: BTreeMap<NodeId, Vec<Request>> = BTreeMap::new();
-        for (span, out_base, kind) in parts {
+        for (span, kind) in parts {
             let op = self.fresh_id();
-            self.ops.insert(
-                op,
-                Op::Page {
-                    call,
-                    span,
-                    out_base,
-                    kind,
-                },
-            );
+            self.ops.insert(op, Op::Page { call, span, kind });
             if let Some(req) = self.dispatch(op, fx) {
                 by_home.entry(self.home_of(req.page)).or_default().push(req);
             }
@@ -420,10 +432,10 @@ impl Node {
         };
         let page = self.pages.entry(page_id).or_default();
         let (rk, exclusive) = match kind {
-            PageOpKind::Read(mode) => {
+            PageOpKind::Read(mode, pieces) => {
                 if page.owner.is_none() {
                     if let Some(c) = &page.copy {
-                        let bytes = c.data.bytes()[span.off..span.off + span.len].to_vec();
+                        let bytes = gather(c.data.bytes(), pieces.iter().map(|p| (p.off, p.len)));
                         self.finish_op(op, Reply::Data(bytes), fx);
                         return None;
                     }
@@ -435,9 +447,12 @@ impl Node {
                     (ReadMode::Update, false) => ReqKind::Fetch {
                         mode: CopyMode::Update,
                     },
-                    _ => ReqKind::Get {
-                        off: span.off,
-                        len: span.len,
+                    _ if pieces.len() == 1 => ReqKind::Get {
+                        off: pieces[0].off,
+                        len: pieces[0].len,
+                    },
+                    _ => ReqKind::GetMany {
+                        ranges: pieces.iter().map(|p| (p.off, p.len)).collect(),
                     },
                 };
                 (rk, false)
@@ -521,25 +536,43 @@ impl Node {
             (
                 Op::Page {
                     span,
-                    out_base,
-                    kind: PageOpKind::Read(mode),
+                    kind: PageOpKind::Read(mode, pieces),
                     ..
                 },
                 Reply::Copy { version, data },
             ) => {
-                let bytes = data[span.off..span.off + span.len].to_vec();
+                if let Some(c) = self.calls.get_mut(&call) {
+                    for p in &pieces {
+                        c.out[p.out..p.out + p.len].copy_from_slice(&data[p.off..p.off + p.len]);
+                    }
+                }
                 self.cache_copy(op, span.page, version, data, mode, fx);
-                self.put_out(call, out_base + span.buf_off, &bytes);
             }
             (
                 Op::Page {
-                    span,
-                    out_base,
-                    kind: PageOpKind::Read(_),
+                    kind: PageOpKind::Read(_, pieces),
                     ..
                 },
                 Reply::Data(bytes),
-            ) => self.put_out(call, out_base + span.buf_off, &bytes),
+            ) => {
+                // The pieces' bytes, concatenated in order.
+                let total: usize = pieces.iter().map(|p| p.len).sum();
+                if bytes.len() != total {
+                    let e = DmiError::Setup(format!(
+                        "protocol: a read of {total} bytes was answered with {}",
+                        bytes.len()
+                    ));
+                    self.fail_call(call, e, fx);
+                    return;
+                }
+                if let Some(c) = self.calls.get_mut(&call) {
+                    let mut at = 0;
+                    for p in &pieces {
+                        c.out[p.out..p.out + p.len].copy_from_slice(&bytes[at..at + p.len]);
+                        at += p.len;
+                    }
+                }
+            }
             (
                 Op::Page {
                     kind: PageOpKind::Rmw { .. },
@@ -594,12 +627,6 @@ impl Node {
         }
     }
 
-    fn put_out(&mut self, call: CallId, at: usize, bytes: &[u8]) {
-        if let Some(c) = self.calls.get_mut(&call) {
-            c.out[at..at + bytes.len()].copy_from_slice(bytes);
-        }
-    }
-
     pub(crate) fn maybe_finish(&mut self, call: CallId, fx: &mut Effects) {
         if self.calls.get(&call).is_some_and(|c| c.remaining == 0) {
             let c = self.calls.remove(&call).unwrap_or_default();
@@ -635,6 +662,7 @@ impl Node {
         self.unstall(fx);
         self.check_drained(fx);
         self.publish();
+        fx.merge_replies();
     }
 
     /// Handles a message the membership change let through.
@@ -647,6 +675,11 @@ impl Node {
                 }
             }
             Msg::Reply { op, reply } => self.finish_op(op, reply, fx),
+            Msg::Replies(answers) => {
+                for (op, reply) in answers {
+                    self.finish_op(op, reply, fx);
+                }
+            }
             Msg::Transfer {
                 op,
                 page,

@@ -13,12 +13,13 @@
 //!   page sequentially consistent: writes are totally ordered by the page's
 //!   version, and no node can read a version older than a completed write.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::addr::{NodeId, PageId};
 use crate::error::DmiError;
 use crate::msg::{CopyMode, Msg, OpId, Reply, ReqKind, Request};
 use crate::node::{Effects, Node, Op, Owner, PageOpKind};
+use crate::page::gather;
 use crate::swap::Stalled;
 
 impl Node {
@@ -99,6 +100,10 @@ impl Node {
         match req.kind {
             ReqKind::Get { off, len } => {
                 let bytes = owner.data.bytes()[off..off + len].to_vec();
+                self.reply(req.origin, req.op, Reply::Data(bytes), fx);
+            }
+            ReqKind::GetMany { ranges } => {
+                let bytes = gather(owner.data.bytes(), ranges.iter().copied());
                 self.reply(req.origin, req.op, Reply::Data(bytes), fx);
             }
             ReqKind::Fetch { mode } => {
@@ -335,6 +340,54 @@ impl Node {
         } else {
             fx.sends.push((origin, Msg::Reply { op, reply }));
         }
+    }
+}
+
+impl Effects {
+    /// Merges the answers to one node into one `Msg::Replies` where no
+    /// other message to that node comes between them: the order of what
+    /// each node receives stays the same (the protocol relies on FIFO
+    /// links), and the ranges a group access sent to one owner come back
+    /// as one message.
+    pub(crate) fn merge_replies(&mut self) {
+        enum Slot {
+            One(Msg),
+            Answers(Vec<(OpId, Reply)>),
+        }
+        if self.sends.len() < 2 {
+            return;
+        }
+        let mut out: Vec<(NodeId, Slot)> = Vec::with_capacity(self.sends.len());
+        let mut last: HashMap<NodeId, usize> = HashMap::new();
+        for (to, m) in std::mem::take(&mut self.sends) {
+            match m {
+                Msg::Reply { op, reply } => {
+                    if let Some(&i) = last.get(&to) {
+                        if let Slot::Answers(v) = &mut out[i].1 {
+                            v.push((op, reply));
+                            continue;
+                        }
+                    }
+                    last.insert(to, out.len());
+                    out.push((to, Slot::Answers(vec![(op, reply)])));
+                }
+                m => {
+                    last.insert(to, out.len());
+                    out.push((to, Slot::One(m)));
+                }
+            }
+        }
+        self.sends = out
+            .into_iter()
+            .map(|(to, s)| match s {
+                Slot::One(m) => (to, m),
+                Slot::Answers(mut v) if v.len() == 1 => {
+                    let (op, reply) = v.remove(0);
+                    (to, Msg::Reply { op, reply })
+                }
+                Slot::Answers(v) => (to, Msg::Replies(v)),
+            })
+            .collect();
     }
 }
 

@@ -84,12 +84,41 @@ pub(crate) struct Page {
     pub forget_op: OpId,
 }
 
+/// One range a read takes from a page: `len` bytes at `off`, going to `out`
+/// in the call's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub off: usize,
+    pub len: usize,
+    pub out: usize,
+}
+
+/// The bytes of `(off, len)` ranges of `page`, concatenated in order (the
+/// answer to a read of several ranges).
+pub(crate) fn gather<I>(page: &[u8], ranges: I) -> Vec<u8>
+where
+    I: IntoIterator<Item = (usize, usize)>,
+    I::IntoIter: Clone,
+{
+    let ranges = ranges.into_iter();
+    let mut out = Vec::with_capacity(ranges.clone().map(|r| r.1).sum());
+    for (off, len) in ranges {
+        out.extend_from_slice(&page[off..off + len]);
+    }
+    out
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum PageOpKind {
-    Read(ReadMode),
+    /// A read of one or more ranges of the page: the ranges of one page in
+    /// one call travel as one access (one request, one answer).
+    Read(ReadMode, Vec<Piece>),
     Put(Vec<u8>),
     Exclusive(Vec<u8>),
-    Rmw { func: u32, arg: Vec<u8> },
+    Rmw {
+        func: u32,
+        arg: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -97,8 +126,6 @@ pub(crate) enum Op {
     Page {
         call: CallId,
         span: Span,
-        /// Where the item's bytes start in the call's output.
-        out_base: usize,
         kind: PageOpKind,
     },
     NewRegion {

@@ -35,12 +35,15 @@ pub enum Frame {
     /// The accepting side's challenge, the first frame on a connection.
     Challenge {
         nonce: Nonce,
+        /// The accepting node's [`PROTOCOL`].
+        proto: u32,
     },
     /// A node of the run: its rank and address, and the challenge's answer.
     Hello {
         rank: NodeId,
         addr: SocketAddr,
         mac: Vec<u8>,
+        proto: u32,
     },
     Heartbeat,
     /// The sender finalised; the connection may close now.
@@ -57,6 +60,7 @@ pub enum Frame {
     Join {
         addr: SocketAddr,
         mac: Vec<u8>,
+        proto: u32,
     },
     /// Node 0 to a joiner: its rank and the run.
     Welcome(crate::join::Welcome),
@@ -70,6 +74,21 @@ pub enum Frame {
     },
     /// A joiner to node 0: connected to every node of the run.
     Connected,
+}
+
+/// The version of the messages nodes exchange ([`Frame`], `msg.rs`): both
+/// ends of a connection check it at the handshake, and refuse a peer of
+/// another version with a message naming both. Changed with any message.
+/// 2: `ReqKind::GetMany` (a read's ranges of one page in one request) and
+/// `Msg::Replies` (the answers of one step to one node in one message).
+pub const PROTOCOL: u32 = 2;
+
+/// Why a peer speaking protocol `theirs` is refused.
+pub(crate) fn wrong_protocol(theirs: u32) -> String {
+    format!(
+        "DMI protocol version {theirs} where this node speaks {PROTOCOL} \
+         (every node must run the same DMI build)"
+    )
 }
 
 /// What the connections report to the node's engine.
@@ -133,7 +152,13 @@ pub(crate) async fn dial(
 ) -> Result<Conn, DmiError> {
     let mut f = Framed::new(s, codec());
     let nonce = match next_frame(&mut f, deadline).await {
-        Some(Frame::Challenge { nonce }) => nonce,
+        Some(Frame::Challenge { nonce, proto }) if proto == PROTOCOL => nonce,
+        Some(Frame::Challenge { proto, .. }) => {
+            return Err(DmiError::Setup(format!(
+                "node {me}: node {j} at {addr} speaks {}",
+                wrong_protocol(proto)
+            )))
+        }
         _ => {
             return Err(DmiError::Setup(format!(
                 "node {me}: node {j} at {addr} sent no challenge"
@@ -145,6 +170,7 @@ pub(crate) async fn dial(
         rank: me,
         addr: my_addr,
         mac,
+        proto: PROTOCOL,
     }))
     .await
     .map_err(|e| DmiError::Setup(format!("node {me}: hello to node {j}: {e}")))?;
@@ -156,7 +182,12 @@ pub(crate) async fn dial(
 async fn challenged(s: TcpStream, deadline: tokio::time::Instant) -> Option<(Conn, Nonce, Frame)> {
     let mut f = Framed::new(s, codec());
     let nonce = auth::nonce();
-    f.send(encode(&Frame::Challenge { nonce })).await.ok()?;
+    f.send(encode(&Frame::Challenge {
+        nonce,
+        proto: PROTOCOL,
+    }))
+    .await
+    .ok()?;
     let first = next_frame(&mut f, deadline).await?;
     Some((f, nonce, first))
 }
@@ -224,13 +255,23 @@ pub async fn connect_all(
             continue;
         };
         let rank = match first {
-            Frame::Hello { rank, addr, mac }
-                if !auth::check(secret, &nonce, &hello_what(rank, addr), &mac) =>
-            {
+            Frame::Hello {
+                rank, addr, mac, ..
+            } if !auth::check(secret, &nonce, &hello_what(rank, addr), &mac) => {
                 report(&format!(
                     "dmi: node {me}: refused a node claiming rank {rank} from {addr}: {WRONG_SECRET}"
                 ));
                 refuse(f, WRONG_SECRET.into());
+                continue;
+            }
+            Frame::Hello {
+                rank, addr, proto, ..
+            } if proto != PROTOCOL => {
+                let why = wrong_protocol(proto);
+                report(&format!(
+                    "dmi: node {me}: refused node {rank} from {addr}: {why}"
+                ));
+                refuse(f, why);
                 continue;
             }
             Frame::Hello { rank, .. } if (rank as usize) < n && rank > me => rank,
@@ -272,16 +313,24 @@ pub fn accept_late(
                     return;
                 };
                 let late = match first {
-                    Frame::Hello { rank, addr, mac }
-                        if auth::check(&secret, &nonce, &hello_what(rank, addr), &mac) =>
-                    {
+                    Frame::Hello { proto, .. } | Frame::Join { proto, .. } if proto != PROTOCOL => {
+                        let why = wrong_protocol(proto);
+                        report(&format!(
+                            "dmi: node {me}: refused a connection from {from}: {why}"
+                        ));
+                        refuse(f, why);
+                        return;
+                    }
+                    Frame::Hello {
+                        rank, addr, mac, ..
+                    } if auth::check(&secret, &nonce, &hello_what(rank, addr), &mac) => {
                         Late::Peer {
                             rank,
                             addr,
                             conn: f,
                         }
                     }
-                    Frame::Join { addr, mac }
+                    Frame::Join { addr, mac, .. }
                         if auth::check(&secret, &nonce, &crate::join::join_what(addr), &mac) =>
                     {
                         match zero {
@@ -411,4 +460,63 @@ pub(crate) fn spawn_peer(
         }
     });
     tx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer of another protocol version is refused at the handshake with
+    /// a message naming both versions, on the dialing and the accepting
+    /// side.
+    #[test]
+    fn a_peer_of_another_protocol_version_is_refused() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            let want = format!("version 1 where this node speaks {PROTOCOL}");
+            // Dialing a node of version 1.
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let at = l.local_addr().unwrap();
+            let old = tokio::spawn(async move {
+                let (s, _) = l.accept().await.unwrap();
+                let mut f = Framed::new(s, codec());
+                let nonce = auth::nonce();
+                let _ = f.send(encode(&Frame::Challenge { nonce, proto: 1 })).await;
+                f
+            });
+            let s = TcpStream::connect(at).await.unwrap();
+            let e = dial(1, at, 0, at, b"", s, deadline).await.err();
+            let e = e
+                .expect("a challenge of version 1 was accepted")
+                .to_string();
+            assert!(e.contains(&want), "{e}");
+            drop(old.await);
+            // Accepting a hello of version 1.
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let at = l.local_addr().unwrap();
+            let (tx, _rx) = mpsc::unbounded_channel();
+            accept_late(0, l, Vec::new(), None, tx);
+            let mut f = Framed::new(TcpStream::connect(at).await.unwrap(), codec());
+            let Some(Frame::Challenge { nonce, proto }) = next_frame(&mut f, deadline).await else {
+                panic!("no challenge");
+            };
+            assert_eq!(proto, PROTOCOL);
+            let mac = auth::answer(b"", &nonce, &hello_what(1, at));
+            let hello = Frame::Hello {
+                rank: 1,
+                addr: at,
+                mac,
+                proto: 1,
+            };
+            f.send(encode(&hello)).await.unwrap();
+            match next_frame(&mut f, deadline).await {
+                Some(Frame::Refused { reason }) => assert!(reason.contains(&want), "{reason}"),
+                other => panic!("a hello of version 1 was not refused: {other:?}"),
+            }
+        });
+    }
 }

@@ -13,6 +13,9 @@ use dmi::sim::{Rng, Sim};
 use dmi::{ReadMode, WriteMode};
 
 const PAGE: usize = 16;
+/// Where a split read cuts a page (not in the middle: the two halves of a
+/// page hold the same value, so swapped halves would go unnoticed).
+const CUT: usize = 5;
 
 /// Per page of a pending call: `Some(value)` for a write, `None` for a read.
 type Plan = Vec<(u64, Option<u64>)>;
@@ -22,7 +25,9 @@ struct Client {
     id: u32,
     left: usize,
     seq: u64,
-    pending: Option<(CallId, Plan)>,
+    /// The call, its plan, and whether a read asked for each page as two
+    /// ranges cut at `CUT`, the upper one first (`split`).
+    pending: Option<(CallId, Plan, bool)>,
 }
 
 fn value_bytes(v: u64) -> Vec<u8> {
@@ -96,11 +101,11 @@ pub fn run_with(
     loop {
         // Finish what completed.
         for c in clients.iter_mut() {
-            let Some((call, pages_written)) = c.pending.take() else {
+            let Some((call, pages_written, split)) = c.pending.take() else {
                 continue;
             };
             match sim.take(c.node, call) {
-                None => c.pending = Some((call, pages_written)),
+                None => c.pending = Some((call, pages_written, split)),
                 Some(out) => {
                     let out = out.unwrap_or_else(|e| {
                         let dump: String = sim.nodes.iter().map(|n| n.debug_state()).collect();
@@ -111,7 +116,11 @@ pub fn run_with(
                         match w {
                             Some(v) => hist.record(c.id, p, Event::Write(v)),
                             None => {
-                                hist.record(c.id, p, Event::Read(decode(&out[at..at + PAGE])));
+                                let mut b = out[at..at + PAGE].to_vec();
+                                if split {
+                                    b.rotate_right(CUT);
+                                }
+                                hist.record(c.id, p, Event::Read(decode(&b)));
                                 at += PAGE;
                             }
                         }
@@ -158,8 +167,21 @@ pub fn run_with(
                     continue;
                 }
             }
+            // A third of the reads that go to the engine ask for each page
+            // as two ranges of unequal length, the upper one first: the
+            // ranges of one page travel as one access (`ReqKind::GetMany`
+            // for GET) and must land in their places, read at one version
+            // (not torn).
+            let split = read && rng.below(3) == 0;
             let (req, plan) = if read {
-                let items = ps.iter().map(|&p| (addr(p), PAGE as i64)).collect();
+                let (cut, rest) = (CUT as i64, (PAGE - CUT) as i64);
+                let items = ps
+                    .iter()
+                    .flat_map(|&p| match split {
+                        true => vec![(addr(p) + cut, rest), (addr(p), cut)],
+                        false => vec![(addr(p), PAGE as i64)],
+                    })
+                    .collect();
                 let req = CallReq::Read {
                     items,
                     mode: read_mode(&mut rng),
@@ -192,7 +214,7 @@ pub fn run_with(
                 (req, plan)
             };
             let call = sim.start(c.node, req);
-            c.pending = Some((call, plan));
+            c.pending = Some((call, plan, split));
         } else if idle.is_empty() && !sim.step() {
             let dump: String = sim.nodes.iter().map(|n| n.debug_state()).collect();
             panic!("seed {seed}: calls pending but the network is quiet\n{dump}");

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 //! `dmi run` end to end: real node processes on loopback. Coherence of a
-//! random workload over 3 processes, the C API and the Jacobi example
-//! (built through `pkg-config dmi`) on 1-3 nodes, and failures: a killed
-//! node, a stopped (silent) node, a node exiting non-zero.
+//! random workload over 3 processes, the C API, group reads over several
+//! owners and the Jacobi example (built through `pkg-config dmi`) on 1-3
+//! nodes, and failures: a killed node, a stopped (silent) node, a node
+//! exiting non-zero.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -92,6 +93,27 @@ fn c_api_on_1_and_3_nodes() {
             "{}",
             text(&o)
         );
+    }
+}
+
+/// Group reads of many ranges (crossing pages, several per page, to pages
+/// owned by every node) equal single reads and the contents written, in
+/// every mode, before and after the pages change owners: the ranges of one
+/// page travel as one access (`examples/gather.c`).
+#[test]
+fn group_reads_over_several_owners_equal_single_reads() {
+    let (prog, lib) = build_c("gather");
+    for n in [1, 3] {
+        let o = dmi_run(n, &[], &[prog.to_str().unwrap()])
+            .env("LD_LIBRARY_PATH", &lib)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{n} nodes: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        for r in 0..n {
+            let want = format!("gather ok: node {r} of {n}, 1200 ranges");
+            assert!(out.contains(&want), "{n} nodes, no {want:?}: {}", text(&o));
+        }
     }
 }
 
