@@ -11,6 +11,7 @@ use crate::pagebuf::PageBuf;
 use crate::phases::time;
 use crate::procfs;
 use crate::refuse;
+use crate::signals;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -174,7 +175,17 @@ fn dump_frozen(
     let xstate = f.xstate()?;
     let rseq = f.rseq()?;
     crate::phases::add("procfs+regs", t.elapsed());
-    let (sigactions, altstack) = time("signals", || query_signal_state(f, reader, &maps, &saved))?;
+    // The mask the program runs with (inside `sigsuspend` and the like, the
+    // one the call restores on return: its restart applies the temporary
+    // one again). All signals are blocked while system calls are injected:
+    // an unblocked pending one would end a single-step in a signal-delivery
+    // stop, taken off its queue. Put back, also when the queries fail.
+    let blocked = f.sigmask()?;
+    f.set_sigmask(u64::MAX)?;
+    let queried = time("signals", || query_signal_state(f, reader, &maps, &saved));
+    let unblocked = f.set_sigmask(blocked);
+    let (sigactions, altstack) = queried?;
+    unblocked?;
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
 
@@ -210,6 +221,9 @@ fn dump_frozen(
         .to_string_lossy()
         .into_owned();
     let umask = u32::from_str_radix(procfs::field(&st, "Umask")?, 8).unwrap_or(0o022);
+    // Last: the queues as late as possible (a signal sent after this is
+    // the original's, lost if it is killed).
+    let pending = signals::read_pending(f, blocked, &sigactions)?;
     let manifest = Manifest {
         version: image::VERSION,
         pid,
@@ -220,7 +234,7 @@ fn dump_frozen(
         regs,
         xstate_crc: crc32fast::hash(&xstate),
         xstate,
-        sigmask: procfs::sigmask_field(&st, "SigBlk")?,
+        sigmask: blocked,
         sigactions,
         altstack,
         rlimits: rlimits(pid)?,
@@ -233,6 +247,7 @@ fn dump_frozen(
         pages_len,
         pages_crc,
         set_range,
+        pending,
     };
     crate::phases::add("fds+mm", t.elapsed());
     Ok(manifest)
