@@ -12,6 +12,7 @@ use crate::pagebuf::PageBuf;
 use crate::phases::time;
 use crate::procfs;
 use crate::refuse;
+use crate::signals;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -176,8 +177,17 @@ fn dump_frozen(
     let rseq = f.rseq()?;
     let robust_list = f.robust_list()?;
     crate::phases::add("procfs+regs", t.elapsed());
-    let (sigactions, altstack, tid_addr) =
-        time("signals", || query_signal_state(f, reader, &maps, &saved))?;
+    // The mask the program runs with (inside `sigsuspend` and the like, the
+    // one the call restores on return: its restart applies the temporary
+    // one again). All signals are blocked while system calls are injected:
+    // an unblocked pending one would end a single-step in a signal-delivery
+    // stop, taken off its queue. Put back, also when the queries fail.
+    let blocked = f.sigmask()?;
+    f.set_sigmask(u64::MAX)?;
+    let queried = time("signals", || query_signal_state(f, reader, &maps, &saved));
+    let unblocked = f.set_sigmask(blocked);
+    let (sigactions, altstack, tid_addr) = queried?;
+    unblocked?;
     let tid_address = tid_addr.map(|addr| tid_address(pid, reader, &maps, addr));
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
@@ -214,6 +224,9 @@ fn dump_frozen(
         .to_string_lossy()
         .into_owned();
     let umask = u32::from_str_radix(procfs::field(&st, "Umask")?, 8).unwrap_or(0o022);
+    // Last: the queues as late as possible (a signal sent after this is
+    // the original's, lost if it is killed).
+    let pending = signals::read_pending(f, blocked, &sigactions)?;
     let manifest = Manifest {
         version: image::VERSION,
         pid,
@@ -224,7 +237,7 @@ fn dump_frozen(
         regs,
         xstate_crc: crc32fast::hash(&xstate),
         xstate,
-        sigmask: procfs::sigmask_field(&st, "SigBlk")?,
+        sigmask: blocked,
         sigactions,
         altstack,
         rlimits: rlimits(pid)?,
@@ -239,6 +252,7 @@ fn dump_frozen(
         pages_len,
         pages_crc,
         set_range,
+        pending,
     };
     crate::phases::add("fds+mm", t.elapsed());
     Ok(manifest)

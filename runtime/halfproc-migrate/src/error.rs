@@ -4,7 +4,9 @@
 use std::fmt;
 use std::io;
 
-/// Why a process was refused before anything was stopped.
+/// Why a process was refused: before anything was stopped, or, for what
+/// changed meanwhile (a new thread, SIGKILL or SIGSTOP sent), by the dump
+/// of the frozen process, which then lets it continue as it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// More than one thread (`Threads:` in `/proc/pid/status`).
@@ -26,7 +28,7 @@ pub enum Refusal {
     Children { pids: Vec<i32> },
     /// Another tracer is attached.
     Traced { tracer: i32 },
-    /// Signals are pending.
+    /// SIGKILL or SIGSTOP is pending (other pending signals are carried).
     PendingSignals { mask: u64 },
     /// Not a process we can read (zombie, kernel thread).
     NotRunning { state: String },
@@ -60,7 +62,11 @@ impl fmt::Display for Refusal {
                 "process has child processes {pids:?}; they would be left behind"
             ),
             Refusal::Traced { tracer } => write!(f, "process is already ptraced by pid {tracer}"),
-            Refusal::PendingSignals { mask } => write!(f, "signals pending (mask {mask:#x})"),
+            Refusal::PendingSignals { mask } => write!(
+                f,
+                "SIGKILL or SIGSTOP pending (mask {mask:#x}): the process is being killed or \
+                 stopped; other pending signals are carried"
+            ),
             Refusal::NotRunning { state } => write!(f, "process is not running (state {state})"),
         }
     }

@@ -226,6 +226,65 @@ impl Frozen {
         }))
     }
 
+    /// The blocked-signal mask (`PTRACE_GETSIGMASK`): the one a syscall
+    /// like `sigsuspend` will restore when it returns, if it is in one.
+    pub fn sigmask(&self) -> Result<u64> {
+        let mut mask = 0u64;
+        ptrace(
+            libc::PTRACE_GETSIGMASK,
+            self.pid,
+            8,
+            &mut mask as *mut u64 as usize,
+        )
+        .map_err(|e| Error::io("PTRACE_GETSIGMASK", e))?;
+        Ok(mask)
+    }
+
+    /// Sets the blocked-signal mask (`PTRACE_SETSIGMASK`; the kernel never
+    /// blocks SIGKILL and SIGSTOP, and drops a pending `sigsuspend` mask
+    /// restore: call it with what [`Frozen::sigmask`] returned to put the
+    /// process back as the kernel would have on its way out).
+    pub fn set_sigmask(&self, mask: u64) -> Result<()> {
+        let mut m = mask;
+        ptrace(
+            libc::PTRACE_SETSIGMASK,
+            self.pid,
+            8,
+            &mut m as *mut u64 as usize,
+        )
+        .map_err(|e| Error::io("PTRACE_SETSIGMASK", e))?;
+        Ok(())
+    }
+
+    /// Copies queued siginfos (128 bytes each) of the private queue, or with
+    /// `shared` of the process-wide one, from position `off` into `out`
+    /// (`PTRACE_PEEKSIGINFO`); returns how many (fewer at the queue's end).
+    pub fn peek_siginfo(&self, shared: bool, off: u64, out: &mut [[u8; 128]]) -> Result<usize> {
+        #[repr(C)]
+        struct Args {
+            off: u64,
+            flags: u32,
+            nr: i32,
+        }
+        let mut args = Args {
+            off,
+            flags: if shared {
+                libc::PTRACE_PEEKSIGINFO_SHARED
+            } else {
+                0
+            },
+            nr: out.len() as i32,
+        };
+        let n = ptrace(
+            libc::PTRACE_PEEKSIGINFO,
+            self.pid,
+            &mut args as *mut Args as usize,
+            out.as_mut_ptr() as usize,
+        )
+        .map_err(|e| Error::io("PTRACE_PEEKSIGINFO", e))?;
+        Ok(n as usize)
+    }
+
     /// Executes one system call in the target at `syscall_insn` (address of a
     /// `0f 05` in an executable mapping) and returns its result. The caller
     /// restores the original registers afterwards with [`Frozen::set_regs`].

@@ -7,8 +7,15 @@ use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::Path;
 
-/// Format version written by this crate; `read` refuses any other.
-pub const VERSION: u32 = 1;
+/// Format version written by this crate. 2 added `pending` (queued
+/// signals): a reader of version 1 would drop them without a word.
+pub const VERSION: u32 = 2;
+/// Oldest version `read` accepts (refusing older and newer ones). A version
+/// 1 image has no `pending`: its writer refused processes with pending
+/// signals, so "none" is exact.
+pub const MIN_VERSION: u32 = 1;
+/// Size of a `siginfo_t`.
+pub const SIGINFO_SIZE: usize = 128;
 /// File name of the manifest inside an image directory.
 pub const MANIFEST: &str = "manifest.json";
 /// File name of the page contents inside an image directory.
@@ -84,6 +91,62 @@ pub struct Manifest {
     /// (absent in images of plain processes).
     #[serde(default)]
     pub set_range: Option<(u64, u64)>,
+    /// Queued signals, each queue in its delivery order: the thread's own
+    /// queue first, then the process-wide one (the order the kernel
+    /// dequeues them in); see [`PendingSignal`].
+    #[serde(default)]
+    pub pending: Vec<PendingSignal>,
+}
+
+/// One queued signal (`PTRACE_PEEKSIGINFO`), re-queued by the restorer with
+/// the same siginfo: `rt_tgsigqueueinfo` to itself for the thread's queue,
+/// `rt_sigqueueinfo` for the process-wide one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingSignal {
+    /// In the process-wide queue (`ShdPnd`), not the thread's (`SigPnd`).
+    pub shared: bool,
+    pub signo: i32,
+    /// `si_code` (also inside `info`; here for readers of the manifest).
+    pub code: i32,
+    /// The whole `siginfo_t` ([`SIGINFO_SIZE`] bytes), as the kernel gave it.
+    pub info: Vec<u8>,
+}
+
+impl PendingSignal {
+    /// Checks that the entry is one the restorer may queue.
+    pub fn check(&self) -> Result<()> {
+        let i32_at = |o: usize| {
+            self.info
+                .get(o..o + 4)
+                .map(|b| i32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+        };
+        if self.info.len() != SIGINFO_SIZE {
+            return Err(Error::Image(format!(
+                "pending signal {}: siginfo of {} bytes, expected {SIGINFO_SIZE}",
+                self.signo,
+                self.info.len()
+            )));
+        }
+        if !(1..=64).contains(&self.signo)
+            || self.signo == libc::SIGKILL
+            || self.signo == libc::SIGSTOP
+        {
+            return Err(Error::Image(format!(
+                "pending signal {} cannot be queued",
+                self.signo
+            )));
+        }
+        if i32_at(0) != Some(self.signo) || i32_at(8) != Some(self.code) {
+            return Err(Error::Image(format!(
+                "pending signal {}: siginfo says signal {:?}, code {:?} (entry: code {})",
+                self.signo,
+                i32_at(0),
+                i32_at(8),
+                self.code
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// One signal disposition (`struct kernel_sigaction`).
@@ -278,9 +341,9 @@ pub fn manifest_bytes(m: &Manifest) -> Result<Vec<u8>> {
 }
 
 fn check_manifest(m: &Manifest) -> Result<()> {
-    if m.version != VERSION {
+    if !(MIN_VERSION..=VERSION).contains(&m.version) {
         return Err(Error::Image(format!(
-            "version {} (this tool reads {VERSION})",
+            "version {} (this tool reads {MIN_VERSION} to {VERSION})",
             m.version
         )));
     }
@@ -294,7 +357,7 @@ fn check_manifest(m: &Manifest) -> Result<()> {
     if crc32fast::hash(&m.xstate) != m.xstate_crc {
         return Err(Error::Image("xsave area checksum mismatch".into()));
     }
-    Ok(())
+    m.pending.iter().try_for_each(PendingSignal::check)
 }
 
 /// Checks the page contents against the manifest: size, CRC-32, and every

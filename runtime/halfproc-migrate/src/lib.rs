@@ -4,7 +4,9 @@
 //! # Layout
 //!
 //! - [`refuse`]: checks run before anything is stopped;
-//! - `freeze`: ptrace seize/interrupt, registers, injected `rt_sigaction` queries;
+//! - `freeze`: ptrace seize/interrupt, registers, signal mask and queues,
+//!   injected `rt_sigaction` queries;
+//! - `signals`: which pending signals are carried, read from both queues;
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
 //! - `dump`: [`checkpoint`]; `dump_mem`: which pages are carried, and reading them;
 //! - [`image`]: the on-disk format (manifest + pages); [`PageBuf`]: page contents in memory;
@@ -27,6 +29,7 @@ mod procfs;
 pub mod refuse;
 mod restorer;
 mod sigframe;
+mod signals;
 
 mod dump;
 mod dump_mem;

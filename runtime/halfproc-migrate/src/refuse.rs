@@ -168,20 +168,6 @@ pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusa
     Ok(())
 }
 
-/// Pending signals the kernel will drop when it delivers them (not blocked,
-/// and ignored, or default-ignored - SIGCHLD, SIGCONT, SIGURG, SIGWINCH - and
-/// not caught): carrying them or not makes no difference. A node daemon's
-/// SIGCONT that has just resumed a restored process is one.
-fn discarded_on_delivery(st: &[(String, String)]) -> Result<u64> {
-    let bit = |sig: i32| 1u64 << (sig - 1);
-    let default_ignored =
-        bit(libc::SIGCHLD) | bit(libc::SIGCONT) | bit(libc::SIGURG) | bit(libc::SIGWINCH);
-    let blocked = procfs::sigmask_field(st, "SigBlk")?;
-    let ignored = procfs::sigmask_field(st, "SigIgn")?;
-    let caught = procfs::sigmask_field(st, "SigCgt")?;
-    Ok((ignored | (default_ignored & !caught)) & !blocked)
-}
-
 /// Processes whose parent is `pid` (from `/proc/N/stat`; zombies included:
 /// their status would be lost too).
 pub fn children(pid: i32) -> Vec<i32> {
@@ -233,10 +219,14 @@ pub fn check_member(pid: i32, relayed: &[u64], set_range: Option<(u64, u64)>) ->
     if tracer != 0 {
         return Err(Refusal::Traced { tracer }.into());
     }
+    // Other pending signals are carried (read from the frozen process, see
+    // `signals`); these two mean it is being killed or stopped.
     let pending = procfs::sigmask_field(&st, "SigPnd")? | procfs::sigmask_field(&st, "ShdPnd")?;
-    let pending = pending & !discarded_on_delivery(&st)?;
-    if pending != 0 {
-        return Err(Refusal::PendingSignals { mask: pending }.into());
+    if pending & crate::signals::NOT_CARRIED != 0 {
+        return Err(Refusal::PendingSignals {
+            mask: pending & crate::signals::NOT_CARRIED,
+        }
+        .into());
     }
     for (fd, target) in procfs::fds(pid)? {
         classify_fd(pid, fd, &target, relayed)?;

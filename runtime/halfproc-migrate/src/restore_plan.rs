@@ -87,6 +87,40 @@ pub(crate) struct Plan {
     /// the blob (the plan is made before the fork).
     pub(crate) tid_slot: u64,
     pub(crate) what: Vec<String>,
+    /// Addresses of op arguments that must hold the restored process's pid.
+    pub(crate) pid_slots: Vec<u64>,
+}
+
+/// Queues `s` again with its siginfo, to the process (`rt_sigqueueinfo`)
+/// or to its thread (`rt_tgsigqueueinfo`); the pids (0 here) are filled in
+/// by the child (see [`Plan::pid_slots`]).
+fn requeue(
+    b: &mut Blob,
+    op: &mut impl FnMut(libc::c_long, &[u64], u64, String),
+    s: &crate::image::PendingSignal,
+) {
+    let info = b.push(&s.info, 8);
+    let what = format!(
+        "queue pending signal {} (si_code {}) to the {}",
+        s.signo,
+        s.code,
+        if s.shared { "process" } else { "thread" }
+    );
+    if s.shared {
+        op(
+            libc::SYS_rt_sigqueueinfo,
+            &[0, s.signo as u64, info],
+            0,
+            what,
+        );
+    } else {
+        op(
+            libc::SYS_rt_tgsigqueueinfo,
+            &[0, 0, s.signo as u64, info],
+            0,
+            what,
+        );
+    }
 }
 
 /// Builds the blob's data (ops last) for the region laid out as `lay`.
@@ -646,6 +680,16 @@ pub(crate) fn plan(
         op(SYS_getppid, &[], parent, "parent still there".into());
         op(SYS_setpgid, &[0, 0], 0, "setpgid(0, 0)".into());
     }
+    // Pending signals, all blocked until rt_sigreturn sets the program's
+    // mask. Job-control ones come after a stop and continue of our own,
+    // which would drop them; here, where a failure is still reported.
+    let (late, early): (Vec<_>, Vec<_>) = m
+        .pending
+        .iter()
+        .partition(|s| stop_under.is_some() && crate::signals::job_control(s));
+    for s in early {
+        requeue(&mut b, &mut op, s);
+    }
     op(
         SYS_close_range,
         &[h.base as u64, u32::MAX as u64, 0],
@@ -663,6 +707,24 @@ pub(crate) fn plan(
             0,
             "prctl(PR_SET_PDEATHSIG, 0)".into(),
         );
+        // The SIGCONT that resumed us is queued (every signal is blocked
+        // here, so none is ignored): take it off, the program never saw
+        // it. One per queue at most; -EAGAIN when there is none.
+        let cont = b.push(&(1u64 << (SIGCONT - 1)).to_le_bytes(), 8);
+        let zero = b.push(&[0u8; 16], 8);
+        for _ in 0..2 {
+            op(
+                SYS_rt_sigtimedwait,
+                &[cont, 0, zero, 8],
+                IGNORE,
+                "drop the SIGCONT that resumed the copy".into(),
+            );
+        }
+        // Legacy signals: queueing them cannot fail (no RLIMIT_SIGPENDING
+        // refusal, at worst the siginfo is lost).
+        for s in late {
+            requeue(&mut b, &mut op, s);
+        }
     }
 
     let xsave = sigframe::xsave_image(&m.xstate);
@@ -672,7 +734,19 @@ pub(crate) fn plan(
         16,
     );
     let mut table = Vec::new();
-    for (o, _) in &ops {
+    let mut pid_slots = Vec::new();
+    for (i, (o, _)) in ops.iter().enumerate() {
+        // The pid arguments of the re-queues: the restored process's pid,
+        // known only after the fork (`restorer::child_enter` fills them in).
+        let nr = o.nr as c_long;
+        let pids = if nr == SYS_rt_sigqueueinfo {
+            1
+        } else if nr == SYS_rt_tgsigqueueinfo {
+            2
+        } else {
+            0
+        };
+        pid_slots.extend((0..pids).map(|a| (i * 64 + 8 + a * 8) as u64));
         table.extend(
             std::iter::once(o.nr)
                 .chain(o.args)
@@ -681,7 +755,9 @@ pub(crate) fn plan(
         );
     }
     let ops_addr = b.push(&table, 64);
+    let pid_slots = pid_slots.into_iter().map(|o| ops_addr + o).collect();
     Ok(Plan {
+        pid_slots,
         data: b.bytes,
         ops_addr,
         nops: ops.len() as u64,

@@ -180,7 +180,8 @@ pub(crate) unsafe fn child_enter(
         }
     }
     // SAFETY: `R` is ours and large enough for code + stack + data (sized by
-    // the parent from the same plan); the sources are live in this process.
+    // the parent from the same plan); the sources are live in this process;
+    // the pid slots are 8-byte aligned words of the op table inside the data.
     unsafe {
         std::ptr::copy_nonoverlapping(code.as_ptr(), r as *mut u8, code.len());
         std::ptr::copy_nonoverlapping(p.data.as_ptr(), data_base as *mut u8, p.data.len());
@@ -189,6 +190,11 @@ pub(crate) unsafe fn child_enter(
         let marker = (r + CODE_SIZE) as *mut u64;
         marker.write(REGION_MAGIC);
         marker.add(1).write(r_len);
+        // Our pid, which the plan could not know, into the re-queues' args.
+        let me = libc::syscall(libc::SYS_getpid) as u64;
+        for &slot in &p.pid_slots {
+            (slot as *mut u64).write(me);
+        }
         libc::mprotect(
             r as *mut _,
             CODE_SIZE as usize,

@@ -13,7 +13,6 @@ mod common;
 
 use common::*;
 use halfproc_migrate::{freeze_and_dump, restore_from_memory, set_reader_threads, RestoreOptions};
-use std::path::Path;
 
 /// One line of /proc/PID/maps: (start, end, perms, offset, path).
 type Line = (u64, u64, String, u64, String);
@@ -82,18 +81,6 @@ fn vm_flags(pid: i32, start: u64, end: u64) -> Vec<Vec<String>> {
         }
     }
     out
-}
-
-fn wait_line(out: &Path, prefix: &str) -> String {
-    for _ in 0..500 {
-        if let Ok(t) = std::fs::read_to_string(out) {
-            if let Some(l) = t.lines().find(|l| l.starts_with(prefix)) {
-                return l.to_string();
-            }
-        }
-        sleep_ms(10);
-    }
-    panic!("no line {prefix:?} in {}", out.display());
 }
 
 /// Restores a `targets layout` process from memory (page-aligned contents

@@ -669,11 +669,13 @@ fn ended(pid: i32) -> bool {
     }
 }
 
-/// Waits (at most 2 s) until the copy runs: no longer stopped, and the
-/// SIGCONT that woke it delivered (a migration right after would otherwise
-/// see it pending).
+/// Waits (at most 2 s) until the copy runs its program: no longer stopped,
+/// and past the restorer's `rt_sigreturn` (a migration right after would
+/// otherwise freeze the restorer). The restorer runs with every signal
+/// blocked, `rt_sigreturn` sets the program's mask: a program that blocks
+/// every signal itself is told apart by the timeout only.
 async fn wait_continued(pid: i32) {
-    const SIGCONT_BIT: u64 = 1 << (libc::SIGCONT - 1);
+    const RESTORER_MASK: u64 = !((1 << (libc::SIGKILL - 1)) | (1 << (libc::SIGSTOP - 1)));
     for _ in 0..2000 {
         let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let field = |k: &str| {
@@ -683,9 +685,9 @@ async fn wait_continued(pid: i32) {
                 .unwrap_or("")
                 .to_string()
         };
-        let mask = |k: &str| u64::from_str_radix(&field(k), 16).unwrap_or(0);
         let stopped = field("State:").starts_with('T');
-        if st.is_empty() || (!stopped && (mask("SigPnd:") | mask("ShdPnd:")) & SIGCONT_BIT == 0) {
+        let blocked = u64::from_str_radix(&field("SigBlk:"), 16).unwrap_or(RESTORER_MASK);
+        if st.is_empty() || (!stopped && blocked != RESTORER_MASK) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;

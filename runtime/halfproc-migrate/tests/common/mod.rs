@@ -36,6 +36,12 @@ pub fn prog() -> &'static Path {
     P.get_or_init(|| build_c("prog", &["-O1"]))
 }
 
+/// Builds tests/sigq.c (pending signals) once per test binary.
+pub fn sigq() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build_c("sigq", &["-O1"]))
+}
+
 /// Builds tests/targets.c once per test binary.
 pub fn targets() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
@@ -144,6 +150,19 @@ pub fn state_and_tracer(pid: i32) -> (char, i32) {
         get("State:").chars().next().unwrap(),
         get("TracerPid:").parse().unwrap(),
     )
+}
+
+/// Waits (up to 5 s) for a line starting with `prefix` in the file `out`.
+pub fn wait_line(out: &Path, prefix: &str) -> String {
+    for _ in 0..500 {
+        if let Ok(t) = std::fs::read_to_string(out) {
+            if let Some(l) = t.lines().find(|l| l.starts_with(prefix)) {
+                return l.to_string();
+            }
+        }
+        sleep_ms(10);
+    }
+    panic!("no line {prefix:?} in {}", out.display());
 }
 
 /// SIGKILL and reap.

@@ -123,6 +123,18 @@ impl Running {
         }
     }
 
+    /// Waits (up to 20 s) until the program's relayed output holds `text`.
+    pub fn wait_output(&self, text: &str) {
+        let t = Instant::now();
+        while !std::fs::read_to_string(&self.out).is_ok_and(|o| o.contains(text)) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "no {text:?} in the output"
+            );
+            sleep_ms(5);
+        }
+    }
+
     /// Waits for `run` to exit: (stdout bytes, exit code, stderr text).
     pub fn finish(mut self) -> (Vec<u8>, i32, String) {
         let st = self.child.wait().unwrap();
@@ -386,6 +398,14 @@ pub fn prog() -> &'static str {
     P.get_or_init(|| build_c(&src, "prog", &[]))
         .to_str()
         .unwrap()
+}
+
+/// The migration engine's pending-signal test program (`sigq.c`).
+pub fn sigq() -> &'static str {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/halfproc-migrate/tests/sigq.c");
+    P.get_or_init(|| build_c(&src, "sigq")).to_str().unwrap()
 }
 
 /// tests/node_targets.c.
