@@ -405,7 +405,9 @@ pub fn sigq() -> &'static str {
     static P: OnceLock<PathBuf> = OnceLock::new();
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/halfproc-migrate/tests/sigq.c");
-    P.get_or_init(|| build_c(&src, "sigq")).to_str().unwrap()
+    P.get_or_init(|| build_c(&src, "sigq", &[]))
+        .to_str()
+        .unwrap()
 }
 
 /// tests/node_targets.c.
