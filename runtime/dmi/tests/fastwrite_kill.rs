@@ -12,32 +12,19 @@
 //! page from the frames again, and another instance that ran all along
 //! reading and writing the pages afterwards.
 
+mod common;
+use common::node;
+
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dmi::node::CallReq;
 use dmi::pool::WriteStop;
-use dmi::rmw::RmwTable;
 use dmi::serve::{self, Ended, NodeRef};
-use dmi::{Config, Dmi, ReadMode, WriteMode};
+use dmi::{Dmi, ReadMode, WriteMode};
 
 const PS: usize = 4096;
 const SCENARIO: &str = "DMI_KILL_IN_WRITE";
-
-fn node() -> Dmi {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let cfg = Config {
-        rank: 0,
-        peers: vec![l.local_addr().unwrap()],
-        listener: Some(l),
-        fatal_errors: false,
-        members: None,
-        pool_pages: None,
-        ..Default::default()
-    };
-    Dmi::start(cfg, Arc::new(RmwTable::default())).unwrap()
-}
 
 /// Each scenario in a process of its own (a node's instance registry fails
 /// every creation after an instance died), bounded by 60 s.

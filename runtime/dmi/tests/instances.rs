@@ -4,28 +4,14 @@
 //! their mailboxes. Checks their data, their thread count, the errors they
 //! get, and how `join` reports a returned value and a killed instance.
 
-use std::sync::Arc;
+mod common;
+use common::node;
 
-use dmi::rmw::RmwTable;
 use dmi::serve::{self, Ended, NodeRef};
-use dmi::{Config, Dmi, DmiError, ReadMode, WriteMode};
+use dmi::{Dmi, DmiError, ReadMode, WriteMode};
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
-}
-
-fn node() -> Dmi {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let cfg = Config {
-        rank: 0,
-        peers: vec![l.local_addr().unwrap()],
-        listener: Some(l),
-        fatal_errors: false,
-        members: None,
-        pool_pages: None,
-        ..Default::default()
-    };
-    Dmi::start(cfg, Arc::new(RmwTable::default())).unwrap()
 }
 
 /// One test: the node and its instance registry are per process, and a

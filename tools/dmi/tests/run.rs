@@ -75,15 +75,26 @@ fn jacobi_on_1_2_3_nodes_matches_the_serial_run() {
     }
 }
 
+/// Example `name` (C, against the installed library) run on 1 and on 3
+/// nodes: (nodes, output) of each run, which succeeded.
+fn c_example_on_1_and_3_nodes(name: &str) -> Vec<(u32, std::process::Output)> {
+    let (prog, lib) = build_c(name);
+    [1, 3]
+        .into_iter()
+        .map(|n| {
+            let o = dmi_run(n, &[], &[prog.to_str().unwrap()])
+                .env("LD_LIBRARY_PATH", &lib)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{name} on {n} nodes: {}", text(&o));
+            (n, o)
+        })
+        .collect()
+}
+
 #[test]
 fn c_api_on_1_and_3_nodes() {
-    let (prog, lib) = build_c("api_test");
-    for n in [1, 3] {
-        let o = dmi_run(n, &[], &[prog.to_str().unwrap()])
-            .env("LD_LIBRARY_PATH", &lib)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{n} nodes: {}", text(&o));
+    for (n, o) in c_example_on_1_and_3_nodes("api_test") {
         let want = format!(
             "api ok: {n} nodes, mutex counter {c}, fetch-add counter {c}",
             c = 20 * n
@@ -102,13 +113,7 @@ fn c_api_on_1_and_3_nodes() {
 /// page travel as one access (`examples/gather.c`).
 #[test]
 fn group_reads_over_several_owners_equal_single_reads() {
-    let (prog, lib) = build_c("gather");
-    for n in [1, 3] {
-        let o = dmi_run(n, &[], &[prog.to_str().unwrap()])
-            .env("LD_LIBRARY_PATH", &lib)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{n} nodes: {}", text(&o));
+    for (n, o) in c_example_on_1_and_3_nodes("gather") {
         let out = String::from_utf8_lossy(&o.stdout);
         for r in 0..n {
             let want = format!("gather ok: node {r} of {n}, 1200 ranges");
