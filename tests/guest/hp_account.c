@@ -25,17 +25,10 @@ static long status_kb(pid_t pid, const char *key)
 
 static long oom_score(pid_t pid)
 {
-	char path[64], buf[32] = "";
-	ssize_t n;
-	int fd;
+	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/oom_score", pid);
-	fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	return n > 0 ? strtol(buf, NULL, 10) : -1;
+	return file_long(path);
 }
 
 static void *priv_map(size_t len)

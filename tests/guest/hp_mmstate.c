@@ -17,6 +17,7 @@
 #include "../lib/halfproc_test.h"
 #include "kselftest_harness.h"
 #include "../lib/hp_blocked.h"
+#include "../lib/hp_smaps.h"
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -34,44 +35,6 @@
 #define ARCH_ENABLE_TAGGED_ADDR		0x4002
 
 #define RWX (PROT_READ | PROT_WRITE | PROT_EXEC)
-#define HPAGE (2UL << 20)
-
-/*
- * The value of field @key (e.g. "AnonHugePages:", "ProtectionKey:") of the
- * VMA at @addr in /proc/self/smaps, or for "VmFlags:" whether the flag
- * @flag is listed (1/0); -1 if there is no such VMA or field.
- */
-static long smaps_field(const void *addr, const char *key, const char *flag)
-{
-	unsigned long start, end, want = (unsigned long)addr;
-	char line[512];
-	int in = 0;
-	long v = -1;
-	FILE *f = fopen("/proc/self/smaps", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%lx-%lx ", &start, &end) == 2 &&
-		    strchr(line, '-') < strchr(line, ' ')) {
-			in = start <= want && want < end;
-			continue;
-		}
-		if (!in || strncmp(line, key, strlen(key)))
-			continue;
-		if (flag) {
-			char pat[8];
-
-			snprintf(pat, sizeof(pat), " %s", flag);
-			v = strstr(line + strlen(key), pat) != NULL;
-		} else {
-			v = strtol(line + strlen(key), NULL, 10);
-		}
-		break;
-	}
-	fclose(f);
-	return v;
-}
 
 /* Whether /proc/cpuinfo's flags list @flag. */
 static int cpu_flag(const char *flag)

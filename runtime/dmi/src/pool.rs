@@ -259,7 +259,26 @@ impl Index {
     }
 
     fn try_read(&self, addr: i64, buf: &mut [u8]) -> bool {
-        if addr <= 0 || buf.is_empty() || self.open.load(Ordering::Acquire) == 0 {
+        if self.open.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        self.each_page(addr, buf.len(), |id, index, at, part| {
+            self.read_page(id, index, at as usize, &mut buf[part])
+        })
+    }
+
+    /// Splits the `len` bytes at DMI address `addr` by page: calls
+    /// `f(region, page, offset in the page, range of the bytes)` for each
+    /// page in order, and stops at the first `false`. False for an empty
+    /// range, an address outside every region, a range past its region's
+    /// last page, or when `f` says so.
+    pub(crate) fn each_page(
+        &self,
+        addr: i64,
+        len: usize,
+        mut f: impl FnMut(u64, u64, u64, std::ops::Range<usize>) -> bool,
+    ) -> bool {
+        if addr <= 0 || len == 0 {
             return false;
         }
         let id = (addr >> REGION_SHIFT) as u64;
@@ -268,13 +287,13 @@ impl Index {
         };
         let mut off = (addr as u64) & ((1 << REGION_SHIFT) - 1);
         let mut done = 0;
-        while done < buf.len() {
+        while done < len {
             let (index, at) = (off / ps, off % ps);
             if index >= pn {
                 return false;
             }
-            let n = ((ps - at) as usize).min(buf.len() - done);
-            if !self.read_page(id, index, at as usize, &mut buf[done..done + n]) {
+            let n = ((ps - at) as usize).min(len - done);
+            if !f(id, index, at, done..done + n) {
                 return false;
             }
             done += n;

@@ -37,7 +37,6 @@ use std::sync::atomic::Ordering;
 
 use super::journal::{stop, stop_armed, Journal, WriteStop};
 use super::{FastPath, Head, Index, ATTEMPTS, FREE, HEAD, NODE, PROBES, SLOTS};
-use crate::addr::REGION_SHIFT;
 
 /// Writes applied to the frames, and writes that took the engine's path
 /// (`DMI_FAST_WRITES=0`: off).
@@ -96,32 +95,16 @@ impl Index {
         // (frame in `held`, offset in the page, bytes)
         let mut parts: Vec<(usize, usize, &[u8])> = Vec::new();
         let mut all = items.iter().all(|&(addr, buf)| {
-            if addr <= 0 || buf.is_empty() {
-                return false;
-            }
-            let id = (addr >> REGION_SHIFT) as u64;
-            let Some((ps, pn)) = self.region(id) else {
-                return false;
-            };
-            let mut off = (addr as u64) & ((1 << REGION_SHIFT) - 1);
-            let mut done = 0;
-            while done < buf.len() {
-                let (index, at) = (off / ps, off % ps);
-                if index >= pn {
-                    return false;
-                }
-                let n = ((ps - at) as usize).min(buf.len() - done);
+            self.each_page(addr, buf.len(), |id, index, at, part| {
                 let Some(k) = self.hold(id, index, who, journal, &mut held) else {
                     return false;
                 };
-                if held[k].head.len.load(Ordering::Relaxed) < at + n as u64 {
+                if held[k].head.len.load(Ordering::Relaxed) < at + part.len() as u64 {
                     return false;
                 }
-                parts.push((k, at as usize, &buf[done..done + n]));
-                done += n;
-                off += n as u64;
-            }
-            true
+                parts.push((k, at as usize, &buf[part]));
+                true
+            })
         });
         if let (true, Some(j)) = (all, journal) {
             if stop_armed(WriteStop::Held) {

@@ -52,5 +52,6 @@ pub use error::{Error, Refusal, Result};
 pub use mem::{caller_is_member, reader, reader_kind, DmReader, MemoryReader, PortableReader};
 pub use pagebuf::PageBuf;
 pub use precopy::{probe_soft_dirty, DirtyTracker};
+pub use procfs::{maps, MapsEntry};
 pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};
 pub use restore_check::{copy_instead, differing_files};

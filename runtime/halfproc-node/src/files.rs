@@ -88,20 +88,10 @@ pub fn fill(pid: i32, contents: &[(u64, Vec<u8>)]) -> Result<(), String> {
 /// Source: sends `ranges` of the frozen original `pid`, each of which must
 /// be one of its private file mappings (a destination reads nothing else).
 pub async fn serve(conn: &mut Conn, pid: i32, ranges: &[(u64, u64)]) -> Result<u64, String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| format!("read /proc/{pid}/maps: {e}"))?;
+    let maps = halfproc_migrate::maps(pid).map_err(|e| e.to_string())?;
     let private_file = |s: u64, e: u64| {
-        maps.lines().any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let Some((a, b)) = f.first().and_then(|r| r.split_once('-')) else {
-                return false;
-            };
-            let (a, b) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16));
-            a == Ok(s)
-                && b == Ok(e)
-                && f.get(1).is_some_and(|p| p.ends_with('p'))
-                && f.get(5).is_some_and(|p| p.starts_with('/'))
-        })
+        maps.iter()
+            .any(|m| m.start == s && m.end == e && !m.shared && m.path.starts_with('/'))
     };
     if let Some(&(s, e)) = ranges.iter().find(|&&(s, e)| !private_file(s, e)) {
         let why = format!("{s:#x}-{e:#x} is not a private file mapping of pid {pid}");

@@ -39,9 +39,11 @@ pub enum Parking {
 /// `pid`'s memory, if its yield page is mapped (a private read-write page
 /// exactly at `ADDR` with the magic).
 fn page_of(pid: i32) -> Option<File> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let want = format!("{:x}-{:x} rw-p ", ADDR, ADDR + LEN);
-    if !maps.lines().any(|l| l.starts_with(&want)) {
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let page = |m: &halfproc_migrate::MapsEntry| {
+        m.start == ADDR as u64 && m.end == (ADDR + LEN) as u64 && m.prot & rw == rw && !m.shared
+    };
+    if !halfproc_migrate::maps(pid).ok()?.iter().any(page) {
         return None;
     }
     let mem = OpenOptions::new()

@@ -87,13 +87,18 @@ pub fn map() -> std::io::Result<&'static YieldPage> {
     if got == libc::MAP_FAILED {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EEXIST) {
-            // A restored copy has the page: ours if it has the magic.
-            // SAFETY: something is mapped at ADDR (EEXIST); the magic is
-            // checked before the page is trusted, and a page we did not
-            // map is only read, never written.
-            let page = unsafe { &*(ADDR as *const YieldPage) };
-            if readable(ADDR) && page.magic.load(Ordering::Acquire) == MAGIC {
-                return Ok(page);
+            // A restored copy has the page: ours if it is readable and has
+            // the magic (read as another process would: a page we did not
+            // map may not be readable, and is never written).
+            let mut magic = [0u8; 8];
+            // SAFETY: getpid has no preconditions.
+            let me = unsafe { libc::getpid() };
+            let ours = crate::copy::vm_read(me, ADDR, &mut magic).is_ok_and(|n| n == 8)
+                && u64::from_ne_bytes(magic) == MAGIC;
+            if ours {
+                // SAFETY: mapped and readable at ADDR (read above), and ours
+                // (the magic); `YieldPage` is atomics only.
+                return Ok(unsafe { &*(ADDR as *const YieldPage) });
             }
         }
         return Err(e);
@@ -109,23 +114,4 @@ pub fn map() -> std::io::Result<&'static YieldPage> {
     let page = unsafe { &*(ADDR as *const YieldPage) };
     page.magic.store(MAGIC, Ordering::Release);
     Ok(page)
-}
-
-/// Whether the page at `addr` is mapped and readable (`mincore` would say
-/// mapped only; `/proc/self/maps` is the one answer without touching it).
-fn readable(addr: usize) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
-    };
-    maps.lines().any(|l| {
-        let mut f = l.split_whitespace();
-        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-            return false;
-        };
-        let start = range
-            .split('-')
-            .next()
-            .and_then(|s| usize::from_str_radix(s, 16).ok());
-        start == Some(addr) && perms.starts_with('r')
-    })
 }
