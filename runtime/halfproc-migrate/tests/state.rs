@@ -63,6 +63,30 @@ fn robust_list_tid_address_and_libc_tid_survive() {
     assert_eq!(st, "exit 9");
 }
 
+/// Resource limits and the rseq registration follow the process (three
+/// moves in a row).
+#[test]
+fn rlimits_and_rseq_survive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let mut pid = spawn(targets(), &["limits"], None, &out);
+    for i in 0..3 {
+        sleep_ms(150);
+        let img = tmp.path().join(format!("img{i}"));
+        checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+        pid = restore(&img).expect("restore").pid;
+    }
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let st = describe(wait(pid));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "ready\nnofile 100/200; core 0/4096; rseq registered=1\n"
+    );
+    assert_eq!(st, "exit 10");
+}
+
 #[test]
 fn corrupt_pages_are_detected() {
     let tmp = tempfile::tempdir().unwrap();

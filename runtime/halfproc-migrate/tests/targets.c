@@ -2,7 +2,9 @@
  * Each mode sets up one resource, then spins until killed (or, for
  * "signals", until SIGUSR1 arrives). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/auxv.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -195,6 +198,36 @@ int main(int argc, char **argv)
 		       sigismember(&cur, SIGUSR2), old.sa_handler == SIG_IGN, (unsigned)m,
 		       getcwd(cwd, sizeof(cwd)) ? cwd : "?");
 		return 7;
+	} else if (!strcmp(mode, "limits")) {
+		/*
+		 * Resource limits and the rseq registration glibc made at
+		 * start-up: a second registration of the same area is EBUSY
+		 * while the first stands, and succeeds where none does.
+		 */
+		struct rlimit nofile = { 100, 200 }, core = { 0, 4096 }, got_nofile, got_core;
+		struct sigaction sa;
+		extern const ptrdiff_t __rseq_offset;
+		extern const unsigned int __rseq_size;
+		void *area = (char *)__builtin_thread_pointer() + __rseq_offset;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		if (setrlimit(RLIMIT_NOFILE, &nofile) || setrlimit(RLIMIT_CORE, &core))
+			return 1;
+		printf("ready\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		getrlimit(RLIMIT_NOFILE, &got_nofile);
+		getrlimit(RLIMIT_CORE, &got_core);
+		/* glibc registers at least the original 32-byte struct rseq. */
+		long r = syscall(SYS_rseq, area, __rseq_size < 32 ? 32 : __rseq_size, 0, 0x53053053);
+		printf("nofile %lu/%lu; core %lu/%lu; rseq registered=%d\n",
+		       (unsigned long)got_nofile.rlim_cur, (unsigned long)got_nofile.rlim_max,
+		       (unsigned long)got_core.rlim_cur, (unsigned long)got_core.rlim_max,
+		       __rseq_size > 0 && r == -1 && errno == EBUSY);
+		return 10;
 	} else if (!strcmp(mode, "threadstate")) {
 		/*
 		 * The thread's kernel registrations and the C library's copy of
