@@ -85,7 +85,16 @@ pub(crate) unsafe fn copy(
             continue;
         }
         // SAFETY: `iter` is valid (caller).
-        match unsafe { copy_range(&target, v.iov_base as usize, len, iter, write, &counters.stats) } {
+        match unsafe {
+            copy_range(
+                &target,
+                v.iov_base as usize,
+                len,
+                iter,
+                write,
+                &counters.stats,
+            )
+        } {
             Ok(n) => {
                 total += n;
                 left -= n;

@@ -69,6 +69,7 @@ impl kernel::Module for HalfProc {
                 owner: module.as_ptr(),
                 fork: Some(hook_fork),
                 exec: Some(hook_exec),
+                exec_joins: Some(hook_exec_joins),
                 mm_exit: Some(hook_mm_exit),
                 enter: Some(hook_enter),
                 dm_copy: Some(hook_dm_copy),
@@ -169,6 +170,19 @@ unsafe extern "C" fn hook_exec(new_mm: *mut bindings::mm_struct, secureexec: boo
         Ok(()) => 0,
         Err(e) => errno(e),
     }
+}
+
+/// Whether an `execve()` by current, a member, carries the membership over
+/// to its new mm (`hook_exec`'s policy without `secureexec`, which is not
+/// known yet): asked before the exec's point of no return, so the core can
+/// check the new image against the member's limits while `execve()` can
+/// still fail (`halfproc_exec_room()`).
+extern "C" fn hook_exec_joins() -> bool {
+    let Some(old) = Mm::current() else {
+        return false;
+    };
+    Set::of(old)
+        .is_some_and(|set| matches!(set.exec_policy(old, current_signal()), Join::Yes { .. }))
 }
 
 /// A member mm is torn down.

@@ -143,7 +143,12 @@ impl MmapWriteGuard<'_> {
         // SAFETY: the mm is live, and `notifier_subscriptions` is set only
         // under the mmap write lock, which is held; the pointer is compared,
         // never dereferenced.
-        unsafe { !(*self.0.as_raw()).__bindgen_anon_1.notifier_subscriptions.is_null() }
+        unsafe {
+            !(*self.0.as_raw())
+                .__bindgen_anon_1
+                .notifier_subscriptions
+                .is_null()
+        }
     }
 }
 

@@ -42,8 +42,7 @@ pub(crate) type Dentry = c_void;
 // <linux/debugfs.h>.  Each accepts an error pointer as parent and does
 // nothing with one, so a kernel without debugfs just has no files.
 extern "C" {
-    fn debugfs_create_dir(name: *const c_char, parent: *mut Dentry)
-        -> *mut Dentry;
+    fn debugfs_create_dir(name: *const c_char, parent: *mut Dentry) -> *mut Dentry;
     fn debugfs_create_u64(
         name: *const c_char,
         mode: bindings::umode_t,

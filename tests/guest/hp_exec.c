@@ -4,8 +4,10 @@
  * unmodified programs run as half-processes), what a vfork() child of a
  * member runs does not join, and a set-uid exec leaves the set; exec from
  * a non-leader thread keeps membership, and a member whose leader thread
- * exits while another thread is in meta-operations stays one.  The probe
- * is this program itself, run as `hp_exec --exec-probe ADDRESS`.
+ * exits while another thread is in meta-operations stays one.  An exec
+ * whose new image does not fit beside the set within the member's limits
+ * fails with ENOMEM.  The probe is this program itself, run as
+ * `hp_exec --exec-probe ADDRESS`.
  */
 #include "../lib/halfproc_test.h"
 #include <pthread.h>
@@ -108,6 +110,76 @@ TEST(exec_from_a_non_leader_thread_keeps_membership)
 
 	REQUIRE_HALFPROC();
 	ASSERT_EQ(0, exec_probe_in_member(self_exe, PROBE_THREAD_EXEC, &p));
+	ASSERT_EQ(0, strcmp(p, "written after exec"));
+}
+
+#define MiB (1UL << 20)
+
+/*
+ * A member with 256 MiB in its set and @res (RLIMIT_AS or RLIMIT_DATA) of
+ * 64 MiB: its exec cannot fit the new image beside the set, so execve()
+ * fails with ENOMEM and the member runs on (before patch 0045 the ELF
+ * loader met the limit past the point of no return and the member died of
+ * SIGSEGV: -1 here).  A vfork() child's exec under the same limit does not
+ * join, so the set does not count: the probe runs, no member (3).  With
+ * 256 + 64 MiB the exec fits and the probe runs as a member (0).  Returns
+ * the member's exit status: 0, the probe's, or the failing step (20-25).
+ */
+static int exec_past_limit(int res, char **shared)
+{
+	char *p = hp_anon(PAGE), arg[32];
+	pid_t pid;
+
+	if (p == MAP_FAILED)
+		return -3;
+	*shared = p;
+	strcpy(p, "survives exec");
+	snprintf(arg, sizeof(arg), "%p", p);
+	pid = hp_spawn();
+	if (pid < 0)
+		return -4;
+	if (pid == 0) {
+		struct rlimit rl = { 64 * MiB, RLIM_INFINITY };
+		pid_t v;
+
+		if (hp_anon(256 * MiB) == MAP_FAILED)
+			_exit(20);
+		if (setrlimit(res, &rl))
+			_exit(21);
+		execl(self_exe, self_exe, "--exec-probe", arg, (char *)NULL);
+		if (errno != ENOMEM)
+			_exit(22);
+		v = vfork();
+		if (v == 0) {
+			execl(self_exe, self_exe, "--exec-probe", arg, (char *)NULL);
+			_exit(99);
+		}
+		if (wait_status(v) != 3)
+			_exit(23);
+		rl.rlim_cur = (256 + 64) * MiB;
+		if (setrlimit(res, &rl))
+			_exit(24);
+		execl(self_exe, self_exe, "--exec-probe", arg, (char *)NULL);
+		_exit(25);
+	}
+	return wait_status(pid);
+}
+
+TEST(exec_past_rlimit_as_fails_with_enomem)
+{
+	char *p;
+
+	REQUIRE_HALFPROC();
+	ASSERT_EQ(0, exec_past_limit(RLIMIT_AS, &p));
+	ASSERT_EQ(0, strcmp(p, "written after exec"));
+}
+
+TEST(exec_past_rlimit_data_fails_with_enomem)
+{
+	char *p;
+
+	REQUIRE_HALFPROC();
+	ASSERT_EQ(0, exec_past_limit(RLIMIT_DATA, &p));
 	ASSERT_EQ(0, strcmp(p, "written after exec"));
 }
 
