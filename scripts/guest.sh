@@ -237,12 +237,16 @@ for l in sys.stdin:
 	strip -o "$DMI_OUT/dmi" "$RT/dmi"
 	# glibc warns about getaddrinfo in static programs: the guest has no
 	# NSS, and DMI_PEERS holds addresses, not names.
-	cc -std=gnu11 -Wall -Werror -O2 -static -s -I "$HALFPROC_ROOT/runtime/dmi/include" \
-		-o "$DMI_OUT/instances" "$HALFPROC_ROOT/runtime/dmi/examples/instances.c" \
-		"$RT/libdmi.a" -lm 2>"$DMI_OUT/build.log" ||
-		{ cat "$DMI_OUT/build.log" >&2; die "building runtime/dmi/examples/instances.c failed"; }
+	local ex
+	for ex in instances yield; do
+		cc -std=gnu11 -Wall -Werror -O2 -static -s -I "$HALFPROC_ROOT/runtime/dmi/include" \
+			-o "$DMI_OUT/$ex" "$HALFPROC_ROOT/runtime/dmi/examples/$ex.c" \
+			"$RT/libdmi.a" -lm 2>"$DMI_OUT/build.log" ||
+			{ cat "$DMI_OUT/build.log" >&2; die "building runtime/dmi/examples/$ex.c failed"; }
+	done
 	make -s -C "$HALFPROC_ROOT/apps" O="$DMI_OUT/apps" CFLAGS="-O2 -static -s" DMI_LIBDIR="$RT" \
-		"$DMI_OUT/apps/dmi/jacobi" "$DMI_OUT/apps/serial/jacobi" "$DMI_OUT/apps/cks-cmp" \
+		"$DMI_OUT/apps/dmi/jacobi" "$DMI_OUT/apps/dmi/jacobi_yield" \
+		"$DMI_OUT/apps/serial/jacobi" "$DMI_OUT/apps/cks-cmp" \
 		2>"$DMI_OUT/build.log" ||
 		{ cat "$DMI_OUT/build.log" >&2; die "building the Jacobi app for the guest failed"; }
 	done_phase
@@ -265,7 +269,8 @@ for l in sys.stdin:
 		done
 		echo "$DMI_OUT/dmi:/bin/dmi"
 		echo "$DMI_OUT/instances:/dmi/instances"
-		for f in dmi/jacobi serial/jacobi cks-cmp; do echo "$DMI_OUT/apps/$f:/dmi/apps/$f"; done
+		echo "$DMI_OUT/yield:/dmi/yield"
+		for f in dmi/jacobi dmi/jacobi_yield serial/jacobi cks-cmp; do echo "$DMI_OUT/apps/$f:/dmi/apps/$f"; done
 		for f in "$OUT"/guest/bench/* "$OUT"/guest/demo/* "$OUT"/guest/migrate/*; do
 			[ -f "$f" ] && [ -x "$f" ] && echo "$f:/${f#"$OUT"/guest/}"
 		done

@@ -232,11 +232,6 @@ pub fn relocate(
         let _ = set_home(pid, home + state, &[HOME_STAYED]);
         e
     };
-    if set.backend().kind() == halfproc::BackendKind::Kernel {
-        return Err(stay(DmiError::Setup(
-            "moving an instance needs the portable backend (Member::adopt)".into(),
-        )));
-    }
     let range = (set.base() as u64, set.base() as u64 + set.size());
     let stdio = stdio_pipes(pid);
     let inos: Vec<u64> = stdio.iter().map(|&(_, i)| i).collect();

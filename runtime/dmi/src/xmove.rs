@@ -237,11 +237,6 @@ fn take_in(
         std::thread::sleep(Duration::from_millis(ms));
     }
     mv.host.accepts(id).map_err(DmiError::Setup)?;
-    if mv.set.backend().kind() == halfproc::BackendKind::Kernel {
-        return Err(DmiError::Setup(
-            "taking in an instance needs the portable backend (Member::adopt)".into(),
-        ));
-    }
     let m: Manifest = bincode::deserialize(manifest)
         .map_err(|e| DmiError::Setup(format!("undecodable image of instance {id}: {e}")))?;
     // The image's relayed stdio pipes become this node's own stdio (which

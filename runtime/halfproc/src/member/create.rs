@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::identity;
 use crate::set::Set;
 use crate::slots::MemberTable;
+use halfproc_sys::copy;
 use halfproc_sys::task::{self, halfproc_prctl, PR_HALFPROC_FORK_MEMBER};
 
 /// Forks a member of `set` that runs `body` and exits with its result.
@@ -86,13 +87,22 @@ pub(super) fn fork_here(set: &'static Set) -> Result<Option<Member>> {
 
 /// Makes `pid`, a child of the calling process that already shares the set
 /// range (it was forked from a member, e.g. a restored checkpoint of a
-/// member of a set at the same address), a member of `set`.
+/// member of a set at the same address), a member of `set`. On the kernel
+/// backend the child must be a member of the caller's kernel set (made with
+/// `clone3(CLONE_HALFPROC)`, as the migration engine's restorer does when
+/// its caller is a member): `dmread` of the set's first byte, which only a
+/// member of the caller's set answers, checks it.
 pub(super) fn adopt_child(set: &'static Set, pid: i32) -> Result<Member> {
     identity::check_member_for(set.base() as usize)?;
     if set.backend().kind() == BackendKind::Kernel {
-        return Err(Error::Unsupported(
-            "adopting a process as a member needs the portable backend",
-        ));
+        let mut byte = 0u8;
+        let local = [copy::iovec(&mut byte as *mut u8 as usize, 1)];
+        let remote = [copy::iovec(set.base() as usize, 1)];
+        // SAFETY: `local` is one writable byte of ours, not otherwise
+        // accessed during the call; the kernel checks the remote side.
+        unsafe { copy::dm(copy::Dir::Read, pid, &local, &remote) }.map_err(|e| {
+            Error::sys("adopting a process that is not a member of this kernel set", e)
+        })?;
     }
     let table: &'static MemberTable = &set.header().members;
     let (index, slot) = table.claim(task::getpid())?;

@@ -171,8 +171,10 @@ impl Member {
     /// already shares the set's range because it was forked from a member
     /// (a checkpoint of a member restored here by the migration engine,
     /// which leaves the set range to the restoring process). The reaper
-    /// watches it like a created member. Portable backend only; the child
-    /// calls [`resumed_after_restore`] before using the set.
+    /// watches it like a created member. On the kernel backend the child
+    /// must already be a member of the caller's kernel set (`EPERM`
+    /// otherwise). The child calls [`resumed_after_restore`] before using
+    /// the set.
     pub fn adopt(set: &'static Set, pid: i32) -> Result<Member> {
         create::adopt_child(set, pid)
     }
