@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # apps/test.sh [SIZE]: build the apps, run each serial reference, its MPI
-# version on 1, 2 and 4 ranks and its DMI version on 1, 2 and 3 nodes
+# version on 1, 2 and 4 ranks and its DMI version on 1, 2, 3 and 4 nodes
 # (`dmi run -n N`, loopback) at SIZE (default: small), and check that every
 # checksum agrees with the serial one within the app's stated tolerance
 # (common/checksum.c); and the reconfigurable forms on 1 node and growing
@@ -11,14 +11,15 @@
 # app and rank or node count that disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
 # dmi-cli` first (libdmi and the dmi command in the workspace's
 # target/debug; nothing to do when they are up to date); DMI_NODES="1 2"
-# changes the node counts.
+# changes the node counts.  A failing timeline step prints the last lines
+# of its output (apps/timeline-test.sh's stderr) to say why.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 size="${1:-small}"
 out="${APPS_OUT:-$here/../out/apps}"
 apps=(jacobi nbody pagerank cg)
 ranks=(1 2 4)
-read -r -a nodes <<<"${DMI_NODES:-1 2 3}"
+read -r -a nodes <<<"${DMI_NODES:-1 2 3 4}"
 target="${CARGO_TARGET_DIR:-$here/../target}"
 dmi="$target/debug/dmi"
 per_run=60	# seconds; a small run takes well under 5
@@ -146,12 +147,16 @@ for app in "${apps[@]}"; do
 	fi
 done
 # Table 1 and the timeline: apps/timeline.sh end to end at the small size.
-if "$here/timeline-test.sh" 2>/dev/null; then
+tlog="$(mktemp)"
+if "$here/timeline-test.sh" >"$tlog" 2>&1; then
 	passed=$((passed + 1))
 	echo "timeline cg small 1 -> 3 -> 2: traced, JSON and SVG written, checksum agrees"
 else
-	failed+=("timeline: apps/timeline-test.sh (run it to see why)")
+	rc=$?
+	tail -20 "$tlog" | sed 's/^/timeline: /' >&2
+	failed+=("timeline: apps/timeline-test.sh exited $rc: $(grep -E 'error:|failed|wrong' "$tlog" | tail -1)")
 fi
+rm -f "$tlog"
 # Table 2 (lines changed to make each program reconfigurable), counted by
 # apps/table2.py, and docs/apps.md showing exactly its output.
 if "$here/table2-test.sh"; then

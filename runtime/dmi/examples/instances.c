@@ -92,8 +92,9 @@ static int print_latency(const char *who)
 	return a < 0 || b < 0;
 }
 
-int64_t DMI_thread(int64_t g)
+uint64_t DMI_thread(uint64_t arg_addr)
 {
+	int64_t g = (int64_t)arg_addr;
 	static int64_t mine[SLICE];
 	int64_t *all;
 	int n = threads();

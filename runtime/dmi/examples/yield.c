@@ -63,8 +63,9 @@ static int64_t run_bench(void)
 	return 0;
 }
 
-int64_t DMI_thread(int64_t g)
+uint64_t DMI_thread(uint64_t arg_addr)
 {
+	int64_t g = (int64_t)arg_addr;
 	uint64_t stack_state[64];
 	uint64_t *heap = malloc(WORDS * sizeof(*heap));
 	uint64_t sum = (uint64_t)g;

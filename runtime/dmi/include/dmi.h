@@ -159,8 +159,11 @@ int DMI_run(int argc, char **argv, void (*main_fn)(int, char **),
 typedef struct {
 	int64_t id;
 } DMI_instance_t;
-int64_t DMI_thread(int64_t arg_addr); /* defined by a program that uses DMI_create */
-int DMI_create_func(DMI_instance_t *handle, int64_t (*func)(int64_t), int64_t arg_addr);
+/* The paper's signature (half-process.txt Fig. 11): arg_addr is the
+ * global address given to DMI_create; the instance's result is 0 for
+ * success (see DMI_join). */
+uint64_t DMI_thread(uint64_t arg_addr); /* defined by a program that uses DMI_create */
+int DMI_create_func(DMI_instance_t *handle, uint64_t (*func)(uint64_t), int64_t arg_addr);
 static inline int DMI_create(DMI_instance_t *handle, int64_t arg_addr)
 {
 	return DMI_create_func(handle, DMI_thread, arg_addr);

@@ -10,8 +10,9 @@ use crate::capi::{set_err, with};
 use crate::error::DmiError;
 use crate::serve::{self, Ended, NodeRef};
 
-/// An instance's entry point: `int64_t f(int64_t arg_addr)`.
-pub type DMI_thread_t = Option<unsafe extern "C" fn(i64) -> i64>;
+/// An instance's entry point: `uint64_t f(uint64_t arg_addr)` (the paper's
+/// `DMI_thread`, half-process.txt Fig. 11).
+pub type DMI_thread_t = Option<unsafe extern "C" fn(u64) -> u64>;
 
 /// A compute instance (by value; valid in the node's program).
 #[repr(C)]
@@ -44,8 +45,11 @@ pub unsafe extern "C" fn DMI_create_func(
     let node = with(None, |d| NodeRef::of(d).map(Some));
     let Some(node) = node else { return -1 };
     let fatal = std::env::var("DMI_ERRORS").map_or(true, |v| v != "return");
+    // The address travels as the paper's uint64_t and the result comes back
+    // bit for bit (0 is success for DMI_join).
     // SAFETY: the caller guarantees `func` may run in the instance.
-    match serve::create(node, fatal, move |_, a| unsafe { func(a) }, arg_addr) {
+    let run = move |_: &crate::Dmi, a: i64| unsafe { func(a as u64) as i64 };
+    match serve::create(node, fatal, run, arg_addr) {
         Ok(id) => {
             // SAFETY: `handle` is non-null and writable (caller).
             unsafe { (*handle).id = id };

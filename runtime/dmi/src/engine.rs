@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::addr::NodeId;
 use crate::epoch::Phase;
 use crate::error::DmiError;
+use crate::flow::{Flow, SendQ, Wire};
 use crate::join::Accepting;
 use crate::msg::Msg;
 use crate::node::{CallId, Effects, Node, Outcome};
@@ -29,6 +30,8 @@ pub(crate) struct Io {
     pub(crate) app: std::sync::mpsc::Sender<AppEvent>,
     pub(crate) addrs: Addrs,
     pub(crate) joined: std::sync::mpsc::Sender<NodeId>,
+    /// The node's back-pressure (`flow.rs`).
+    pub(crate) flow: Arc<Flow>,
 }
 
 /// The node's event loop: owns the protocol core.
@@ -40,8 +43,10 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
         app,
         addrs,
         joined,
+        flow,
     } = io;
     let (ntx, mut nrx) = mpsc::unbounded_channel();
+    let ntx = Wire::new(ntx, flow);
     let (st, listener, mut peers) = match crate::join::connect_node(&cfg, &addrs, &ntx).await {
         Ok(c) => c,
         Err(e) => {
@@ -63,8 +68,8 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
         }
     });
     tokio::spawn(async move {
-        while let Some(ev) = nrx.recv().await {
-            if tx.send(Event::Net(ev)).is_err() {
+        while let Some((ev, credit)) = nrx.recv().await {
+            if tx.send(Event::Net(ev, credit)).is_err() {
                 return;
             }
         }
@@ -101,17 +106,28 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 continue;
             }
         };
-        let Some(ev) = ev else { break };
+        let Some(mut ev) = ev else { break };
+        // A message's inbound credit goes back to the readers once it is
+        // handled, at the end of this turn (`flow.rs`).
+        let _credit = match &mut ev {
+            Event::Net(_, c) => c.take(),
+            _ => None,
+        };
+        // A call's reservation ends once what it sends is queued.
+        let _reserved = match &mut ev {
+            Event::Call(_, _, r) => r.take(),
+            _ => None,
+        };
         let mut fx = Effects::default();
         match ev {
-            Event::Call(req, otx) => {
+            Event::Call(req, otx, _) => {
                 let c = node.start(req, &mut fx);
                 waiting.insert(c, otx);
             }
-            Event::Net(NetEvent::Msg(_, Msg::App(m))) => {
+            Event::Net(NetEvent::Msg(_, Msg::App(m)), _) => {
                 let _ = app.send(AppEvent::Msg(m));
             }
-            Event::Net(NetEvent::Msg(from, Msg::Inst(m))) => crate::xmove::inbox(from, m),
+            Event::Net(NetEvent::Msg(from, Msg::Inst(m)), _) => crate::xmove::inbox(from, m),
             Event::Inst(to, m) if to == me => crate::xmove::inbox(me, m),
             Event::Inst(to, m) => match peers.get(to as usize).and_then(Option::as_ref) {
                 Some(p) => {
@@ -119,7 +135,7 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 }
                 None => crate::xmove::peer_dead(to),
             },
-            Event::Net(NetEvent::Msg(from, m)) => node.handle(from, m, &mut fx),
+            Event::Net(NetEvent::Msg(from, m), _) => node.handle(from, m, &mut fx),
             Event::App(to, m) => {
                 if let Some(p) = peers.get(to as usize).and_then(Option::as_ref) {
                     let _ = p.send(Frame::Msg(Msg::App(m)));
@@ -133,7 +149,7 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 let _ = otx.send(());
                 return;
             }
-            Event::Net(NetEvent::Bye(from)) => {
+            Event::Net(NetEvent::Bye(from), _) => {
                 byes.insert(from);
             }
             Event::Joins(open) if accepting != Accepting::Never => {
@@ -172,12 +188,12 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                     },
                 );
             }
-            Event::Net(NetEvent::Connected(from)) => {
+            Event::Net(NetEvent::Connected(from), _) => {
                 if pending.remove(&from) {
                     let _ = joined.send(from);
                 }
             }
-            Event::Net(NetEvent::Dead(from, reason))
+            Event::Net(NetEvent::Dead(from, reason), _)
                 if !byes.contains(&from)
                     && (pending.remove(&from)
                         || (me != 0 && from >= size && !node.members.contains(&from))) =>
@@ -189,7 +205,7 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 ));
                 byes.insert(from);
             }
-            Event::Net(NetEvent::Dead(from, reason)) => {
+            Event::Net(NetEvent::Dead(from, reason), _) => {
                 crate::xmove::peer_dead(from);
                 if !byes.contains(&from) {
                     let peer = addrs.lock().unwrap_or_else(|e| e.into_inner())[from as usize]
@@ -254,7 +270,7 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
 /// Sends what the core produced and answers finished calls.
 fn deliver(
     node: &mut Node,
-    peers: &[Option<mpsc::UnboundedSender<Frame>>],
+    peers: &[Option<SendQ>],
     early: &mut HashMap<NodeId, Vec<Msg>>,
     mut fx: Effects,
     waiting: &mut HashMap<CallId, oneshot::Sender<Outcome>>,

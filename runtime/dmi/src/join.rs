@@ -24,16 +24,15 @@ use std::time::Duration;
 use futures_util::SinkExt;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 
 use crate::addr::NodeId;
 use crate::auth;
 use crate::config::Config;
 use crate::error::DmiError;
+use crate::flow::{SendQ, Wire};
 use crate::runtime::{Addrs, Started};
 use crate::transport::{
-    connect_all, dial, encode, next_frame, spawn_peer, wrong_protocol, Conn, Frame, NetEvent,
-    PROTOCOL,
+    connect_all, dial, encode, next_frame, spawn_peer, wrong_protocol, Conn, Frame, PROTOCOL,
 };
 
 /// How long a joiner waits for each step.
@@ -241,7 +240,7 @@ pub(crate) async fn late(
     peers: &mut Peers,
     addrs: &std::sync::Mutex<Vec<Option<SocketAddr>>>,
     byes: &std::collections::HashSet<NodeId>,
-    events: &mpsc::UnboundedSender<NetEvent>,
+    events: &Wire,
     pending: &mut std::collections::HashSet<NodeId>,
 ) {
     use crate::transport::{refuse, Late};
@@ -297,7 +296,7 @@ pub(crate) async fn late(
     }
 }
 
-pub(crate) type Peers = Vec<Option<mpsc::UnboundedSender<Frame>>>;
+pub(crate) type Peers = Vec<Option<SendQ>>;
 
 /// Connects this node: to every peer of the run (start-up), or, for a
 /// joiner, through node 0's welcome. Returns the rank, the run's size, a
@@ -305,7 +304,7 @@ pub(crate) type Peers = Vec<Option<mpsc::UnboundedSender<Frame>>>;
 pub(crate) async fn connect_node(
     cfg: &Config,
     addrs: &Addrs,
-    ntx: &mpsc::UnboundedSender<NetEvent>,
+    ntx: &Wire,
 ) -> Result<(Started, tokio::net::TcpListener, Peers), DmiError> {
     if let Some(j) = &cfg.join {
         if cfg.members.is_none() {

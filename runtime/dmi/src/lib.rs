@@ -35,6 +35,7 @@ mod control;
 mod engine;
 pub mod epoch;
 pub mod error;
+pub mod flow;
 mod host;
 pub mod hostlist;
 pub mod join;

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::addr::{NodeId, ROOT};
 use crate::error::DmiError;
+use crate::flow::{Flow, FlowStats, Reserve, DEFAULT_SEND_QUEUE};
 use crate::msg::{AppMsg, InstMsg, ReadMode, WriteMode};
 use crate::node::{CallReq, Outcome};
 use crate::rmw::RmwTable;
@@ -34,8 +35,12 @@ pub const PEER_FAILED_EXIT: i32 = 3;
 pub use crate::config::{pool_pages_from_env, Config};
 
 pub(crate) enum Event {
-    Net(NetEvent),
-    Call(CallReq, oneshot::Sender<Outcome>),
+    /// What a connection reported; a message holds inbound credit until
+    /// the engine handled it (`flow.rs`).
+    Net(NetEvent, Option<crate::flow::Credit>),
+    /// A call, and its bytes reserved in the flow control until the engine
+    /// started it (`flow.rs`).
+    Call(CallReq, oneshot::Sender<Outcome>, Option<Reserve>),
     Finalize(oneshot::Sender<()>),
     /// Goodbye to every peer without waiting for theirs (a node that left
     /// the run, or a spare that never joined).
@@ -48,6 +53,18 @@ pub(crate) enum Event {
     Late(Late),
     /// Node 0: open (true) or close joins from outside.
     Joins(bool),
+}
+
+/// What a call may send, for its reservation (`flow.rs`): its data, and a
+/// header's worth per range.
+fn call_bytes(req: &CallReq) -> usize {
+    const HEADER: usize = 64;
+    match req {
+        CallReq::Write { items, .. } => items.iter().map(|(_, b)| b.len() + HEADER).sum(),
+        CallReq::Read { items, .. } => items.len() * HEADER,
+        CallReq::Rmw { arg, .. } => arg.len() + HEADER,
+        _ => HEADER,
+    }
 }
 
 /// Every node's address by rank (None: unknown or gone); grows as nodes
@@ -102,19 +119,23 @@ pub struct Dmi {
     /// The node's page index (`pool.rs`; 0: none), for reads of hits
     /// without a call.
     index: usize,
+    /// Back-pressure: calls wait while the send queues are full.
+    flow: Arc<Flow>,
 }
 
 /// Submits calls to a node's engine from another thread (`serve.rs`).
 #[derive(Clone)]
 pub struct Caller {
     tx: mpsc::UnboundedSender<Event>,
+    flow: Arc<Flow>,
 }
 
 impl Caller {
     /// Runs `req` and waits for its outcome.
     pub fn call(&self, req: CallReq) -> Outcome {
+        let r = self.flow.admit(call_bytes(&req));
         let (otx, rx) = oneshot::channel();
-        if self.tx.send(Event::Call(req, otx)).is_err() {
+        if self.tx.send(Event::Call(req, otx, Some(r))).is_err() {
             return Err(DmiError::NotInitialized);
         }
         rx.blocking_recv().unwrap_or(Err(DmiError::NotInitialized))
@@ -137,6 +158,8 @@ impl Dmi {
     /// Starts this node: connects to every peer, then serves.
     pub fn start(cfg: Config, rmw: Arc<RmwTable>) -> Result<Dmi, DmiError> {
         ignore_sigpipe();
+        let flow = Flow::from_env()?;
+        let flow2 = flow.clone();
         let name = match cfg.join {
             Some(_) => "dmi-node-joining".to_string(),
             None => format!("dmi-node-{}", cfg.rank),
@@ -169,6 +192,7 @@ impl Dmi {
                     app: app_tx,
                     addrs: addrs2,
                     joined: joined_tx,
+                    flow: flow2,
                 };
                 rt.block_on(crate::engine::engine(cfg, rmw2, io));
             })
@@ -186,6 +210,7 @@ impl Dmi {
                 rmw,
                 link: None,
                 index,
+                flow,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -195,6 +220,11 @@ impl Dmi {
                 "the node thread ended during start-up".into(),
             )),
         }
+    }
+
+    /// What this node's back-pressure saw so far (`flow.rs`).
+    pub fn flow_stats(&self) -> FlowStats {
+        self.flow.stats()
     }
 
     pub fn rank(&self) -> NodeId {
@@ -273,6 +303,8 @@ impl Dmi {
             rmw,
             link,
             index: 0,
+            // An instance's calls go through its node, whose callers wait.
+            flow: Flow::new(DEFAULT_SEND_QUEUE),
         }
     }
 
@@ -333,6 +365,7 @@ impl Dmi {
         }
         Ok(Caller {
             tx: self.tx.clone(),
+            flow: self.flow.clone(),
         })
     }
 
@@ -344,9 +377,11 @@ impl Dmi {
             let _ = otx.send(l.call(req));
             return Handle { rx };
         }
+        // A fast caller waits here while the send queues are full.
+        let r = self.flow.admit(call_bytes(&req));
         let (otx, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError(Event::Call(_, otx))) =
-            self.tx.send(Event::Call(req, otx))
+        if let Err(mpsc::error::SendError(Event::Call(_, otx, _))) =
+            self.tx.send(Event::Call(req, otx, Some(r)))
         {
             let _ = otx.send(Err(DmiError::NotInitialized));
         }

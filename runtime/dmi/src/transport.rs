@@ -20,6 +20,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use crate::addr::NodeId;
 use crate::auth::{self, Nonce};
 use crate::error::DmiError;
+use crate::flow::{SendQ, Wire};
 use crate::msg::Msg;
 
 /// How often an idle connection says it is alive.
@@ -205,13 +206,13 @@ pub const WRONG_SECRET: &str =
 
 /// Connects to every peer; returns a sender per peer (index = rank; none
 /// for this node).
-pub async fn connect_all(
+pub(crate) async fn connect_all(
     me: NodeId,
     peers: &[SocketAddr],
     listener: &TcpListener,
     secret: &[u8],
-    events: mpsc::UnboundedSender<NetEvent>,
-) -> Result<Vec<Option<mpsc::UnboundedSender<Frame>>>, DmiError> {
+    wire: Wire,
+) -> Result<Vec<Option<SendQ>>, DmiError> {
     let n = peers.len();
     // Keep each Framed: its read buffer may already hold frames that came
     // right behind the hello.
@@ -288,7 +289,7 @@ pub async fn connect_all(
     }
     let mut senders = Vec::new();
     for (j, c) in conns.into_iter().enumerate() {
-        senders.push(c.map(|s| spawn_peer(j as NodeId, s, events.clone())));
+        senders.push(c.map(|s| spawn_peer(j as NodeId, s, wire.clone())));
     }
     Ok(senders)
 }
@@ -382,84 +383,97 @@ pub(crate) fn report(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
-/// Starts the writer and reader of one connection.
-pub(crate) fn spawn_peer(
-    peer: NodeId,
-    f: Conn,
-    events: mpsc::UnboundedSender<NetEvent>,
-) -> mpsc::UnboundedSender<Frame> {
+/// Starts the writer and reader of one connection; returns its send queue
+/// (`flow.rs`: the engine queues without waiting, the reader takes inbound
+/// credit and never waits on the engine).
+pub(crate) fn spawn_peer(peer: NodeId, f: Conn, wire: Wire) -> SendQ {
     let _ = f.get_ref().set_nodelay(true);
     let (mut sink, mut stream) = f.split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    let q = SendQ::new(wire.flow.clone());
+    let wq = q.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(HEARTBEAT);
+        let mut batch = Vec::new();
         loop {
-            let frame = tokio::select! {
-                f = rx.recv() => f,
-                _ = tick.tick() => Some(Frame::Heartbeat),
-            };
-            let Some(mut frame) = frame else { break };
-            // Queue every frame that is ready, then flush once: a group
+            // Every frame that is ready goes out in one flush: a group
             // access answered range by range becomes one write, not one
-            // system call per range.
+            // system call per range. An idle connection says it is alive.
+            let n = wq.take(&mut batch, HEARTBEAT).await;
+            if batch.is_empty() {
+                batch.push((encode(&Frame::Heartbeat), false));
+            }
             let mut end = false;
-            loop {
-                let bye = matches!(frame, Frame::Bye | Frame::Abort { .. });
-                if sink.feed(encode(&frame)).await.is_err() || bye {
+            for (b, last) in batch.drain(..) {
+                if sink.feed(b).await.is_err() || last {
                     end = true;
                     break;
-                }
-                match rx.try_recv() {
-                    Ok(f) => frame = f,
-                    Err(_) => break,
                 }
             }
             if sink.flush().await.is_err() || end {
                 break;
             }
+            wq.written(n);
         }
+        wq.close();
     });
+    let rq = q.clone();
     tokio::spawn(async move {
         loop {
-            let ev = match tokio::time::timeout(DEAD_AFTER, stream.next()).await {
+            let (ev, credit) = match tokio::time::timeout(DEAD_AFTER, stream.next()).await {
                 Ok(Some(Ok(b))) => match bincode::deserialize::<Frame>(&b) {
-                    Ok(Frame::Msg(m)) => NetEvent::Msg(peer, m),
-                    Ok(Frame::Connected) => NetEvent::Connected(peer),
-                    Ok(Frame::Refused { reason }) => {
-                        NetEvent::Dead(peer, format!("it refused this node: {reason}"))
-                    }
+                    // Waits while the engine has the budget's worth of
+                    // messages unhandled (it always handles them).
+                    Ok(Frame::Msg(m)) => (NetEvent::Msg(peer, m), wire.flow.credit(b.len()).await),
+                    Ok(Frame::Connected) => (NetEvent::Connected(peer), None),
+                    Ok(Frame::Refused { reason }) => (
+                        NetEvent::Dead(peer, format!("it refused this node: {reason}")),
+                        None,
+                    ),
                     Ok(Frame::Bye) => {
-                        let _ = events.send(NetEvent::Bye(peer));
+                        let _ = wire.send(NetEvent::Bye(peer), None);
                         return;
                     }
                     Ok(Frame::Abort { node, reason }) => {
-                        let _ = events.send(NetEvent::Bye(peer));
-                        let _ = events.send(NetEvent::Dead(
-                            node,
-                            format!("{reason} (reported by node {peer})"),
-                        ));
+                        let _ = wire.send(NetEvent::Bye(peer), None);
+                        let _ = wire.send(
+                            NetEvent::Dead(node, format!("{reason} (reported by node {peer})")),
+                            None,
+                        );
                         return;
                     }
                     Ok(_) => continue,
-                    Err(e) => NetEvent::Dead(peer, format!("undecodable frame: {e}")),
+                    Err(e) => (
+                        NetEvent::Dead(peer, format!("undecodable frame: {e}")),
+                        None,
+                    ),
                 },
-                Ok(Some(Err(e))) => NetEvent::Dead(peer, format!("connection error: {e}")),
-                Ok(None) => NetEvent::Dead(
-                    peer,
-                    "connection closed without a goodbye (process died?)".into(),
+                Ok(Some(Err(e))) => (NetEvent::Dead(peer, format!("connection error: {e}")), None),
+                Ok(None) => (
+                    NetEvent::Dead(
+                        peer,
+                        "connection closed without a goodbye (process died?)".into(),
+                    ),
+                    None,
                 ),
-                Err(_) => NetEvent::Dead(
-                    peer,
-                    format!("no message or heartbeat for {} s", DEAD_AFTER.as_secs()),
+                Err(_) => (
+                    NetEvent::Dead(
+                        peer,
+                        format!("no message or heartbeat for {} s", DEAD_AFTER.as_secs()),
+                    ),
+                    None,
                 ),
             };
             let dead = matches!(ev, NetEvent::Dead(..));
-            if events.send(ev).is_err() || dead {
+            if dead {
+                // Nothing more will be written to a dead peer: its queue no
+                // longer counts against the bound.
+                rq.close();
+            }
+            if wire.send(ev, credit).is_err() || dead {
                 return;
             }
         }
     });
-    tx
+    q
 }
 
 #[cfg(test)]

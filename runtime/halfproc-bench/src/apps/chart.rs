@@ -19,6 +19,7 @@ const INK: Rgb = Rgb(0x20, 0x20, 0x20);
 const GRID: Rgb = Rgb(0xdd, 0xdd, 0xdd);
 const DMI: Rgb = Rgb(0xd6, 0x27, 0x28);
 const MPI: Rgb = Rgb(0x1f, 0x77, 0xb4);
+const HP: Rgb = Rgb(0x2c, 0xa0, 0x2c);
 
 fn text(at: (f32, f32), s: String, size: f32, anchor: Anchor) -> Prim {
     Prim::Text {
@@ -121,7 +122,11 @@ pub fn layout(r: &AppsReport) -> Scene {
     } else {
         ("MPI", "DMI")
     };
-    for (name, color, dash) in [(mpi, MPI, Some((6.0, 4.0))), (dmi, DMI, None)] {
+    let mut keys = vec![(mpi, MPI, Some((6.0, 4.0))), (dmi, DMI, None)];
+    if r.has_yield() {
+        keys.push(("DMI+half-process (APP_yield)", HP, Some((2.0, 3.0))));
+    }
+    for (name, color, dash) in keys {
         prims.push(line(vec![(lx, 68.0), (lx + 26.0, 68.0)], color, 2.0, dash));
         prims.push(text((lx + 32.0, 72.0), name.into(), 13.0, Anchor::Start));
         lx += 60.0 + font::width(name, 13.0);
@@ -211,6 +216,7 @@ fn panel(prims: &mut Vec<Prim>, r: &AppsReport, app: &str, (x0, y0): (f32, f32))
     for (imp, color, dash, dx) in [
         (Impl::Mpi, MPI, Some((6.0, 4.0)), -5.0),
         (Impl::Dmi, DMI, None, 5.0),
+        (Impl::Yield, HP, Some((2.0, 3.0)), 0.0),
     ] {
         let mut pts = Vec::new();
         for (i, c) in cells.iter().enumerate() {
@@ -279,6 +285,7 @@ mod tests {
                 nodes: n,
                 mpi: vec![ok(0.01 / n as f64), ok(0.02)],
                 dmi: vec![ok(0.012), Run::Failed("x".into())],
+                yld: vec![ok(0.013)],
             })
             .collect();
         let r = AppsReport::new(&AppsOpts::default(), cells);
@@ -292,6 +299,7 @@ mod tests {
         let svg = crate::plot::svg::render(&s);
         assert!(svg.contains("jacobi") && svg.contains("time per iteration [ms]"));
         assert!(svg.contains("apps/mpirun.sh") && svg.contains("oversubscribed"));
+        assert!(svg.contains("DMI+half-process"));
         // Elsewhere (two guests): the label in the title, not this machine's launchers.
         let o = AppsOpts {
             label: "two guests".into(),

@@ -48,6 +48,8 @@ Build first: apps/bench.sh does (release libdmi and dmi, apps with -O2).
   --out DIR             where apps.json, apps.svg, apps.png go (default out/bench-apps)
   --timeout SECS        limit per run (default 300)
   --label TEXT          machine label in the report
+  --yield yes|no        also run the one-line half-process form (apps/dmi/APP_yield,
+                        dmi run -n N --movable) and report HP/MPI (default no)
   --dmi-note TEXT       how the DMI runs are placed, for the report (default:
                         dmi run -n N, loopback TCP)
   --mpi-note TEXT       likewise for MPI (default: apps/mpirun.sh, Open MPI)
@@ -74,6 +76,8 @@ pub struct AppsOpts {
     /// How the runs are placed and connected (the report's words).
     pub dmi_note: String,
     pub mpi_note: String,
+    /// Also the half-process form (`--yield yes`).
+    pub yield_form: bool,
 }
 
 impl Default for AppsOpts {
@@ -91,6 +95,7 @@ impl Default for AppsOpts {
             label: String::new(),
             dmi_note: DMI_NOTE.into(),
             mpi_note: MPI_NOTE.into(),
+            yield_form: false,
         }
     }
 }
@@ -153,6 +158,13 @@ impl AppsOpts {
                 "--label" => o.label = v.clone(),
                 "--dmi-note" => o.dmi_note = v.clone(),
                 "--mpi-note" => o.mpi_note = v.clone(),
+                "--yield" => {
+                    o.yield_form = match v.as_str() {
+                        "yes" => true,
+                        "no" => false,
+                        _ => return Err(Error::usage(format!("--yield {v:?}: yes or no"))),
+                    }
+                }
                 _ => return Err(Error::usage(format!("unknown option {a} (see --help)"))),
             }
         }
@@ -160,7 +172,20 @@ impl AppsOpts {
     }
 
     fn program(&self, imp: Impl, app: &str) -> PathBuf {
-        self.bin.join(imp.name()).join(app)
+        match imp {
+            Impl::Yield => self.bin.join("dmi").join(format!("{app}_yield")),
+            _ => self.bin.join(imp.name()).join(app),
+        }
+    }
+
+    /// The implementations to run, MPI first (its first run is the
+    /// reference checksum).
+    fn impls(&self) -> Vec<Impl> {
+        let mut v = vec![Impl::Mpi, Impl::Dmi];
+        if self.yield_form {
+            v.push(Impl::Yield);
+        }
+        v
     }
 
     /// Every file the runs need exists (else a message saying how to build).
@@ -171,8 +196,9 @@ impl AppsOpts {
             self.bin.join("cks-cmp"),
         ];
         for app in &self.apps {
-            need.push(self.program(Impl::Dmi, app));
-            need.push(self.program(Impl::Mpi, app));
+            for imp in self.impls() {
+                need.push(self.program(imp, app));
+            }
         }
         match need.iter().find(|p| !p.is_file()) {
             Some(p) => Err(Error::usage(format!(
@@ -189,6 +215,19 @@ impl AppsOpts {
             Impl::Dmi => {
                 let mut c = Command::new(&self.dmi);
                 c.arg("run").arg("-n").arg(n.to_string()).arg(prog);
+                c
+            }
+            Impl::Yield => {
+                // Each rank a compute instance of its node; no moves are
+                // scheduled (DMI_MOVE_AT unset), so this is the form's
+                // steady-state cost.
+                let mut c = Command::new(&self.dmi);
+                c.arg("run")
+                    .arg("-n")
+                    .arg(n.to_string())
+                    .arg("--movable")
+                    .arg(prog)
+                    .env_remove("DMI_MOVE_AT");
                 c
             }
             Impl::Mpi => {
@@ -302,11 +341,11 @@ pub fn run_apps(o: &AppsOpts) -> Result<AppsReport> {
     for app in &o.apps {
         let mut reference: Option<String> = None;
         for &n in &o.nodes {
-            let mut runs: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
+            let mut runs: [Vec<Run>; 3] = [Vec::new(), Vec::new(), Vec::new()];
             for r in 0..o.runs {
                 // MPI first, so the first MPI run on the first count is
                 // the reference checksum.
-                for (k, imp) in [Impl::Mpi, Impl::Dmi].into_iter().enumerate() {
+                for (k, imp) in o.impls().into_iter().enumerate() {
                     let run = match run_limited(o.command(imp, app, n), o.timeout) {
                         Ok(out) => match parse_output(&out) {
                             Some(p) => {
@@ -339,12 +378,13 @@ pub fn run_apps(o: &AppsOpts) -> Result<AppsReport> {
                     runs[k].push(run);
                 }
             }
-            let [mpi, dmi] = runs;
+            let [mpi, dmi, yld] = runs;
             cells.push(Cell {
                 app: app.clone(),
                 nodes: n,
                 mpi,
                 dmi,
+                yld,
             });
         }
     }
@@ -382,6 +422,11 @@ mod tests {
         );
         let o = AppsOpts::parse(&["--dmi-note".into(), "two guests".into()]).unwrap();
         assert_eq!(o.dmi_note, "two guests");
+        assert!(!o.yield_form);
+        let o = AppsOpts::parse(&["--yield".into(), "yes".into()]).unwrap();
+        assert!(o.yield_form);
+        assert_eq!(o.impls(), [Impl::Mpi, Impl::Dmi, Impl::Yield]);
+        assert!(o.program(Impl::Yield, "cg").ends_with("dmi/cg_yield"));
         for bad in [
             &["--nodes", "0"][..],
             &["--apps", "fft"],
@@ -389,6 +434,7 @@ mod tests {
             &["--runs"],
             &["--frob", "1"],
             &["--mpi-note"],
+            &["--yield", "maybe"],
         ] {
             let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
             assert!(

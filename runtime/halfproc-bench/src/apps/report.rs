@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
-//! The app comparison's results: per (app, nodes) the runs of both
-//! implementations, their minimum and median seconds per iteration, the
-//! DMI/MPI ratios of both; as a table and as JSON.
+//! The app comparison's results: per (app, nodes) the runs of each
+//! implementation (MPI, DMI, and with `--yield yes` the one-line
+//! half-process form), their minimum and median seconds per iteration, the
+//! ratios over MPI; as a table and as JSON.
 
 use std::path::{Path, PathBuf};
 
@@ -16,14 +17,19 @@ use crate::report::Machine;
 pub enum Impl {
     Dmi,
     Mpi,
+    /// The one-line half-process form (`apps/dmi/APP_yield.c`: the normal
+    /// DMI program plus `DMI_yield()`), in a movable run: each rank a
+    /// compute instance (DMI+half-process).
+    Yield,
 }
 
 impl Impl {
-    /// `dmi` or `mpi` (also the directory of the programs).
+    /// `dmi`, `mpi` or `dmi-yield`.
     pub const fn name(self) -> &'static str {
         match self {
             Impl::Dmi => "dmi",
             Impl::Mpi => "mpi",
+            Impl::Yield => "dmi-yield",
         }
     }
 }
@@ -42,6 +48,8 @@ pub struct Cell {
     pub nodes: u32,
     pub mpi: Vec<Run>,
     pub dmi: Vec<Run>,
+    /// The half-process form's runs (empty unless `--yield yes`).
+    pub yld: Vec<Run>,
 }
 
 /// Minimum and median of the successful runs' seconds per iteration.
@@ -84,19 +92,25 @@ impl Cell {
         match imp {
             Impl::Dmi => &self.dmi,
             Impl::Mpi => &self.mpi,
+            Impl::Yield => &self.yld,
         }
     }
 
     /// DMI over MPI of the minima and of the medians.
     pub fn ratios(&self) -> Option<(f64, f64)> {
-        let (d, m) = (summarize(&self.dmi)?, summarize(&self.mpi)?);
+        self.ratios_of(Impl::Dmi)
+    }
+
+    /// `imp` over MPI of the minima and of the medians.
+    pub fn ratios_of(&self, imp: Impl) -> Option<(f64, f64)> {
+        let (d, m) = (summarize(self.runs(imp))?, summarize(&self.mpi)?);
         Some((d.min / m.min, d.median / m.median))
     }
 
     /// The failures, as `impl run k: reason`.
     pub fn failures(&self) -> Vec<String> {
         let mut f = Vec::new();
-        for imp in [Impl::Mpi, Impl::Dmi] {
+        for imp in [Impl::Mpi, Impl::Dmi, Impl::Yield] {
             for (k, r) in self.runs(imp).iter().enumerate() {
                 if let Run::Failed(e) = r {
                     f.push(format!(
@@ -151,6 +165,11 @@ impl AppsReport {
         }
     }
 
+    /// Whether the half-process form ran (`--yield yes`).
+    pub fn has_yield(&self) -> bool {
+        self.cells.iter().any(|c| !c.yld.is_empty())
+    }
+
     /// Every failed run.
     pub fn failures(&self) -> Vec<String> {
         self.cells.iter().flat_map(Cell::failures).collect()
@@ -178,15 +197,27 @@ impl AppsReport {
             self.dmi_note,
             self.mpi_note,
         );
+        let hp = self.has_yield();
+        if hp {
+            s += "HP: the one-line half-process form (APP_yield, dmi run --movable); \
+                  ratio: DMI/MPI, HP/MPI: HP over MPI\n";
+        }
         s += &format!(
-            "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}\n",
+            "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
             "app", "nodes", "MPI min", "MPI med", "DMI min", "DMI med", "ratio min", "ratio med"
         );
+        if hp {
+            s += &format!(
+                " {:>10} {:>10} {:>10} {:>10}",
+                "HP min", "HP med", "HP/MPI min", "HP/MPI med"
+            );
+        }
+        s += "\n";
         for c in &self.cells {
             let (mpi, dmi) = (summarize(&c.mpi), summarize(&c.dmi));
             let r = c.ratios();
             s += &format!(
-                "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}\n",
+                "{:<9} {:>5} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
                 c.app,
                 c.nodes,
                 sci(mpi.map(|x| x.min)),
@@ -196,6 +227,17 @@ impl AppsReport {
                 ratio(r.map(|x| x.0)),
                 ratio(r.map(|x| x.1)),
             );
+            if hp {
+                let (y, ry) = (summarize(&c.yld), c.ratios_of(Impl::Yield));
+                s += &format!(
+                    " {:>10} {:>10} {:>10} {:>10}",
+                    sci(y.map(|x| x.min)),
+                    sci(y.map(|x| x.median)),
+                    ratio(ry.map(|x| x.0)),
+                    ratio(ry.map(|x| x.1)),
+                );
+            }
+            s += "\n";
         }
         for f in self.failures() {
             s += &format!("FAILED: {f}\n");
@@ -228,13 +270,23 @@ impl AppsReport {
             .iter()
             .map(|c| {
                 let r = c.ratios();
-                json!({
+                let mut v = json!({
                     "app": c.app,
                     "nodes": c.nodes,
                     "mpi": { "runs": runs(&c.mpi), "seconds_per_iter": summary(summarize(&c.mpi)) },
                     "dmi": { "runs": runs(&c.dmi), "seconds_per_iter": summary(summarize(&c.dmi)) },
                     "dmi_over_mpi": r.map_or(Value::Null, |(a, b)| json!({ "min": a, "median": b })),
-                })
+                });
+                if !c.yld.is_empty() {
+                    let ry = c.ratios_of(Impl::Yield);
+                    v["dmi_yield"] = json!({
+                        "runs": runs(&c.yld),
+                        "seconds_per_iter": summary(summarize(&c.yld)),
+                    });
+                    v["dmi_yield_over_mpi"] =
+                        ry.map_or(Value::Null, |(a, b)| json!({ "min": a, "median": b }));
+                }
+                v
             })
             .collect();
         json!({
@@ -288,6 +340,7 @@ mod tests {
             nodes: 2,
             mpi: vec![ok(4.0), ok(2.0), ok(3.0)],
             dmi: vec![ok(6.0), Run::Failed("x".into()), ok(4.0)],
+            yld: vec![ok(8.0), ok(3.0)],
         };
         assert_eq!(
             summarize(&c.mpi),
@@ -299,7 +352,29 @@ mod tests {
         );
         assert_eq!(summarize(&c.dmi).map(|s| s.median), Some(5.0));
         assert_eq!(c.ratios(), Some((2.0, 5.0 / 3.0)));
+        assert_eq!(c.ratios_of(Impl::Yield), Some((1.5, 5.5 / 3.0)));
         assert_eq!(c.failures(), vec!["jacobi dmi on 2, run 2: x".to_string()]);
         assert_eq!(summarize(&[Run::Failed("y".into())]), None);
+    }
+
+    #[test]
+    fn the_half_process_form_gets_its_columns_and_ratio_only_when_run() {
+        let cell = |yld: Vec<Run>| Cell {
+            app: "nbody".into(),
+            nodes: 2,
+            mpi: vec![ok(2.0)],
+            dmi: vec![ok(3.0)],
+            yld,
+        };
+        let r = AppsReport::new(&AppsOpts::default(), vec![cell(Vec::new())]);
+        assert!(!r.has_yield());
+        assert!(!r.table().contains("HP/MPI"), "{}", r.table());
+        assert!(r.json()["cells"][0].get("dmi_yield").is_none());
+        let r = AppsReport::new(&AppsOpts::default(), vec![cell(vec![ok(5.0)])]);
+        let t = r.table();
+        let row = t.lines().find(|l| l.starts_with("nbody")).unwrap();
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&cols[8..], ["5.000e0", "5.000e0", "2.50", "2.50"], "{t}");
+        assert_eq!(r.json()["cells"][0]["dmi_yield_over_mpi"]["median"], 2.5);
     }
 }
