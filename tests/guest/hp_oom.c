@@ -77,26 +77,41 @@ static pid_t spawn_sibling(void)
 static void settle(const struct proc_spec *spec, int index, int up)
 {
 	struct ready r = { index, getpid() };
+	char *q = NULL;
 
 	if (spec->cg && cg_write(spec->cg, "cgroup.procs", "0"))
 		_exit(30);
 	if (spec->adj && set_adj(spec->adj))
 		_exit(31);
-	if (write(up, &r, sizeof(r)) != sizeof(r))
-		_exit(32);
-	for (;;) {
-		char *q;
-
-		if (!spec->busy) {
-			pause();
-			continue;
-		}
+	if (spec->busy) {
 		q = hp_anon(4 * PAGE);
 		if (q == MAP_FAILED)
 			_exit(33);
 		q[0] = 1;
-		if (mprotect(q, PAGE, PROT_READ) || munmap(q, 4 * PAGE))
+	}
+	if (write(up, &r, sizeof(r)) != sizeof(r))
+		_exit(32);
+	if (!spec->busy)
+		for (;;)
+			pause();
+	/*
+	 * Meta-operations on the range that charge nothing to the member's
+	 * cgroup once the mapping is set up: no VMA is made or split, the
+	 * anon_vma and the page table stay, and the page a fault brings is
+	 * the set's (its cgroup).  A charge to the member's cgroup while the
+	 * OOM victim exits could start a second OOM there that finds only the
+	 * member: exit_mmap() sets MMF_OOM_SKIP on the victim's mm before
+	 * tlb_finish_mmu() frees the pages it gathered (seen 2026-11-28 with
+	 * a loop that mapped, split and unmapped: a second kill, the member,
+	 * with the cgroup's usage at 2 of 32 MiB when it was reported).
+	 */
+	for (;;) {
+		if (mprotect(q, 4 * PAGE, PROT_READ) ||
+		    mprotect(q, 4 * PAGE, PROT_READ | PROT_WRITE))
 			_exit(34);
+		q[0] = 1;
+		if (madvise(q, 4 * PAGE, MADV_DONTNEED))
+			_exit(35);
 	}
 }
 
