@@ -12,7 +12,7 @@ moves="${1:-20}" ticks="${2:-400}"
 d=/tmp/mig
 mkdir -p "$d"
 echo "TAP version 13"
-echo "1..15"
+echo "1..16"
 head -c 32 /dev/urandom >"$d/secret"
 export HALFPROC_NODE_SECRET_FILE="$d/secret"
 a=127.0.0.1:7070 b=127.0.0.1:7071
@@ -83,5 +83,15 @@ dm="$(cat "$d"/*.mlog | grep "frozen and dumped" | grep -c "(read with dmread)")
 echo "# $dm of $dumps dumps read with dmread, $((5 * moves)) moves made"
 [ "$dumps" = $((5 * moves)) ] && [ "$dm" = "$dumps" ]
 tap $? every_move_read_with_dmread
+# Each move pre-copied with soft-dirty tracking: `halfproc migrate` ends
+# with "halfproc migrate: pre-copy (soft-dirty): ..." (runtime/halfproc-node
+# /src/precopy.rs), not "pre-copy (content hash)" nor "stop-and-copy (WHY)".
+sd="$(cat "$d"/*.mlog | grep -c '^halfproc migrate: pre-copy (soft-dirty): ')"
+echo "# $sd of $((5 * moves)) moves pre-copied with soft-dirty"
+cat "$d"/*.mlog | grep -E '^halfproc migrate: (pre-copy|stop-and-copy) ' |
+	grep -v '^halfproc migrate: pre-copy (soft-dirty): ' | cut -c 19-100 | sort | uniq -c |
+	head -5 | sed 's/^/# not soft-dirty: /'
+[ "$sd" = $((5 * moves)) ]
+tap $? every_move_pre_copied_with_soft_dirty
 stop_nodes
 exit $failed

@@ -1,20 +1,21 @@
 //! Who may ask what: the peer of a connection and the owner check.
 //!
 //! Local clients reach the daemon through its unix **control socket**
-//! (`halfproc node --control PATH`, clients `--node unix:PATH`); the kernel
-//! tells who they are (`SO_PEERCRED`, `SO_PEERGROUPS`). Such a client may
-//! checkpoint or migrate a program only if it is root or the program's
+//! (by default `DIR/node-PORT.sock`, see [`crate::rundir`]; clients
+//! `--node unix:PATH`, or a loopback `HOST:PORT` without a secret); the
+//! kernel tells who they are (`SO_PEERCRED`, `SO_PEERGROUPS`). Such a client
+//! may checkpoint or migrate a program only if it is root or the program's
 //! owner (its real, effective and saved uids are all the client's, the rule
 //! of ptrace); a program it runs gets its ids (the daemon must be root to
 //! start programs for other users). The control socket serves client
 //! requests only; node-to-node traffic is TCP.
 //!
-//! TCP peers are not identified by the kernel. A daemon without a control
-//! socket serves them as before (one user; the shared secret, if any, keeps
-//! strangers out). A daemon with a control socket is multi-user: over TCP
-//! it serves only peers that proved they hold the shared secret (nodes,
-//! administrators), and answers anyone else's requests with [`Msg::Denied`]
-//! (only `ps` is open).
+//! TCP peers are not identified by the kernel (on loopback, any local user
+//! can connect). Over TCP the daemon serves only peers that proved they
+//! hold the nodes' shared secret (nodes, administrators: they act as the
+//! daemon's user); anyone else gets `ps` and nothing else, [`Msg::Denied`]
+//! for every request that would run code, write files or move processes.
+//! Without a secret a daemon listens on loopback only ([`check_listen`]).
 
 use crate::proto::Msg;
 use halfproc_migrate::Creds;
@@ -69,10 +70,15 @@ fn denied(s: String) -> String {
 }
 
 /// Whether `peer` may make request `m` at all (the owner of a target
-/// process is checked by [`may_act`]). `control`: the daemon has a control
-/// socket; `daemon_uid`: its effective uid.
+/// process is checked by [`may_act`]). `daemon_uid`: the daemon's
+/// effective uid; `control`: its control socket, named in the refusal.
 /// The error is the text of a [`Msg::Denied`].
-pub fn admit(peer: &Peer, m: &Msg, control: bool, daemon_uid: u32) -> Result<Admit, String> {
+pub fn admit(
+    peer: &Peer,
+    m: &Msg,
+    daemon_uid: u32,
+    control: Option<&std::path::Path>,
+) -> Result<Admit, String> {
     let client = matches!(
         m,
         Msg::Run { .. }
@@ -83,17 +89,22 @@ pub fn admit(peer: &Peer, m: &Msg, control: bool, daemon_uid: u32) -> Result<Adm
             | Msg::Resolve { .. }
     );
     match peer {
-        Peer::Network { authenticated } => {
-            if control && !authenticated && !matches!(m, Msg::Ps) {
-                return Err(denied(
-                    "this node has a control socket (multi-user): over TCP it serves only peers \
-                     holding the nodes' shared secret (--secret-file); local clients use \
-                     --node unix:PATH"
-                        .into(),
-                ));
-            }
-            Ok(Admit::AsDaemon)
+        Peer::Network {
+            authenticated: false,
+        } if !matches!(m, Msg::Ps) => {
+            let local = match control {
+                Some(p) => format!("--node unix:{}", p.display()),
+                None => "--node unix:PATH".into(),
+            };
+            Err(denied(format!(
+                "this node has no shared secret: over TCP it serves `ps` only, since any local \
+                 user can reach a loopback port. Local clients use its control socket ({local}; \
+                 a loopback --node finds it without a secret); nodes and remote clients need the \
+                 same --secret-file (or ${}) on every node",
+                crate::proto::SECRET_ENV
+            )))
         }
+        Peer::Network { .. } => Ok(Admit::AsDaemon),
         Peer::Local(c) => {
             if !client {
                 return Err(denied(
@@ -114,6 +125,24 @@ pub fn admit(peer: &Peer, m: &Msg, control: bool, daemon_uid: u32) -> Result<Adm
             }
         }
     }
+}
+
+/// Whether the daemon may listen on `addr`: without a shared secret only on
+/// a loopback address (a network peer could otherwise run programs as the
+/// daemon's user, and a node could not tell its peers from strangers).
+/// The error names the flag.
+pub fn check_listen(addr: &std::net::SocketAddr, secret: bool) -> Result<(), String> {
+    if secret || addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to listen on {addr} without a shared secret: anyone who reaches it could run \
+         programs as this daemon's user (uid {}). Give every node and client the same \
+         --secret-file FILE (or ${}), or listen on a loopback address (127.0.0.1)",
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() },
+        crate::proto::SECRET_ENV
+    ))
 }
 
 /// Whether `peer` may `what` (checkpoint, migrate) process `pid`, whose
@@ -173,34 +202,102 @@ mod tests {
             cwd: "/".into(),
             env: vec![],
         };
-        let Ok(Admit::As(c)) = admit(&user(1000), &run, true, 0) else {
+        let Ok(Admit::As(c)) = admit(&user(1000), &run, 0, None) else {
             panic!("root daemon must run it as the client");
         };
         assert_eq!(c.uid, 1000);
         assert!(matches!(
-            admit(&user(1000), &run, true, 1000),
+            admit(&user(1000), &run, 1000, None),
             Ok(Admit::AsDaemon)
         ));
-        assert!(admit(&user(1001), &run, true, 1000).is_err());
+        assert!(admit(&user(1001), &run, 1000, None).is_err());
         let node_msg = Msg::Commit;
-        assert!(admit(&user(0), &node_msg, true, 0).is_err());
+        assert!(admit(&user(0), &node_msg, 0, None).is_err());
     }
 
+    /// Without the secret, a TCP peer (any local user on loopback) gets
+    /// `ps` and nothing that runs code, writes files or moves processes.
     #[test]
-    fn tcp_needs_the_secret_on_a_multi_user_node() {
-        let mig = Msg::Migrate {
-            pid: 1,
-            to: "x:1".into(),
-        };
+    fn tcp_without_the_secret_gets_ps_only() {
         let anon = Peer::Network {
             authenticated: false,
         };
-        assert!(admit(&anon, &mig, true, 0).is_err());
-        assert!(admit(&anon, &Msg::Ps, true, 0).is_ok());
-        assert!(admit(&anon, &mig, false, 0).is_ok());
         let node = Peer::Network {
             authenticated: true,
         };
-        assert!(admit(&node, &mig, true, 0).is_ok());
+        let origin = crate::proto::Origin {
+            addr: "x:1".into(),
+            node: 1,
+            session: 1,
+        };
+        let code_runners = [
+            Msg::Run {
+                argv: vec!["sh".into()],
+                cwd: "/".into(),
+                env: vec![],
+            },
+            Msg::RestoreDir { dir: "/x".into() },
+            Msg::Checkpoint {
+                pid: 1,
+                dir: "/etc".into(),
+                kill: false,
+            },
+            Msg::Migrate {
+                pid: 1,
+                to: "x:1".into(),
+            },
+            Msg::Resolve {
+                pid: 1,
+                force: Some(false),
+            },
+            Msg::PreCopy,
+            Msg::MigrateIn {
+                id: 1,
+                origin,
+                gen: 1,
+                stdin_offset: 0,
+                program: "p".into(),
+                owner: Box::new(Creds {
+                    uid: 0,
+                    gid: 0,
+                    groups: vec![],
+                }),
+                manifest: vec![],
+                included: None,
+            },
+            Msg::Attach {
+                session: 1,
+                gen: 1,
+                node: "x".into(),
+                pid: 1,
+            },
+            Msg::Outcome { id: 1 },
+        ];
+        let sock = std::path::Path::new("/run/halfproc/node-7070.sock");
+        for m in &code_runners {
+            let e = admit(&anon, m, 1000, Some(sock)).expect_err(&format!("{m:?} admitted"));
+            assert!(
+                e.contains("no shared secret")
+                    && e.contains("--node unix:/run/halfproc/node-7070.sock"),
+                "{e}"
+            );
+            assert_eq!(admit(&node, m, 1000, None), Ok(Admit::AsDaemon));
+        }
+        assert_eq!(admit(&anon, &Msg::Ps, 1000, None), Ok(Admit::AsDaemon));
+    }
+
+    #[test]
+    fn no_secret_means_loopback_only() {
+        let any: std::net::SocketAddr = "0.0.0.0:7070".parse().unwrap();
+        let e = check_listen(&any, false).unwrap_err();
+        assert!(
+            e.contains("--secret-file") && e.contains("0.0.0.0:7070"),
+            "{e}"
+        );
+        assert!(check_listen(&"[::]:1".parse().unwrap(), false).is_err());
+        assert!(check_listen(&"10.1.2.3:1".parse().unwrap(), false).is_err());
+        assert!(check_listen(&any, true).is_ok());
+        assert!(check_listen(&"127.0.0.1:0".parse().unwrap(), false).is_ok());
+        assert!(check_listen(&"[::1]:0".parse().unwrap(), false).is_ok());
     }
 }

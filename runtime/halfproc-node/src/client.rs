@@ -4,16 +4,27 @@
 use crate::proto::{Conn, Exit, Identity, Msg};
 use std::io::{self, Read, Write};
 
-/// Environment variable naming the local node daemon (`HOST:PORT`).
+/// Environment variable naming the local node daemon (`HOST:PORT` or `unix:PATH`).
 pub const NODE_ENV: &str = "HALFPROC_NODE";
 /// The node daemon's address when neither `--node` nor `HALFPROC_NODE` says.
 pub const DEFAULT_NODE: &str = "127.0.0.1:7070";
 
-/// `--node`, else `$HALFPROC_NODE`, else [`DEFAULT_NODE`].
-pub fn node_addr(flag: Option<&str>) -> String {
-    flag.map(str::to_string)
+/// `--node`, else `$HALFPROC_NODE`, else [`DEFAULT_NODE`]; a loopback
+/// `HOST:PORT` becomes that node's control socket (`unix:PATH`) when the
+/// client has no shared secret and the socket exists (see
+/// [`crate::rundir`]): without the secret, TCP serves `ps` only.
+pub fn node_addr(flag: Option<&str>, me: &Identity) -> String {
+    let addr = flag
+        .map(str::to_string)
         .or_else(|| std::env::var(NODE_ENV).ok().filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| DEFAULT_NODE.to_string())
+        .unwrap_or_else(|| DEFAULT_NODE.to_string());
+    if me.secret.is_some() {
+        return addr;
+    }
+    match crate::rundir::loopback_port(&addr).and_then(crate::rundir::client_socket) {
+        Some(p) => format!("{}{}", crate::proto::UNIX_PREFIX, p.display()),
+        None => addr,
+    }
 }
 
 fn runtime() -> io::Result<tokio::runtime::Runtime> {

@@ -29,8 +29,8 @@ pub struct Node {
     next_session: AtomicU64,
     /// Migrations in flight, waited for at shutdown.
     migrations: TaskTracker,
-    /// Whether a unix control socket serves local clients (multi-user).
-    pub control: bool,
+    /// The unix control socket serving local clients (owner-checked).
+    pub control: Option<std::path::PathBuf>,
     /// The daemon's effective uid.
     pub uid: u32,
     /// Outcomes of the migrations received (newest last), for sources that
@@ -60,7 +60,11 @@ pub(crate) fn random_id() -> u64 {
 }
 
 impl Node {
-    pub fn new(addr: String, secret: Option<Vec<u8>>, control: bool) -> Arc<Node> {
+    pub fn new(
+        addr: String,
+        secret: Option<Vec<u8>>,
+        control: Option<std::path::PathBuf>,
+    ) -> Arc<Node> {
         let id = random_id();
         Arc::new(Node {
             id,
@@ -219,14 +223,18 @@ pub async fn serve(
 }
 
 /// Binds `listen` and runs the daemon until SIGINT or SIGTERM. `ready` is
-/// called with the bound address (port 0 picks a free one). `secret_file`
-/// (else `$HALFPROC_NODE_SECRET_FILE`) holds the nodes' shared secret.
+/// called with the bound address (port 0 picks a free one), the node id
+/// and the control socket. `secret_file` (else `$HALFPROC_NODE_SECRET_FILE`)
+/// holds the nodes' shared secret; without one only a loopback address is
+/// accepted ([`access::check_listen`], error kind `PermissionDenied`).
+/// `control` (else [`crate::rundir::daemon_socket`]) is the unix socket of
+/// local clients.
 pub fn run_node(
     listen: &str,
     advertise: Option<&str>,
     secret_file: Option<&std::path::Path>,
     control: Option<&std::path::Path>,
-    ready: impl FnOnce(&str, u64),
+    ready: impl FnOnce(&str, u64, &std::path::Path),
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -235,16 +243,23 @@ pub fn run_node(
     let secret = crate::proto::Identity::load(0, secret_file)?.secret;
     rt.block_on(async {
         let listener = TcpListener::bind(listen).await?;
-        let bound = listener.local_addr()?.to_string();
-        let control_listener = control.map(bind_control).transpose()?;
+        let bound_at = listener.local_addr()?;
+        access::check_listen(&bound_at, secret.is_some())
+            .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+        let bound = bound_at.to_string();
+        let control = match control {
+            Some(p) => p.to_path_buf(),
+            None => crate::rundir::daemon_socket(bound_at.port())?,
+        };
+        let control_listener = bind_control(&control)?;
         let node = Node::new(
             advertise
                 .map(str::to_string)
                 .unwrap_or_else(|| bound.clone()),
             secret,
-            control.is_some(),
+            Some(control.clone()),
         );
-        ready(&bound, node.id);
+        ready(&bound, node.id, &control);
         let shutdown = async {
             use tokio::signal::unix::{signal, SignalKind};
             let (mut int, mut term) = match (
@@ -259,10 +274,8 @@ pub fn run_node(
                 _ = term.recv() => {}
             }
         };
-        let r = serve(listener, control_listener, node, shutdown).await;
-        if let Some(p) = control {
-            let _ = std::fs::remove_file(p);
-        }
+        let r = serve(listener, Some(control_listener), node, shutdown).await;
+        let _ = std::fs::remove_file(&control);
         r
     })
 }
@@ -311,9 +324,9 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
     };
     let (mut conn, _) = Conn::handshake(stream, &ident).await?;
     let first = conn.recv().await?;
-    let admit = match access::admit(&peer, &first, node.control, node.uid) {
+    let admit = match access::admit(&peer, &first, node.uid, node.control.as_deref()) {
         Ok(a) => a,
-        Err(why) => return conn.send(&Msg::Denied(why)).await,
+        Err(why) => return refuse(conn, why).await,
     };
     let target = match &first {
         Msg::Migrate { pid, .. } => Some((*pid, "migrate")),
@@ -376,6 +389,17 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
                 .await
         }
     }
+}
+
+/// Answers the first request with [`Msg::Denied`], then reads and drops
+/// what the peer still sends (a source streams pages before it reads an
+/// answer) until it hangs up, for 2 s at most: closing with unread data
+/// would reset the connection and lose the answer.
+async fn refuse(mut conn: Conn, why: String) -> io::Result<()> {
+    tracing::info!("refused: {why}");
+    conn.send(&Msg::Denied(why)).await?;
+    conn.drain(std::time::Duration::from_secs(2)).await;
+    Ok(())
 }
 
 /// A `run` (or `restore`) client: starts the program, relays its stdin,

@@ -7,7 +7,9 @@
 //! # Layout
 //!
 //! - [`proto`]: the framed, versioned messages;
-//! - [`access`]: peers (control socket, TCP) and the owner check;
+//! - [`access`]: peers (control socket, TCP), what each may ask, the owner check;
+//! - [`seal`]: an HMAC on every frame after the handshake (with a secret);
+//! - [`rundir`]: where the control socket lives by default, how clients find it;
 //! - [`daemon`]: listener, one task per connection, program and session tables, shutdown;
 //! - [`session`]: a run session at the program's origin (output order, stdin buffer);
 //! - [`member`]: the kernel backend: the daemon leads a set, `run` starts members (clone3 + execve);
@@ -25,5 +27,7 @@ pub mod migrate;
 pub mod precopy;
 pub mod program;
 pub mod proto;
+pub mod rundir;
+pub mod seal;
 pub mod session;
 pub mod yield_point;

@@ -361,6 +361,7 @@ async fn answer(conn: &mut Conn, what: &str) -> Result<Msg, String> {
         )),
         Ok(Err(e)) => Err(format!("connection to destination lost while {what}: {e}")),
         Ok(Ok(Msg::Error(e))) => Err(format!("destination: {e}")),
+        Ok(Ok(Msg::Denied(e))) => Err(format!("destination refused: {e}")),
         Ok(Ok(m)) => Ok(m),
     }
 }

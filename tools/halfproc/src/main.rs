@@ -40,7 +40,9 @@ pub const EXIT_DENIED: u8 = 77;
     after_help = "Programs run through a node daemon (`halfproc node`); the other commands talk to it at \
 --node, else $HALFPROC_NODE, else 127.0.0.1:7070 (TCP). Off loopback, give every node and client \
 the same --secret-file (or $HALFPROC_NODE_SECRET_FILE): peers then authenticate with an HMAC \
-challenge; traffic is not encrypted.\n\nExample:\n  halfproc node --listen 127.0.0.1:7070 &\n  halfproc node --listen 127.0.0.1:7071 &\n  halfproc run -- ./my_program args     # in another terminal\n  halfproc ps\n  halfproc migrate PID --to 127.0.0.1:7071"
+challenge and every frame carries an HMAC; traffic is not encrypted. A node without a secret \
+listens on loopback only, serves local clients on its control socket (owner-checked) and over \
+TCP only `ps`; migrations between nodes need the secret.\n\nExample:\n  head -c 32 /dev/urandom | base64 >~/.halfproc-secret; chmod 600 ~/.halfproc-secret\n  export HALFPROC_NODE_SECRET_FILE=~/.halfproc-secret\n  halfproc node --listen 127.0.0.1:7070 &\n  halfproc node --listen 127.0.0.1:7071 &\n  halfproc run -- ./my_program args     # in another terminal\n  halfproc ps\n  halfproc migrate PID --to 127.0.0.1:7071"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,7 +54,9 @@ struct Cli {
 pub struct NodeOpt {
     /// Node daemon to talk to: HOST:PORT, or unix:PATH for its control
     /// socket (see `halfproc node --control`); default $HALFPROC_NODE, else
-    /// 127.0.0.1:7070.
+    /// 127.0.0.1:7070. Without a secret, a loopback HOST:PORT is reached
+    /// through that node's control socket when it has one in the default
+    /// place (owner-checked; over TCP such a node serves `ps` only).
     #[arg(long, value_name = "HOST:PORT|unix:PATH")]
     node: Option<String>,
     /// The nodes' shared-secret file, if they use one (default $HALFPROC_NODE_SECRET_FILE).
@@ -61,8 +65,10 @@ pub struct NodeOpt {
 }
 
 impl NodeOpt {
+    /// The daemon's address: a loopback `HOST:PORT` is reached through its
+    /// control socket when this client has no secret (see `halfproc_node::rundir`).
     pub fn addr(&self) -> String {
-        halfproc_node::client::node_addr(self.node.as_deref())
+        halfproc_node::client::node_addr(self.node.as_deref(), &self.ident())
     }
 
     /// This client's identity (the secret, if any); exits 2 if unreadable.

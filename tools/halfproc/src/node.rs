@@ -16,8 +16,12 @@ use std::process::ExitCode;
 /// Programs must be single-threaded; sockets, pipes to other processes,
 /// devices and shared writable mappings are refused by `migrate`.
 ///
-/// Clients (`run`, `ps`, `migrate`, `checkpoint`, `restore`) and other nodes
-/// connect to the same TCP port. SIGINT/SIGTERM: stop accepting, finish
+/// Other nodes connect to the TCP port; they must hold the same shared
+/// secret (--secret-file). Local clients (`run`, `ps`, `migrate`,
+/// `checkpoint`, `restore`) use the unix control socket, where the kernel
+/// tells the daemon who they are; a client with the secret may also use
+/// TCP. Without a secret the daemon listens on loopback only and serves
+/// `ps` alone over TCP. SIGINT/SIGTERM: stop accepting, finish
 /// every migration in flight (commit or abort), then exit; programs keep
 /// running, without their stdio relay.
 ///
@@ -26,9 +30,10 @@ use std::process::ExitCode;
 /// stdin request and answer of the relay.
 #[derive(Args)]
 #[command(
-    after_help = "Prints `halfproc node: listening on ADDR (node ID)` and the detected runtime \
-backend once ready. \
-Exit codes: 0 after a clean shutdown, 1 if the address cannot be bound."
+    after_help = "Prints `halfproc node: listening on ADDR (node ID)`, the detected runtime \
+backend and the control socket once ready. \
+Exit codes: 0 after a clean shutdown, 1 if the address or the control socket cannot be bound, \
+2 for a bad secret file or a non-loopback address without a secret."
 )]
 pub struct NodeArgs {
     /// Address to listen on (TCP). Port 0 picks a free port (printed).
@@ -38,16 +43,21 @@ pub struct NodeArgs {
     #[arg(long, value_name = "HOST:PORT")]
     advertise: Option<String>,
     /// Shared secret of the nodes (at least 16 bytes; default
-    /// $HALFPROC_NODE_SECRET_FILE). With it, every peer (node or client) must
-    /// prove it holds the same secret (HMAC-SHA256 challenge) before any
-    /// request; without it, anyone who reaches the port is served.
+    /// $HALFPROC_NODE_SECRET_FILE). With it, every TCP peer (node or client)
+    /// must prove it holds the same secret (HMAC-SHA256 challenge) before
+    /// any request, and every frame after that carries an HMAC. Without it
+    /// the daemon listens on loopback only, and over TCP serves `ps` only:
+    /// no migrations between nodes.
     #[arg(long, value_name = "FILE")]
     secret_file: Option<std::path::PathBuf>,
-    /// Also serve local clients on this unix socket (they connect with
-    /// `--node unix:PATH`). The kernel tells the daemon who they are
+    /// Serve local clients on this unix socket (they connect with `--node
+    /// unix:PATH`). Default DIR/node-PORT.sock, DIR being $HALFPROC_RUN_DIR,
+    /// else /run/halfproc for root, else $XDG_RUNTIME_DIR/halfproc, else
+    /// /tmp/halfproc-UID; there clients without a secret find it from the
+    /// loopback HOST:PORT. The kernel tells the daemon who they are
     /// (SO_PEERCRED): a user may checkpoint or migrate only their own
     /// programs (root any), and a root daemon runs each user's programs as
-    /// that user. With it, TCP serves only peers holding the shared secret.
+    /// that user.
     #[arg(long, value_name = "PATH")]
     control: Option<std::path::PathBuf>,
 }
@@ -72,17 +82,35 @@ pub fn run(a: NodeArgs) -> ExitCode {
     } else {
         "programs are started as plain children (portable migration)"
     };
+    // Refused before anything is bound: no secret, not loopback.
+    let secret = match halfproc_node::proto::Identity::load(0, a.secret_file.as_deref()) {
+        Ok(i) => i.secret.is_some(),
+        Err(e) => {
+            eprintln!("halfproc node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(a.listen.as_str()) {
+        for sa in addrs {
+            if let Err(e) = halfproc_node::access::check_listen(&sa, secret) {
+                eprintln!("halfproc node: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let r = halfproc_node::daemon::run_node(
         &a.listen,
         a.advertise.as_deref(),
         a.secret_file.as_deref(),
         a.control.as_deref(),
-        |addr, id| {
+        |addr, id, control| {
             // One write, errors ignored: whoever started us may read the first
             // line only and close the pipe.
             let msg = format!(
                 "halfproc node: listening on {addr} (node {id:016x})\n\
-             halfproc node: runtime backend {backend}; {how}\n"
+             halfproc node: runtime backend {backend}; {how}\n\
+             halfproc node: control socket {} (local clients: --node unix:{0})\n",
+                control.display()
             );
             let mut out = std::io::stdout().lock();
             let _ = std::io::Write::write_all(&mut out, msg.as_bytes());

@@ -229,3 +229,42 @@ fn failed_migrations_of_a_stdin_reader_lose_no_input() {
     assert_same("gzip", &out, &want);
     assert_eq!(code, want_code, "gzip exit status ({err})");
 }
+
+/// The destination cannot restore for want of memory (its daemon runs
+/// under an address-space limit, `prlimit --as`, which the restored copy
+/// inherits; `xz -9` maps 674 MiB): the migration fails naming what
+/// could not be had, the destination keeps no copy, and the source runs
+/// on, its output and exit status those of an unmigrated run.
+#[test]
+fn restore_out_of_memory_leaves_the_source_running() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.txt");
+    input_file(&input, 4 << 20);
+    let argv = [tool("xz"), "-9", "-T1", "-c"];
+    let (want, want_code) = reference(&argv, Some(&input));
+    let limit = format!("--as={}", 400 << 20);
+    let a = Daemon::start();
+    let small = Daemon::start_wrapped(&["prlimit", &limit, "--"], &[], &[]);
+    let (r, held) = run_held(&a, &argv, Some(&input), tmp.path(), "xz-oom");
+    let pid = r.pid();
+    sleep_ms(300);
+    let e = migrate(&a.addr, pid, &small.addr).expect_err("restored beyond the memory limit");
+    eprintln!("{e}");
+    assert!(
+        e.contains("cannot restore")
+            && e.contains("Cannot allocate memory")
+            && e.contains("was resumed here"),
+        "the error does not say what failed: {e}"
+    );
+    let left = ps(&small);
+    assert!(
+        left.lines().skip(1).all(|l| l.trim().is_empty()),
+        "the destination keeps a copy: {left}"
+    );
+    let st = proc_state(pid).unwrap();
+    assert!(st == 'R' || st == 'S', "source left in state {st}");
+    held.close();
+    let (out, code, err) = r.finish();
+    assert_same("xz after a failed restore", &out, &want);
+    assert_eq!(code, want_code, "xz exit status ({err})");
+}

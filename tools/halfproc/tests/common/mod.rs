@@ -14,19 +14,66 @@ mod input;
 #[allow(unused_imports)] // each test binary uses a subset
 pub use input::input_file;
 
+/// `halfproc` holding the tests' shared secret (as the daemons of
+/// [`Daemon::start`] do: they migrate to each other), control sockets in
+/// this test binary's [`run_dir`].
 pub fn halfproc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_halfproc"))
+    let mut c = halfproc_plain();
+    c.env("HALFPROC_NODE_SECRET_FILE", test_secret());
+    c
+}
+
+/// `halfproc` without a secret, control sockets in [`run_dir`].
+pub fn halfproc_plain() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_halfproc"));
+    c.env_remove("HALFPROC_NODE_SECRET_FILE")
+        .env_remove("HALFPROC_NODE")
+        .env("HALFPROC_RUN_DIR", run_dir());
+    c
+}
+
+/// The nodes' shared secret of this test binary (a file, mode 0600).
+pub fn test_secret() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let p = std::env::temp_dir().join(format!("halfproc-test-secret-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"halfproc tests: 0123456789abcdef\n").unwrap();
+        p
+    })
+}
+
+/// Where this test binary's daemons put their default control sockets
+/// (`$HALFPROC_RUN_DIR`; created by the first daemon).
+pub fn run_dir() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| std::env::temp_dir().join(format!("halfproc-test-run-{}", std::process::id())))
 }
 
 /// A node daemon on 127.0.0.1 with a port of its own; SIGTERM on drop.
 pub struct Daemon {
     child: Child,
     pub addr: String,
+    /// Its unix control socket.
+    pub control: PathBuf,
 }
 
 impl Daemon {
+    /// With the tests' shared secret.
     pub fn start() -> Daemon {
         Daemon::start_with(&[])
+    }
+
+    /// Without a secret (loopback only; TCP serves `ps` only).
+    pub fn start_open() -> Daemon {
+        Daemon::start_cmd(halfproc_plain(), &[])
     }
 
     /// With extra arguments of `halfproc node`.
@@ -39,37 +86,51 @@ impl Daemon {
         Daemon::start_wrapped(&[], args, env)
     }
 
-    /// Run by `wrapper` (a command that ends by executing its arguments,
-    /// e.g. `unshare -m sh -c '...; exec "$0" "$@"'`), with extra arguments
-    /// and environment variables.
-    pub fn start_wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let bin = env!("CARGO_BIN_EXE_halfproc");
-        let mut cmd = match wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(bin);
-                c
-            }
-            None => Command::new(bin),
-        };
+    fn start_cmd(mut cmd: Command, args: &[&str]) -> Daemon {
         let mut child = cmd
             .args(["node", "--listen", "127.0.0.1:0"])
             .args(args)
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start halfproc node");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .split_whitespace()
-            .nth(4)
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        Daemon { child, addr }
+        // Three lines: the address, the backend, the control socket.
+        let mut r = BufReader::new(child.stdout.take().unwrap());
+        let mut lines = [String::new(), String::new(), String::new()];
+        for l in &mut lines {
+            r.read_line(l).unwrap();
+        }
+        let word = |l: &str, n: usize| {
+            l.split_whitespace()
+                .nth(n)
+                .unwrap_or_else(|| panic!("no word {n} in {l:?}"))
+                .to_string()
+        };
+        Daemon {
+            addr: word(&lines[0], 4),
+            control: PathBuf::from(word(&lines[2], 4)),
+            child,
+        }
+    }
+
+    /// Run by `wrapper` (a command that ends by executing its arguments,
+    /// e.g. `unshare -m sh -c '...; exec "$0" "$@"'`), with extra arguments
+    /// and environment variables.
+    pub fn start_wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = halfproc();
+        if let Some((first, rest)) = wrapper.split_first() {
+            let mut c = Command::new(first);
+            c.args(rest).arg(cmd.get_program());
+            for (k, v) in cmd.get_envs() {
+                match v {
+                    Some(v) => c.env(k, v),
+                    None => c.env_remove(k),
+                };
+            }
+            cmd = c;
+        }
+        cmd.envs(env.iter().copied());
+        Daemon::start_cmd(cmd, args)
     }
 
     pub fn pid(&self) -> i32 {
@@ -148,6 +209,18 @@ impl Running {
 
 /// `halfproc run --node D -- argv` with stdin from a file (or /dev/null).
 pub fn run(d: &Daemon, argv: &[&str], stdin: Option<&Path>, dir: &Path, name: &str) -> Running {
+    run_via(halfproc(), d, argv, stdin, dir, name)
+}
+
+/// [`run`] by `client` (e.g. [`halfproc_plain`]).
+pub fn run_via(
+    mut client: Command,
+    d: &Daemon,
+    argv: &[&str],
+    stdin: Option<&Path>,
+    dir: &Path,
+    name: &str,
+) -> Running {
     let pid_file = dir.join(format!("{name}.pid"));
     let out = dir.join(format!("{name}.out"));
     let err = dir.join(format!("{name}.err"));
@@ -155,7 +228,7 @@ pub fn run(d: &Daemon, argv: &[&str], stdin: Option<&Path>, dir: &Path, name: &s
         Some(p) => Stdio::from(File::open(p).unwrap()),
         None => Stdio::null(),
     };
-    let child = halfproc()
+    let child = client
         .args(["run", "--node", &d.addr, "--pid-file"])
         .arg(&pid_file)
         .arg("--")
