@@ -204,7 +204,16 @@ fn checkpoints_of_a_copy_still_in_its_restorer() {
         Err(halfproc_migrate::Error::Restore(e)) => assert!(e.contains("restorer"), "{e}"),
         other => panic!("a copy stopped in its restorer was checkpointed: {other:?}"),
     }
-    assert_eq!(state_and_tracer(pid), ('T', 0), "left stopped, untraced");
+    // Detached, it re-enters its group stop (running for a moment).
+    let mut state = state_and_tracer(pid);
+    for _ in 0..100 {
+        if state == ('T', 0) {
+            break;
+        }
+        sleep_ms(10);
+        state = state_and_tracer(pid);
+    }
+    assert_eq!(state, ('T', 0), "left stopped, untraced");
     // SAFETY: continuing our own stopped child.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     // Then checkpoints with no gap at all: each often lands in the blob's
