@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::image::reg;
+use crate::restorer::{CODE_SIZE, REGION_MAGIC};
 use std::io;
 
 const NT_PRSTATUS: libc::c_int = 1;
@@ -109,6 +110,7 @@ impl Frozen {
                 .map_err(|e| Error::io("PTRACE_INTERRUPT", e))?;
             let status = wait_stop(pid)?;
             if status >> 16 == PTRACE_EVENT_STOP {
+                f.leave_restorer(status)?;
                 return Ok(f);
             }
             // A signal-delivery stop raced with us: deliver it and retry.
@@ -119,6 +121,72 @@ impl Frozen {
         f.detach();
         Err(Error::Restore(format!(
             "pid {pid} kept receiving signals; not frozen"
+        )))
+    }
+
+    /// Start of the restorer code page `rip` is in, if it is in one: a copy
+    /// made by [`crate::restore`] that has not yet run its `rt_sigreturn`
+    /// (see `restorer::REGION_MAGIC`, the first word after that page).
+    fn restorer_code(&self, rip: u64) -> Option<u64> {
+        let code = rip & !(CODE_SIZE - 1);
+        let mut b = [0u8; 16];
+        let local = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: (code + CODE_SIZE) as *mut libc::c_void,
+            iov_len: b.len(),
+        };
+        // SAFETY: reads 16 bytes of the (stopped, traced) target into `b`.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        let word = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        (n == 16 && word(0) == REGION_MAGIC && word(8) > CODE_SIZE).then_some(code)
+    }
+
+    /// A copy made by [`crate::restore`] runs the restorer blob for a
+    /// moment after `restore` returned (the status pipe is closed just
+    /// before its `rt_sigreturn`). Stopped there, its registers are the
+    /// blob's, not the program's: dumped, the next copy would resume in its
+    /// own blob with them and `rt_sigreturn` to the same frame forever.
+    /// Runs it on, from system call stop to system call stop, until its
+    /// `rt_sigreturn` has put the program's registers back. `status`: the
+    /// stop we hold; a group stop there (restored with
+    /// [`crate::RestoreOptions::stopped`], not continued yet) is refused.
+    fn leave_restorer(&self, status: i32) -> Result<()> {
+        let Some(code) = self.restorer_code(self.regs()?[reg::RIP]) else {
+            return Ok(());
+        };
+        let pid = self.pid;
+        if libc::WSTOPSIG(status) != libc::SIGTRAP {
+            return Err(Error::Restore(format!(
+                "pid {pid} is stopped inside its restorer (restored stopped, not continued yet)"
+            )));
+        }
+        ptrace(
+            libc::PTRACE_SETOPTIONS,
+            pid,
+            0,
+            libc::PTRACE_O_TRACESYSGOOD as usize,
+        )
+        .map_err(|e| Error::io("PTRACE_SETOPTIONS", e))?;
+        // Two stops per system call; the blob's ops after the status pipe
+        // is closed are a few, but a pid caught earlier has more to do.
+        for _ in 0..1_000_000 {
+            ptrace(libc::PTRACE_SYSCALL, pid, 0, 0).map_err(|e| Error::io("PTRACE_SYSCALL", e))?;
+            let st = wait_stop(pid)?;
+            if st >> 8 != libc::SIGTRAP | 0x80 {
+                return Err(Error::Restore(format!(
+                    "pid {pid}: stop {st:#x} while finishing its restorer"
+                )));
+            }
+            let rip = self.regs()?[reg::RIP];
+            if !(code..code + CODE_SIZE).contains(&rip) {
+                return Ok(());
+            }
+        }
+        Err(Error::Restore(format!(
+            "pid {pid} does not leave its restorer"
         )))
     }
 

@@ -160,3 +160,74 @@ fn checkpoints_right_after_exec() {
         assert_same_output(&std::fs::read(&out).unwrap(), &want);
     }
 }
+
+/// Waits for our child `pid` at most `secs` seconds; kills it and fails if
+/// it is still there (a copy that never leaves its restorer spins forever).
+fn wait_within(pid: i32, secs: u64) -> i32 {
+    for _ in 0..secs * 50 {
+        let mut st = 0;
+        // SAFETY: polling our own child.
+        if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == pid {
+            return st;
+        }
+        sleep_ms(20);
+    }
+    kill(pid);
+    panic!("pid {pid} did not end within {secs} s");
+}
+
+#[test]
+fn checkpoints_of_a_copy_still_in_its_restorer() {
+    // `restore` returns when the blob closes its status pipe, just before
+    // its `rt_sigreturn`: a checkpoint right after it may find the copy
+    // still in the blob. Its registers there are the blob's; dumped, the
+    // next copy would resume in its own blob and `rt_sigreturn` forever.
+    let tmp = tempfile::tempdir().unwrap();
+    let (want, want_st) = reference(prog(), &["40000"], None, tmp.path());
+    let out = tmp.path().join("migrated.out");
+    let pid = spawn(prog(), &["40000"], None, &out);
+    sleep_ms(20);
+    let img = tmp.path().join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    // Restored stopped: it stops itself inside the blob (kill(0, SIGSTOP)).
+    let m = image::read(&img).unwrap();
+    let pages = std::fs::File::open(img.join(image::PAGES)).unwrap();
+    let opts = RestoreOptions {
+        stopped: true,
+        ..Default::default()
+    };
+    let mut pid = halfproc_migrate::restore_from(&m, pages, &opts)
+        .expect("restore stopped")
+        .pid;
+    assert_eq!(state_and_tracer(pid), ('T', 0), "restored stopped");
+    match checkpoint(pid, &tmp.path().join("in_blob"), Leave::Kill) {
+        Err(halfproc_migrate::Error::Restore(e)) => assert!(e.contains("restorer"), "{e}"),
+        other => panic!("a copy stopped in its restorer was checkpointed: {other:?}"),
+    }
+    // Detached, it re-enters its group stop (running for a moment).
+    let mut state = state_and_tracer(pid);
+    for _ in 0..100 {
+        if state == ('T', 0) {
+            break;
+        }
+        sleep_ms(10);
+        state = state_and_tracer(pid);
+    }
+    assert_eq!(state, ('T', 0), "left stopped, untraced");
+    // SAFETY: continuing our own stopped child.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    // Then checkpoints with no gap at all: each often lands in the blob's
+    // last system calls, which it is run through first.
+    for round in 0..30 {
+        let img = tmp.path().join(format!("img{round}"));
+        checkpoint(pid, &img, Leave::Kill)
+            .unwrap_or_else(|e| panic!("round {round}: checkpoint: {e}"));
+        pid = restore(&img)
+            .unwrap_or_else(|e| panic!("round {round}: restore: {e}"))
+            .pid;
+        std::fs::remove_dir_all(&img).unwrap();
+    }
+    let st = describe(wait_within(pid, 60));
+    assert_same_output(&std::fs::read(&out).unwrap(), &want);
+    assert_eq!(st, want_st, "exit status after the moves");
+}
