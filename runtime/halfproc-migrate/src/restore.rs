@@ -187,7 +187,7 @@ fn restore_with(
             .map_err(|e| Error::io("read /proc/self/maps", e))?,
     )?;
     let specials = match_specials(m, &own)?;
-    check_set_range(m, &own)?;
+    check_set_range(m, &own, crate::mem::caller_is_member())?;
     let helpers = open_helpers(file, m, opts)?;
     let (span, pieces) = memory_pieces(memory.unwrap_or_default())?;
     let source = match memory {

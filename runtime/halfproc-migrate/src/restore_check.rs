@@ -10,8 +10,16 @@ use std::collections::BTreeMap;
 
 /// An image that leaves a set range out is restored only by a process with
 /// that whole range mapped shared (its own set's range, which the copy then
-/// inherits), and no VMA of the image may reach into it.
-pub(crate) fn check_set_range(m: &Manifest, own: &[procfs::MapsEntry]) -> Result<()> {
+/// inherits), and no VMA of the image may reach into it. A member of a
+/// kernel half-process set (`kernel_member`) shares all of [2^45, 2^46)
+/// with its set whatever is mapped there (the restorer forks the copy into
+/// the set with `clone3(CLONE_HALFPROC)`), so a set range inside it needs
+/// no mapping.
+pub(crate) fn check_set_range(
+    m: &Manifest,
+    own: &[procfs::MapsEntry],
+    kernel_member: bool,
+) -> Result<()> {
     let Some((start, end)) = m.set_range else {
         return Ok(());
     };
@@ -24,6 +32,11 @@ pub(crate) fn check_set_range(m: &Manifest, own: &[procfs::MapsEntry]) -> Result
             "VMA {:#x}-{:#x} lies in the set range {start:#x}-{end:#x}",
             v.start, v.end
         )));
+    }
+    let in_range = halfproc_sys::range::HALFPROC_RANGE_START <= start
+        && end <= halfproc_sys::range::HALFPROC_RANGE_END;
+    if kernel_member && in_range {
+        return Ok(());
     }
     let mut at = start;
     for o in own.iter().filter(|o| o.end > start && o.start < end) {
