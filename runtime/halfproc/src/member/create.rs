@@ -101,7 +101,10 @@ pub(super) fn adopt_child(set: &'static Set, pid: i32) -> Result<Member> {
         // SAFETY: `local` is one writable byte of ours, not otherwise
         // accessed during the call; the kernel checks the remote side.
         unsafe { copy::dm(copy::Dir::Read, pid, &local, &remote) }.map_err(|e| {
-            Error::sys("adopting a process that is not a member of this kernel set", e)
+            Error::sys(
+                "adopting a process that is not a member of this kernel set",
+                e,
+            )
         })?;
     }
     let table: &'static MemberTable = &set.header().members;
