@@ -37,19 +37,32 @@ static void *exec_in_thread(void *a)
  * dropping root for a set-uid binary).  Returns the probe's exit status:
  * 0 when it saw the string (and overwrote it), 3 when it was no member.
  */
-static int exec_probe_in_member(const char *path, enum probe_how how, char **shared)
+/*
+ * Put "survives exec" in a shared page (*@shared), its address in @arg (the
+ * probe's argument), and spawn a new member: hp_spawn()'s pid, or -3 / -4
+ * when the page or the member could not be made.
+ */
+static pid_t spawn_with_probe_string(char **shared, char arg[32])
 {
-	char *p = hp_anon(PAGE), arg[32];
+	char *p = hp_anon(PAGE);
 	pid_t pid;
 
 	if (p == MAP_FAILED)
 		return -3;
 	*shared = p;
 	strcpy(p, "survives exec");
-	snprintf(arg, sizeof(arg), "%p", p);
+	snprintf(arg, 32, "%p", p);
 	pid = hp_spawn();
+	return pid < 0 ? -4 : pid;
+}
+
+static int exec_probe_in_member(const char *path, enum probe_how how, char **shared)
+{
+	char arg[32];
+	pid_t pid = spawn_with_probe_string(shared, arg);
+
 	if (pid < 0)
-		return -4;
+		return pid;
 	if (pid == 0) {
 		pid_t v;
 
@@ -127,17 +140,11 @@ TEST(exec_from_a_non_leader_thread_keeps_membership)
  */
 static int exec_past_limit(int res, char **shared)
 {
-	char *p = hp_anon(PAGE), arg[32];
-	pid_t pid;
+	char arg[32];
+	pid_t pid = spawn_with_probe_string(shared, arg);
 
-	if (p == MAP_FAILED)
-		return -3;
-	*shared = p;
-	strcpy(p, "survives exec");
-	snprintf(arg, sizeof(arg), "%p", p);
-	pid = hp_spawn();
 	if (pid < 0)
-		return -4;
+		return pid;
 	if (pid == 0) {
 		struct rlimit rl = { 64 * MiB, RLIM_INFINITY };
 		pid_t v;
