@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 //! The control socket of a reconfigurable run (`dmi run --control PATH`):
-//! node 0 listens on a Unix socket for `dmi node join` and `dmi node
-//! leave RANK`. One line per connection, one line of answer ("ok: ..." or
+//! node 0 listens on a Unix socket for `dmi node join`, `dmi node leave
+//! RANK|HOST[:PORT]` and `dmi node list`. One line per connection, one line of answer ("ok: ..." or
 //! "error: ..."). A request is recorded in the rescale state in global
 //! memory (`reconf::Var::Live*`) and is seen by every thread of the running
 //! itergroup at the same `DMI_check_rescale` call; the controller applies it
@@ -128,8 +128,19 @@ fn request(dmi: &Dmi, vars: i64, line: &str, spares_from: u32) -> Result<String,
             put(dmi, vars, Var::SparesTaken, taken + 1).map_err(e)?;
             Ok(format!("node {rank} joins at the next DMI_check_rescale"))
         }
+        ["list"] => {
+            let members = dmi.members().map_err(e)?;
+            let nodes: Vec<String> = members
+                .iter()
+                .map(|&r| match dmi.peer_addr(r) {
+                    Some(a) => format!("{r}={a}"),
+                    None => format!("{r}=?"),
+                })
+                .collect();
+            Ok(format!("members {}", nodes.join(" ")))
+        }
         ["leave", r] => {
-            let r: NodeId = r.parse().map_err(|_| format!("{r:?} is not a node rank"))?;
+            let r = leaving_rank(dmi, r)?;
             if r == 0 {
                 return Err("node 0 cannot leave: it runs DMI_main".into());
             }
@@ -149,6 +160,41 @@ fn request(dmi: &Dmi, vars: i64, line: &str, spares_from: u32) -> Result<String,
             put(dmi, vars, Var::LiveLeaves, n + 1).map_err(e)?;
             Ok(format!("node {r} leaves at the next DMI_check_rescale"))
         }
-        _ => Err(format!("unknown request {line:?} (join, or leave RANK)")),
+        _ => Err(format!(
+            "unknown request {line:?} (join, leave RANK|HOST[:PORT], or list)"
+        )),
+    }
+}
+
+/// The rank a leave names: a rank, or the address a member node listens
+/// at (`HOST:PORT`, or an IP alone when one member listens there). Names
+/// are not resolved: the run knows its nodes by address.
+fn leaving_rank(dmi: &Dmi, what: &str) -> Result<NodeId, String> {
+    if let Ok(r) = what.parse::<NodeId>() {
+        return Ok(r);
+    }
+    let members = dmi.members().map_err(|e| e.to_string())?;
+    let at = |f: &dyn Fn(std::net::SocketAddr) -> bool| -> Vec<NodeId> {
+        members
+            .iter()
+            .copied()
+            .filter(|&r| dmi.peer_addr(r).is_some_and(f))
+            .collect()
+    };
+    let found = if let Ok(a) = what.parse::<std::net::SocketAddr>() {
+        at(&|p| p == a)
+    } else if let Ok(ip) = what.parse::<std::net::IpAddr>() {
+        at(&|p| p.ip() == ip)
+    } else {
+        return Err(format!(
+            "{what:?} is not a node rank, an IP address or IP:PORT"
+        ));
+    };
+    match found[..] {
+        [r] => Ok(r),
+        [] => Err(format!("no member node listens at {what}")),
+        _ => Err(format!(
+            "several member nodes listen at {what} (ranks {found:?}): give IP:PORT or the rank"
+        )),
     }
 }

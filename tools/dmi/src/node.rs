@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
-//! `dmi node join` / `dmi node leave RANK`: requests to a running
+//! `dmi node join` / `dmi node leave RANK|HOST[:PORT]` / `dmi node list`:
+//! requests to a running
 //! reconfigurable program through its control socket (`dmi run --control
 //! PATH --spares K`), and `dmi node join --run HOST:PORT PROG`: a new node
 //! process, started here, that joins a running program from outside.
@@ -39,7 +40,9 @@ use clap::{Args, Subcommand};
 /// Examples:
 ///   dmi run -n 1 --accept-joins --secret-file s --control /tmp/c ./prog &
 ///   dmi node join --run 127.0.0.1:40123 --secret-file s -- ./prog
+///   dmi node --control /tmp/c list               members and their addresses
 ///   dmi node --control /tmp/c leave 1
+///   dmi node --control /tmp/c leave 10.0.2.2:40125
 #[derive(Args)]
 #[command(verbatim_doc_comment)]
 pub struct NodeArgs {
@@ -55,8 +58,15 @@ enum What {
     /// Bring a node into the run: the next spare (--control before `join`),
     /// or a new node started here (--run HOST:PORT PROG ARGS).
     Join(JoinArgs),
-    /// Make node RANK leave the run (not 0).
-    Leave { rank: u32 },
+    /// Make a node leave the run (not node 0): by RANK, or by the address
+    /// it listens at, HOST:PORT (or the IP alone when only one member
+    /// listens there; `dmi node list` shows them).
+    Leave {
+        #[arg(value_name = "RANK|HOST[:PORT]")]
+        node: String,
+    },
+    /// List the run's member nodes: RANK=ADDRESS each.
+    List,
 }
 
 #[derive(Args)]
@@ -87,13 +97,18 @@ pub fn node(a: NodeArgs) -> i32 {
         }
         (_, None) => {
             eprintln!(
-                "dmi node: give the run's control socket (dmi node --control PATH join|leave RANK), \
+                "dmi node: give the run's control socket (dmi node --control PATH join|leave|list), \
                  or start a new node with dmi node join --run HOST:PORT PROG"
             );
             return 2;
         }
         (What::Join(_), Some(_)) => "join\n".to_string(),
-        (What::Leave { rank }, Some(_)) => format!("leave {rank}\n"),
+        (What::Leave { node }, Some(_)) if node.split_whitespace().count() != 1 => {
+            eprintln!("dmi node leave: {node:?} is not one rank or address");
+            return 2;
+        }
+        (What::Leave { node }, Some(_)) => format!("leave {node}\n"),
+        (What::List, Some(_)) => "list\n".to_string(),
     };
     let control = a.control.unwrap_or_default();
     let r = UnixStream::connect(&control).and_then(|mut s| {

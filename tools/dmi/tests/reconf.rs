@@ -309,6 +309,18 @@ fn dmi_node_join_and_leave_change_a_running_program() {
     for (args, err) in [
         (&["leave", "0"][..], "node 0 cannot leave"),
         (&["leave", "5"], "not a member"),
+        (
+            &["leave", "10.9.9.9:1"],
+            "no member node listens at 10.9.9.9:1",
+        ),
+        (
+            &["leave", "127.0.0.1"],
+            "several member nodes listen at 127.0.0.1",
+        ),
+        (
+            &["leave", "node-two"],
+            "is not a node rank, an IP address or IP:PORT",
+        ),
     ] {
         let o = node(args);
         assert!(
@@ -317,8 +329,23 @@ fn dmi_node_join_and_leave_change_a_running_program() {
             text(&o)
         );
     }
-    let o = node(&["leave", "2"]);
+    // Node 2 by the address it listens at, as `dmi node list` shows it.
+    let o = node(&["list"]);
     assert!(o.status.success(), "{}", text(&o));
+    let list = String::from_utf8_lossy(&o.stdout).to_string();
+    let addr = list
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("2="))
+        .unwrap_or_else(|| panic!("node 2 not in {list:?}"))
+        .to_string();
+    assert!(list.contains("0=") && list.contains("1="), "{list}");
+    let o = node(&["leave", &addr]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("node 2 leaves"),
+        "{}",
+        text(&o)
+    );
     wait_for("[0, 1, 2] -> [0, 1]");
     let st = run.wait().unwrap();
     let log = reader.join().unwrap();
