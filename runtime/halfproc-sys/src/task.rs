@@ -268,6 +268,20 @@ mod tests {
     }
 
     #[test]
+    fn fork_with_pid_refuses_a_pid_in_use() {
+        let me = std::process::id() as i32;
+        // SAFETY: our own pid is in use, so there is no child; should
+        // there be one, it only calls _exit.
+        match unsafe { fork_with_pid(me) } {
+            // SAFETY: _exit never returns.
+            Ok(0) => unsafe { libc::_exit(0) },
+            Ok(pid) => panic!("clone3(set_tid = {me}) made {pid}"),
+            // EPERM: not allowed to choose pids here.
+            Err(e) => assert!(matches!(e.errno(), libc::EEXIST | libc::EPERM), "{e}"),
+        }
+    }
+
+    #[test]
     fn clone_member_needs_the_kernel_backend() {
         if crate::backend::kernel_available() {
             return; // the guest suite covers it (tests/guest/hp_sets.c)
