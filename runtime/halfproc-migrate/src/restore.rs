@@ -237,7 +237,7 @@ fn restore_with(
     let t = std::time::Instant::now();
     // SAFETY: the child only runs `child_enter`, which makes raw system
     // calls and copies bytes (async-signal-safe), then never returns.
-    let pid = unsafe { restorer::spawn() }?;
+    let pid = unsafe { restorer::spawn(m.pid) }?;
     if pid == 0 {
         if let Some(c) = switch {
             // SAFETY: the freshly forked, single-threaded child.

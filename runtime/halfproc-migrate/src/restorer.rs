@@ -220,20 +220,46 @@ pub(crate) unsafe fn child_enter(
     }
 }
 
-/// Forks the process that becomes the restored one: a plain `fork` on the
-/// portable backend, `clone3(CLONE_HALFPROC)` on the kernel backend (the
-/// caller is a member), so the copy joins the caller's set like the
-/// original was, and `dmread` reaches it for the next migration.
+/// Forks the process that becomes the restored one: on the portable
+/// backend with the original's process id `pid` when it is free and we may
+/// choose it (`clone3` with `set_tid`, as CRIU does), else a plain `fork`;
+/// on the kernel backend `clone3(CLONE_HALFPROC)` (the caller is a member),
+/// so the copy joins the caller's set like the original was, and `dmread`
+/// reaches it for the next migration.
+///
+/// The same id matters to the program, not only to its user: the C
+/// library records a thread's id in the locks it holds (an rwlock's
+/// writer, a recursive or error-checking mutex's owner) and compares it
+/// with its own copy of the id, which the restore sets to the new one. A
+/// copy moved under another id while holding such a lock no longer owns
+/// it: `pthread_rwlock_unlock` takes the reader's path and leaves the lock
+/// write-locked, and the next read lock waits forever (see
+/// docs/migration.md, "The same pid").
 ///
 /// # Safety
 ///
 /// As for `fork` in a multi-threaded process: the child may only make raw
 /// system calls and copy bytes (`clone3` runs no `pthread_atfork` handlers).
-pub(crate) unsafe fn spawn() -> crate::error::Result<i32> {
+pub(crate) unsafe fn spawn(pid: i32) -> crate::error::Result<i32> {
     if crate::mem::caller_is_member() {
         // SAFETY: per the contract.
         return unsafe { halfproc_sys::task::clone_member() }
             .map_err(|e| crate::error::Error::Restore(format!("{e}")));
+    }
+    if pid > 0 {
+        // SAFETY: per the contract.
+        match unsafe { halfproc_sys::task::fork_with_pid(pid) } {
+            Ok(child) => return Ok(child),
+            // In use (the original still there: a migration that keeps it
+            // until the copy exists), not ours to choose, beyond pid_max
+            // here (another machine's pid), no clone3: a new id.
+            Err(e)
+                if matches!(
+                    e.errno(),
+                    libc::EEXIST | libc::EPERM | libc::EINVAL | libc::ENOSYS
+                ) => {}
+            Err(e) => return Err(crate::error::Error::Restore(format!("{e}"))),
+        }
     }
     // SAFETY: per the contract.
     let pid = unsafe { libc::fork() };

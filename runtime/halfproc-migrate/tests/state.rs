@@ -151,3 +151,35 @@ fn self_pipe_with_unread_data_is_carried() {
     );
     assert_eq!(st, "exit 3");
 }
+
+/// A lock the process holds while it is moved is still its own after the
+/// moves. glibc's rwlock records its writer's thread id and
+/// `pthread_rwlock_unlock` does a writer's unlock only when that id is the
+/// caller's: restored under another pid, the copy took the reader's path
+/// and left the lock write-locked (xz in `debian_tools` then waited
+/// forever in gettext's read lock on `__libc_setlocale_lock`, taken for
+/// writing by a `setlocale` it was moved in). Three moves in a row.
+#[test]
+fn a_lock_held_across_moves_is_released() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let first = spawn(targets(), &["rwlock"], None, &out);
+    let mut pids = vec![first];
+    for i in 0..3 {
+        sleep_ms(150);
+        let img = tmp.path().join(format!("img{i}"));
+        checkpoint(pids[i], &img, Leave::Kill).expect("checkpoint");
+        pids.push(restore(&img).expect("restore").pid);
+    }
+    let pid = pids[3];
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let st = describe(wait(pid));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "locked\ntryrdlock after unlock=0\n"
+    );
+    assert_eq!(st, "exit 11");
+    assert_eq!(pids, [first; 4], "restored under the original's pid");
+}

@@ -266,6 +266,30 @@ int main(int argc, char **argv)
 		       head1 == head0 && len1 == len0, has1 == has0 && tid1 == tid0,
 		       owner_ok, unlock);
 		return 9;
+	} else if (!strcmp(mode, "rwlock")) {
+		/*
+		 * A lock held across the moves: glibc's rwlock records its
+		 * writer's thread id, and pthread_rwlock_unlock() takes the
+		 * writer's path only if that id is the caller's (what
+		 * setlocale() and gettext() do with their lock in xz).
+		 */
+		static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		pthread_rwlock_wrlock(&rw);
+		printf("locked\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		pthread_rwlock_unlock(&rw);
+		int r = pthread_rwlock_tryrdlock(&rw);
+		if (r == 0)
+			pthread_rwlock_unlock(&rw);
+		printf("tryrdlock after unlock=%d\n", r);
+		return 11;
 	}
 	for (;;)
 		spin++;

@@ -153,6 +153,34 @@ pub unsafe fn clone_member() -> Result<i32> {
     Ok(pid as i32)
 }
 
+/// `clone3()` with `set_tid = [pid]` and `SIGCHLD`: `fork`, with the child
+/// given the process id `pid` (in the caller's pid namespace). Returns like
+/// `fork`. Fails with `EEXIST` when `pid` is in use, `EPERM` without
+/// `CAP_CHECKPOINT_RESTORE` (or `CAP_SYS_ADMIN`) over that namespace.
+///
+/// # Safety
+///
+/// As for [`clone_member`] (the raw system call: the child should only
+/// make system calls and `_exit`).
+pub unsafe fn fork_with_pid(pid: i32) -> Result<i32> {
+    let tid = [pid];
+    let args = CloneArgs {
+        exit_signal: libc::SIGCHLD as u64,
+        set_tid: tid.as_ptr() as u64,
+        set_tid_size: 1,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 without CLONE_VM and without a new stack is fork: the
+    // child runs on a copy of our stack. `args` is a valid clone_args of
+    // the size passed, `tid` a live array of `set_tid_size` ids. The rest
+    // is the caller's contract.
+    let r = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, CLONE_ARGS_SIZE) };
+    if r < 0 {
+        return Err(Error::last_os(format!("clone3(set_tid = {pid})")));
+    }
+    Ok(r as i32)
+}
+
 /// `pidfd_open(pid, 0)`: a descriptor that becomes readable when `pid` exits.
 pub fn pidfd_open(pid: i32) -> Result<OwnedFd> {
     // SAFETY: pidfd_open(pid, 0) has no memory arguments.
@@ -237,6 +265,20 @@ mod tests {
         // Exited, not reaped yet: a zombie, which counts as dead.
         assert!(!task_alive(pid));
         assert_eq!(libc::WEXITSTATUS(reap(pid)), 3);
+    }
+
+    #[test]
+    fn fork_with_pid_refuses_a_pid_in_use() {
+        let me = std::process::id() as i32;
+        // SAFETY: our own pid is in use, so there is no child; should
+        // there be one, it only calls _exit.
+        match unsafe { fork_with_pid(me) } {
+            // SAFETY: _exit never returns.
+            Ok(0) => unsafe { libc::_exit(0) },
+            Ok(pid) => panic!("clone3(set_tid = {me}) made {pid}"),
+            // EPERM: not allowed to choose pids here.
+            Err(e) => assert!(matches!(e.errno(), libc::EEXIST | libc::EPERM), "{e}"),
+        }
     }
 
     #[test]
