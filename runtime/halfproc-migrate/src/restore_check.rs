@@ -8,6 +8,26 @@ use crate::image::{Backing, Manifest};
 use crate::procfs;
 use std::collections::BTreeMap;
 
+/// The range a restoring process that is a member of a kernel set
+/// (`kernel_member`) shares with its set, and the copy with it: all of
+/// [2^45, 2^46), whatever part of it the image's set (a runtime's region)
+/// used. `None` for a process in no kernel set, or an image whose set range
+/// lies outside (not a kernel set's).
+pub(crate) fn kernel_set_range(
+    set_range: Option<(u64, u64)>,
+    kernel_member: bool,
+) -> Option<(u64, u64)> {
+    let whole = (
+        halfproc_sys::range::HALFPROC_RANGE_START,
+        halfproc_sys::range::HALFPROC_RANGE_END,
+    );
+    match set_range {
+        _ if !kernel_member => None,
+        Some((s, e)) if s < whole.0 || e > whole.1 => None,
+        _ => Some(whole),
+    }
+}
+
 /// An image that leaves a set range out is restored only by a process with
 /// that whole range mapped shared (its own set's range, which the copy then
 /// inherits), and no VMA of the image may reach into it. A member of a
@@ -33,9 +53,7 @@ pub(crate) fn check_set_range(
             v.start, v.end
         )));
     }
-    let in_range = halfproc_sys::range::HALFPROC_RANGE_START <= start
-        && end <= halfproc_sys::range::HALFPROC_RANGE_END;
-    if kernel_member && in_range {
+    if kernel_set_range(Some((start, end)), kernel_member).is_some() {
         return Ok(());
     }
     let mut at = start;

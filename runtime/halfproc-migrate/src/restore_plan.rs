@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::image::{reg, Backing, Manifest};
 use crate::restore::{Helpers, STACK_SIZE};
-use crate::restore_check::unmap_ranges;
+use crate::restore_check::{kernel_set_range, unmap_ranges};
 use crate::restore_moves::Moves;
 use crate::restorer::{Op, ANY_OK, CODE_SIZE, COPY, IGNORE};
 use crate::sigframe;
@@ -278,17 +278,7 @@ pub(crate) fn plan(
     // (given by the image on the portable backend; on the kernel backend a
     // member may not unmap across the range (EINVAL) and must not unmap in
     // it, which would take the set's memory from every member).
-    // On the kernel backend the whole range is the set's, whatever part of
-    // it the image's set (a runtime's region) uses.
-    let whole = (
-        halfproc_sys::range::HALFPROC_RANGE_START,
-        halfproc_sys::range::HALFPROC_RANGE_END,
-    );
-    let keep = match m.set_range {
-        Some((s, e)) if keep_range && whole.0 <= s && e <= whole.1 => Some(whole),
-        Some(r) => Some(r),
-        None => keep_range.then_some(whole),
-    };
+    let keep = kernel_set_range(m.set_range, keep_range).or(m.set_range);
     for (a, len) in unmap_ranges(0, r_start, keep) {
         op(SYS_munmap, &[a, len], 0, "unmap below the restorer".into());
     }

@@ -139,8 +139,7 @@ pub fn check_listen(addr: &std::net::SocketAddr, secret: bool) -> Result<(), Str
         "refusing to listen on {addr} without a shared secret: anyone who reaches it could run \
          programs as this daemon's user (uid {}). Give every node and client the same \
          --secret-file FILE (or ${}), or listen on a loopback address (127.0.0.1)",
-        // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() },
+        crate::rundir::euid(),
         crate::proto::SECRET_ENV
     ))
 }

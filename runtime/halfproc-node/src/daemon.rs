@@ -75,8 +75,7 @@ impl Node {
             next_session: AtomicU64::new(1),
             migrations: TaskTracker::new(),
             control,
-            // SAFETY: geteuid has no preconditions.
-            uid: unsafe { libc::geteuid() },
+            uid: crate::rundir::euid(),
             outcomes: Mutex::new(Default::default()),
         })
     }
@@ -303,8 +302,7 @@ fn bind_control(path: &std::path::Path) -> io::Result<UnixListener> {
         std::fs::remove_file(path).map_err(ctx)?;
     }
     let l = UnixListener::bind(path).map_err(ctx)?;
-    // SAFETY: geteuid has no preconditions.
-    let mode = if unsafe { libc::geteuid() } == 0 {
+    let mode = if crate::rundir::euid() == 0 {
         0o666
     } else {
         0o600

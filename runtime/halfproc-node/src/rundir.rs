@@ -25,7 +25,8 @@ pub const RUN_DIR_ENV: &str = "HALFPROC_RUN_DIR";
 /// Root's directory of control sockets.
 pub const ROOT_DIR: &str = "/run/halfproc";
 
-fn euid() -> u32 {
+/// This process's effective user id.
+pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
