@@ -250,8 +250,20 @@ mod tests {
                 force: Some(false),
             },
             Msg::PreCopy,
+            Msg::Offer {
+                program: "p".into(),
+                owner: Box::new(Creds {
+                    uid: 0,
+                    gid: 0,
+                    groups: vec![],
+                }),
+                origin: origin.clone(),
+                image_bytes: 0,
+                precopy: false,
+            },
             Msg::MigrateIn {
                 id: 1,
+                ticket: 1,
                 origin,
                 gen: 1,
                 stdin_offset: 0,

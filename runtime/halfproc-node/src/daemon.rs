@@ -36,6 +36,8 @@ pub struct Node {
     /// Outcomes of the migrations received (newest last), for sources that
     /// lost the connection after `Commit`.
     outcomes: Mutex<(HashMap<u64, Outcome>, std::collections::VecDeque<u64>)>,
+    /// Limits, and the tickets of accepted offers.
+    pub admission: Arc<crate::admission::Admission>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -64,6 +66,7 @@ impl Node {
         addr: String,
         secret: Option<Vec<u8>>,
         control: Option<std::path::PathBuf>,
+        limits: crate::admission::Limits,
     ) -> Arc<Node> {
         let id = random_id();
         Arc::new(Node {
@@ -77,7 +80,18 @@ impl Node {
             control,
             uid: crate::rundir::euid(),
             outcomes: Mutex::new(Default::default()),
+            admission: crate::admission::Admission::new(limits),
         })
+    }
+
+    /// Programs running here.
+    pub fn program_count(&self) -> usize {
+        lock(&self.programs).len()
+    }
+
+    /// Whether shutdown has begun (no new migrations are taken).
+    pub fn shutting_down(&self) -> bool {
+        self.migrations.is_closed()
     }
 
     pub fn program(&self, pid: i32) -> Option<Arc<Program>> {
@@ -227,12 +241,14 @@ pub async fn serve(
 /// holds the nodes' shared secret; without one only a loopback address is
 /// accepted ([`access::check_listen`], error kind `PermissionDenied`).
 /// `control` (else [`crate::rundir::daemon_socket`]) is the unix socket of
-/// local clients.
+/// local clients; `limits` bound what migrations it takes in
+/// ([`crate::admission`]).
 pub fn run_node(
     listen: &str,
     advertise: Option<&str>,
     secret_file: Option<&std::path::Path>,
     control: Option<&std::path::Path>,
+    limits: crate::admission::Limits,
     ready: impl FnOnce(&str, u64, &std::path::Path),
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -257,6 +273,7 @@ pub fn run_node(
                 .unwrap_or_else(|| bound.clone()),
             secret,
             Some(control.clone()),
+            limits,
         );
         ready(&bound, node.id, &control);
         let shutdown = async {
@@ -376,10 +393,17 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             conn.send(&reply).await
         }
         Msg::Outcome { id } => conn.send(&Msg::OutcomeIs(node.outcome(id))).await,
-        Msg::MigrateIn { .. } | Msg::PreCopy => {
-            let fut = migrate::migrate_in(node.clone(), conn, first);
+        Msg::Offer { .. } => {
+            let fut = crate::migrate_in::offer(node.clone(), conn, first);
             node.migrations.track_future(fut).await;
             Ok(())
+        }
+        Msg::MigrateIn { .. } | Msg::PreCopy => {
+            conn.send(&Msg::Error(format!(
+                "a migration starts with Offer (protocol version {})",
+                proto::VERSION
+            )))
+            .await
         }
         Msg::Attach { .. } => attach(node, conn, first).await,
         other => {

@@ -14,16 +14,20 @@
 //! - [`session`]: a run session at the program's origin (output order, stdin buffer);
 //! - [`member`]: the kernel backend: the daemon leads a set, `run` starts members (clone3 + execve);
 //! - [`program`]: one incarnation on a node (keeper thread, relays, link to the origin);
-//! - [`migrate`]: source and destination of a migration, checkpoint through the daemon;
+//! - [`migrate`]: source of a migration, checkpoint through the daemon;
+//! - [`migrate_in`]: destination of a migration (the offer first, then the image);
+//! - [`admission`]: what a destination takes: the rules of an offer and its ticket;
 //! - [`precopy`]: the source's pre-copy rounds (mechanism probe, dump thread);
 //! - [`client`]: blocking client functions for the `halfproc` command.
 
 pub mod access;
+pub mod admission;
 pub mod client;
 pub mod daemon;
 pub mod files;
 pub mod member;
 pub mod migrate;
+pub mod migrate_in;
 pub mod precopy;
 pub mod program;
 pub mod proto;

@@ -1,8 +1,10 @@
-//! Migration between node daemons, source and destination side, and
-//! checkpoint/restore of a program through its daemon.
+//! Migration between node daemons, source side (the destination's is
+//! [`crate::migrate_in`]), and checkpoint/restore of a program through its
+//! daemon.
 //!
-//! Source: refuse (reads /proc only) -> connect to the destination -> pause
-//! the stdin relay -> freeze and dump into memory on a thread of its own
+//! Source: refuse (reads /proc only) -> connect to the destination -> offer
+//! the program (`Offer` -> `Accept`; a refusal ends it here, nothing was
+//! stopped) -> pause the stdin relay -> freeze and dump into memory on a thread of its own
 //! (ptrace requests must come from the thread that attached) -> send
 //! `MigrateIn` + `Pages`* + `PagesEnd` -> the destination restores the
 //! process *stopped* and answers `Restored` -> `Commit` -> the destination
@@ -11,9 +13,8 @@
 //! included, and the error names what happened.
 
 use crate::daemon::Node;
-use crate::program::{self, How, Link, Pages};
-use crate::proto::{Conn, End, Exit, Msg, Origin, Outcome, CHUNK};
-use halfproc_migrate::{image, PageBuf};
+use crate::program;
+use crate::proto::{Conn, End, Exit, Msg, Outcome, CHUNK};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -45,7 +46,8 @@ pub async fn migrate_out(node: Arc<Node>, pid: i32, to: String, progress: Progre
     };
     let t0 = Instant::now();
     let r = migrate_acquired(&node, &prog, &to, &progress, t0).await;
-    if r.is_err() && matches!(prog.state(), program::PState::Busy(_)) {
+    // Not migrated, not in doubt (those leave the state): it runs on here.
+    if matches!(prog.state(), program::PState::Busy(_)) {
         prog.release();
         prog.resume_here();
     }
@@ -72,6 +74,31 @@ async fn migrate_acquired(
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
         .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
+    let mode = crate::precopy::mode();
+    // Before anything is stopped (a yield included): may it come?
+    let ticket = match offer(&mut conn, prog, &owner, mode.on()).await {
+        Ok(t) => t,
+        Err(refused) => {
+            let never = |w: &str| {
+                format!(
+                    "destination {to} refused pid {pid} before it was stopped: {w}; pid {pid} \
+                     was never stopped, it keeps running here"
+                )
+            };
+            tracing::info!(
+                "migration of pid {pid} to {to} refused by the offer: {}",
+                refused.text()
+            );
+            return match refused {
+                crate::admission::Refusal::Denied(w) => Ok(Msg::Denied(never(&w))),
+                crate::admission::Refusal::Unable(w) => Err(never(&w)),
+            };
+        }
+    };
+    say(
+        progress,
+        format!("{to} accepted pid {pid} (ticket {ticket:016x}); stopping it"),
+    );
     // A program that yields is moved from its next yield (or, if it does
     // not reach one in time, from where it is).
     match crate::yield_point::park(pid, crate::yield_point::wait_limit()).await {
@@ -99,7 +126,6 @@ async fn migrate_acquired(
     let (dump_tx, dump_rx) = oneshot::channel::<Result<crate::precopy::Image, String>>();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<Decision>();
     let (fin_tx, fin_rx) = oneshot::channel::<Duration>();
-    let mode = crate::precopy::mode();
     let (pre_tx, mut pre_rx) = mpsc::channel::<Msg>(4);
     let pre_tx = if mode.on() {
         conn.send(&Msg::PreCopy)
@@ -179,8 +205,16 @@ async fn migrate_acquired(
         ),
     );
     let id = crate::daemon::random_id();
-    let outcome =
-        stream_and_commit(&mut conn, prog, id, stdin_offset, owner, image, progress).await;
+    let outcome = stream_and_commit(
+        &mut conn,
+        prog,
+        (id, ticket),
+        stdin_offset,
+        owner,
+        image,
+        progress,
+    )
+    .await;
     let outcome = match outcome {
         Err(Failed::AfterCommit(why)) => {
             say(progress, format!("{why}; asking {to} whether it committed"));
@@ -366,10 +400,42 @@ async fn answer(conn: &mut Conn, what: &str) -> Result<Msg, String> {
     }
 }
 
+/// The program's offer to the destination, before anything is stopped:
+/// the ticket of its `Accept`, or why it was refused (`Denied`: not
+/// allowed there; else not possible now, or no answer).
+async fn offer(
+    conn: &mut Conn,
+    prog: &program::Program,
+    owner: &halfproc_migrate::Creds,
+    precopy: bool,
+) -> Result<u64, crate::admission::Refusal> {
+    use crate::admission::Refusal;
+    let image_bytes = crate::admission::image_estimate(prog.pid)?;
+    conn.send(&Msg::Offer {
+        program: prog.program.clone(),
+        owner: Box::new(owner.clone()),
+        origin: prog.origin.clone(),
+        image_bytes,
+        precopy,
+    })
+    .await
+    .map_err(|e| format!("sending the offer: {e}"))?;
+    match timeout(ANSWER_TIMEOUT, conn.recv()).await {
+        Ok(Ok(Msg::Accept { ticket, .. })) => Ok(ticket),
+        Ok(Ok(Msg::Denied(w))) => Err(Refusal::Denied(w)),
+        Ok(Ok(Msg::Error(e))) => Err(Refusal::Unable(e)),
+        Ok(Ok(m)) => {
+            Err(format!("unexpected answer to the offer: {}", crate::proto::name(&m)).into())
+        }
+        Ok(Err(e)) => Err(format!("connection lost while offering: {e}").into()),
+        Err(_) => Err(format!("no answer to the offer for {}s", ANSWER_TIMEOUT.as_secs()).into()),
+    }
+}
+
 async fn stream_and_commit(
     conn: &mut Conn,
     prog: &Arc<program::Program>,
-    id: u64,
+    (id, ticket): (u64, u64),
     stdin_offset: u64,
     owner: halfproc_migrate::Creds,
     image: crate::precopy::Image,
@@ -388,6 +454,7 @@ async fn stream_and_commit(
     };
     conn.send(&Msg::MigrateIn {
         id,
+        ticket,
         origin: prog.origin.clone(),
         gen: prog.gen + 1,
         stdin_offset,
@@ -447,217 +514,6 @@ async fn stream_and_commit(
     }
 }
 
-/// Destination side: receives the image, restores it stopped, waits for
-/// `Commit`. A dropped connection or any error kills the copy.
-pub async fn migrate_in(node: Arc<Node>, mut conn: Conn, mut first: Msg) {
-    // Pre-copied pages, kept by address until the frozen image comes.
-    let mut pre = std::collections::HashMap::new();
-    if matches!(first, Msg::PreCopy) {
-        loop {
-            match conn.recv().await {
-                Ok(Msg::PrePages { addr, data }) => {
-                    halfproc_migrate::precopy::store(&mut pre, addr, &data)
-                }
-                Ok(m @ Msg::MigrateIn { .. }) => {
-                    first = m;
-                    break;
-                }
-                Ok(other) => {
-                    let e = format!("expected pre-copied pages, got {other:?}");
-                    let _ = conn.send(&Msg::Error(e)).await;
-                    return;
-                }
-                Err(_) => return, // the source gave up before freezing
-            }
-        }
-    }
-    let Msg::MigrateIn {
-        id,
-        origin,
-        gen,
-        stdin_offset,
-        program,
-        owner,
-        manifest,
-        included,
-    } = first
-    else {
-        return;
-    };
-    node.set_outcome(id, Outcome::Pending);
-    let r = receive_and_restore(
-        &node,
-        &mut conn,
-        Incoming {
-            origin,
-            gen,
-            stdin_offset,
-            program,
-            owner,
-            included,
-            pre,
-        },
-        manifest,
-        id,
-    )
-    .await;
-    if let Err(e) = r {
-        node.set_outcome(id, Outcome::Aborted(e.clone()));
-        let _ = conn.send(&Msg::Error(e)).await;
-    }
-}
-
-/// What a `MigrateIn` says about the program besides its image.
-struct Incoming {
-    origin: Origin,
-    gen: u64,
-    stdin_offset: u64,
-    program: String,
-    owner: Box<halfproc_migrate::Creds>,
-    /// After a pre-copy: which pages of the image follow.
-    included: Option<Vec<bool>>,
-    /// Pre-copied pages by address.
-    pre: std::collections::HashMap<u64, Vec<u8>>,
-}
-
-async fn receive_and_restore(
-    node: &Arc<Node>,
-    conn: &mut Conn,
-    inc: Incoming,
-    manifest: Vec<u8>,
-    id: u64,
-) -> Result<(), String> {
-    let Incoming {
-        origin,
-        gen,
-        stdin_offset,
-        program,
-        owner,
-        included,
-        pre,
-    } = inc;
-    if node.uid != 0 && owner.uid != node.uid {
-        return Err(format!(
-            "this node runs as uid {} and cannot restore a program of uid {}",
-            node.uid, owner.uid
-        ));
-    }
-    let m = image::parse_manifest(&manifest).map_err(|e| e.to_string())?;
-    // Page-aligned and placed for the image (PageBuf::for_image), so the
-    // restore moves its pages into place rather than copying them.
-    let mut full = PageBuf::for_image(&m).map_err(|e| format!("memory for the pages: {e}"))?;
-    let mut delta = Vec::new();
-    let mut got = 0usize;
-    loop {
-        match conn
-            .recv()
-            .await
-            .map_err(|e| format!("receiving pages: {e}"))?
-        {
-            Msg::Pages(c) if included.is_some() => delta.extend_from_slice(&c),
-            Msg::Pages(c) => {
-                let Some(to) = full.get_mut(got..got + c.len()) else {
-                    return Err(format!(
-                        "more page contents than the manifest's {} bytes",
-                        m.pages_len
-                    ));
-                };
-                to.copy_from_slice(&c);
-                got += c.len();
-            }
-            Msg::PagesEnd => break,
-            other => return Err(format!("expected pages, got {other:?}")),
-        }
-    }
-    if let Some(inc) = &included {
-        let all = halfproc_migrate::precopy::image_pages(&m);
-        halfproc_migrate::precopy::assemble(&all, inc, &delta, &pre, &mut full)
-            .map_err(|e| e.to_string())?;
-        drop(pre);
-    } else if got != full.len() {
-        return Err(format!(
-            "{got} bytes of page contents, the manifest says {}",
-            m.pages_len
-        ));
-    }
-    let pages = full;
-    // After a pre-copy this also checks that no write was missed.
-    image::verify_pages(&m, &pages).map_err(|e| e.to_string())?;
-    // Mapped files that are not the same here are copied from the original.
-    let mut m = m;
-    let ranges = crate::files::plan_copies(&mut m)?;
-    let copies = match ranges.is_empty() {
-        true => Vec::new(),
-        false => crate::files::fetch(conn, ranges).await?,
-    };
-    let started = program::create(How::Restore {
-        manifest: Box::new(m),
-        pages: Pages::Memory(pages),
-        stopped: true,
-        owner: Some(*owner),
-    })
-    .await?;
-    let pid = started.pid;
-    let go = started.go.clone();
-    let decide = |yes: bool| {
-        if let Some(g) = &go {
-            let _ = g.send(yes);
-        }
-    };
-    crate::files::fill(pid, &copies).inspect_err(|_| decide(false))?;
-    drop(copies);
-    conn.send(&Msg::Restored { pid }).await.map_err(|e| {
-        decide(false);
-        e.to_string()
-    })?;
-    match conn.recv().await {
-        Ok(Msg::Commit) => {}
-        other => {
-            decide(false);
-            return Err(format!("no commit ({other:?}); copy pid {pid} killed"));
-        }
-    }
-    let link = if origin.node == node.id {
-        match node.session(origin.session) {
-            Some(s) => Link::Local(s),
-            None => {
-                decide(false);
-                return Err(format!("session {} is gone from this node", origin.session));
-            }
-        }
-    } else {
-        match Link::remote(&origin, gen, &node.addr, &node.ident, pid).await {
-            Ok(l) => l,
-            Err(e) => {
-                decide(false);
-                return Err(e);
-            }
-        }
-    };
-    if let Link::Local(s) = &link {
-        s.set_place(gen, "here".into());
-    }
-    let n2 = node.clone();
-    let p = program::adopt(
-        started,
-        program,
-        origin,
-        gen,
-        link,
-        stdin_offset,
-        move |pid| n2.forget(pid),
-    )
-    .inspect_err(|_| decide(false))?;
-    node.insert(p);
-    // Recorded before the copy runs: a source asking from now on learns
-    // it committed, whatever happens to this connection.
-    node.set_outcome(id, Outcome::Committed { pid });
-    decide(true);
-    wait_continued(pid).await;
-    let _ = conn.send(&Msg::Resumed).await;
-    Ok(())
-}
-
 /// Whether `pid` has ended (a zombie not yet reaped counts): a failed
 /// freeze then says so instead of "it keeps running".
 fn ended(pid: i32) -> bool {
@@ -667,31 +523,6 @@ fn ended(pid: i32) -> bool {
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .is_some_and(|state| state == "Z" || state == "X"),
         Err(_) => true,
-    }
-}
-
-/// Waits (at most 2 s) until the copy runs its program: no longer stopped,
-/// and past the restorer's `rt_sigreturn` (a migration right after would
-/// otherwise freeze the restorer). The restorer runs with every signal
-/// blocked, `rt_sigreturn` sets the program's mask: a program that blocks
-/// every signal itself is told apart by the timeout only.
-async fn wait_continued(pid: i32) {
-    const RESTORER_MASK: u64 = !((1 << (libc::SIGKILL - 1)) | (1 << (libc::SIGSTOP - 1)));
-    for _ in 0..2000 {
-        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let field = |k: &str| {
-            st.lines()
-                .find(|l| l.starts_with(k))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .unwrap_or("")
-                .to_string()
-        };
-        let stopped = field("State:").starts_with('T');
-        let blocked = u64::from_str_radix(&field("SigBlk:"), 16).unwrap_or(RESTORER_MASK);
-        if st.is_empty() || (!stopped && blocked != RESTORER_MASK) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

@@ -31,7 +31,7 @@ pub fn unix_path(addr: &str) -> Option<&str> {
 }
 
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -202,9 +202,32 @@ pub enum Msg {
     Denied(String),
 
     // Node to node: migration (source -> destination).
+    /// Source, first on its connection, before anything is stopped: may
+    /// this program come? The destination checks what it can know without
+    /// the image (see `crate::admission`) and answers `Accept`, `Denied`
+    /// or `Error`.
+    Offer {
+        program: String,
+        /// The program's owner (as `MigrateIn.owner` will say).
+        owner: Box<halfproc_migrate::Creds>,
+        origin: Origin,
+        /// Estimated bytes of page contents.
+        image_bytes: u64,
+        /// Pre-copy rounds will come (`PreCopy`) before `MigrateIn`.
+        precopy: bool,
+    },
+    /// Destination: come; what the offer needs is reserved under `ticket`
+    /// for `hold_ms` (until `PreCopy` or `MigrateIn` come on this
+    /// connection) and while the connection lasts.
+    Accept {
+        ticket: u64,
+        hold_ms: u64,
+    },
     MigrateIn {
         /// Random id of this migration (see `Outcome`).
         id: u64,
+        /// The ticket of the accepted `Offer`.
+        ticket: u64,
         origin: Origin,
         /// Incarnation number the program gets there.
         gen: u64,
@@ -415,6 +438,16 @@ fn encode(m: &Msg) -> io::Result<Bytes> {
 /// One frame's body as a message (tests read the stream with it).
 pub fn decode(b: &[u8]) -> io::Result<Msg> {
     bincode::deserialize(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// A message for an error text: its start (an unexpected `Pages` frame
+/// is not printed whole).
+pub fn name(m: &Msg) -> String {
+    let s = format!("{m:?}");
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
+    }
 }
 
 /// Connection closed by the peer.

@@ -11,16 +11,20 @@ use std::process::ExitCode;
 /// then freeze it, stream its image over TCP, restore it there and resume
 /// it. Its stdio stays connected to its `halfproc run`.
 ///
-/// If anything fails before the copy runs (destination unreachable or
-/// killed, connection dropped, restore error), the program is resumed where
-/// it was and the error says what happened.
+/// Before stopping it, the destination is asked whether it takes the
+/// program (its peer, the owner's uid, its limits); a refusal leaves the
+/// program untouched ("was never stopped"). If anything fails after the
+/// freeze (destination unreachable or killed, connection dropped, restore
+/// error), the program is resumed where it was and the error says what
+/// happened.
 #[derive(Args)]
 #[command(
     after_help = "Prints progress on stderr and the program's new pid (on the destination) \
 alone on stdout. Exit codes: 0 migrated; 1 refused or failed (the program keeps running where it \
 was); 75 if the outcome is in doubt (the commit was sent and its answer lost; the program is kept \
-stopped here until `--resolve`); 77 if this user may not migrate it (not its owner; see `halfproc node --control`); 69 if \
-the node daemon cannot be reached."
+stopped here until `--resolve`); 77 if this user may not migrate it (not its owner; see `halfproc node --control`) \
+or the destination does not allow it (this node not admitted there, the owner's uid not possible there; the program was \
+never stopped); 69 if the node daemon cannot be reached."
 )]
 pub struct MigrateArgs {
     #[command(flatten)]

@@ -60,6 +60,11 @@ pub struct NodeArgs {
     /// that user.
     #[arg(long, value_name = "PATH")]
     control: Option<std::path::PathBuf>,
+    /// Take in no migration that would make more than N programs run here
+    /// (accepted offers on their way count). A source asks before it stops
+    /// its program, so a full node costs the program nothing.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_programs: Option<u64>,
 }
 
 pub fn run(a: NodeArgs) -> ExitCode {
@@ -103,6 +108,9 @@ pub fn run(a: NodeArgs) -> ExitCode {
         a.advertise.as_deref(),
         a.secret_file.as_deref(),
         a.control.as_deref(),
+        halfproc_node::admission::Limits {
+            max_programs: a.max_programs.map(|n| n as usize),
+        },
         |addr, id, control| {
             // One write, errors ignored: whoever started us may read the first
             // line only and close the pipe.
