@@ -82,6 +82,8 @@ pub async fn offer(node: Arc<Node>, mut conn: Conn, first: Msg) {
                 hold.as_millis()
             );
             tracing::info!("{e}");
+            // Returned before the answer: whoever reads it finds the slot free.
+            drop(ticket);
             let _ = conn.send(&Msg::Error(e)).await;
             return;
         }

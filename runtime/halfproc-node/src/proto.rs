@@ -9,6 +9,8 @@
 use crate::seal::{Opener, Sealer};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+/// A program's owner, as `Offer` and `MigrateIn` carry it.
+pub use halfproc_migrate::Creds;
 use serde::{Deserialize, Serialize};
 use std::io;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};

@@ -271,10 +271,22 @@ pub fn run_held(
     dir: &Path,
     name: &str,
 ) -> (Running, Held) {
+    run_held_via(halfproc(), d, argv, input, dir, name)
+}
+
+/// [`run_held`] by `client` (e.g. [`halfproc_plain`]).
+pub fn run_held_via(
+    mut client: Command,
+    d: &Daemon,
+    argv: &[&str],
+    input: Option<&Path>,
+    dir: &Path,
+    name: &str,
+) -> (Running, Held) {
     let pid_file = dir.join(format!("{name}.pid"));
     let out = dir.join(format!("{name}.out"));
     let err = dir.join(format!("{name}.err"));
-    let mut child = halfproc()
+    let mut child = client
         .args(["run", "--node", &d.addr, "--pid-file"])
         .arg(&pid_file)
         .arg("--")
