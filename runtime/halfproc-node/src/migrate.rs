@@ -81,8 +81,8 @@ async fn migrate_acquired(
         Err(refused) => {
             let never = |w: &str| {
                 format!(
-                    "destination {to} refused pid {pid} before it was stopped: {w}; pid {pid} \
-                     was never stopped, it keeps running here"
+                    "destination {to} did not accept pid {pid}: {w}; pid {pid} was never \
+                     stopped, it keeps running here"
                 )
             };
             tracing::info!(

@@ -11,7 +11,7 @@
 //!   `Denied`, exit 77;
 //! - a full destination (`--max-programs 1`, its slot held by an accepted
 //!   offer): exit 1; the offer's ticket expires, and then the migration
-//!   goes through; a `MigrateIn` without an offer is an error.
+//!   goes through; a `PreCopy` without an offer is an error.
 
 mod common;
 
