@@ -70,13 +70,15 @@ async fn migrate_acquired(
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let owner = halfproc_migrate::Creds::of(pid)
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
+    let image_bytes = crate::admission::image_estimate(pid)
+        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, &node.ident))
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
         .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
     let mode = crate::precopy::mode();
     // Before anything is stopped (a yield included): may it come?
-    let ticket = match offer(&mut conn, prog, &owner, mode.on()).await {
+    let ticket = match offer(&mut conn, prog, &owner, image_bytes, mode.on()).await {
         Ok(t) => t,
         Err(refused) => {
             let never = |w: &str| {
@@ -407,10 +409,10 @@ async fn offer(
     conn: &mut Conn,
     prog: &program::Program,
     owner: &halfproc_migrate::Creds,
+    image_bytes: u64,
     precopy: bool,
 ) -> Result<u64, crate::admission::Refusal> {
     use crate::admission::Refusal;
-    let image_bytes = crate::admission::image_estimate(prog.pid)?;
     conn.send(&Msg::Offer {
         program: prog.program.clone(),
         owner: Box::new(owner.clone()),

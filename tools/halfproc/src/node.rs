@@ -25,6 +25,12 @@ use std::process::ExitCode;
 /// every migration in flight (commit or abort), then exit; programs keep
 /// running, without their stdio relay.
 ///
+/// A migration in is offered first, before its source stops the program:
+/// the daemon answers with what it can tell without the image (the source
+/// admitted, the owner's uid possible here, --max-programs, memory) and
+/// holds what it accepts for $HALFPROC_OFFER_HOLD_MS (default 60000)
+/// until the image comes.
+///
 /// Log on stderr: $HALFPROC_LOG filters it (RUST_LOG syntax, default
 /// `info`); `HALFPROC_LOG=info,halfproc_node::program=debug` follows every
 /// stdin request and answer of the relay.
