@@ -89,6 +89,20 @@ fn mib(b: u64) -> String {
 
 /// Whether `id` lies in one of the ranges of a `/proc/PID/[ug]id_map`
 /// (`inside outside count` per line).
+/// The id map at `path` (`/proc/self/uid_map`, `gid_map`). A kernel without
+/// user namespaces (`CONFIG_USER_NS` off) has no such file: there is only
+/// the initial namespace, which maps every id to itself.
+pub fn id_map(path: &str) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(map) => map,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => IDENTITY_MAP.into(),
+        Err(_) => String::new(),
+    }
+}
+
+/// The initial user namespace's map, as the kernel prints it.
+const IDENTITY_MAP: &str = "         0          0 4294967295\n";
+
 pub fn mapped(map: &str, id: u32) -> bool {
     map.lines().any(|l| {
         let v: Vec<u64> = l
@@ -238,12 +252,11 @@ impl Admission {
     }
 
     fn here(&self, node: &Node, origin: &Origin) -> Here {
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
         Here {
             uid: node.uid,
             node_id: node.id,
-            uid_map: read("/proc/self/uid_map"),
-            gid_map: read("/proc/self/gid_map"),
+            uid_map: id_map("/proc/self/uid_map"),
+            gid_map: id_map("/proc/self/gid_map"),
             programs: node.program_count(),
             max_programs: self.limits.max_programs,
             mem_available: mem_available(),
@@ -312,12 +325,22 @@ pub fn image_estimate(pid: i32) -> Result<u64, String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_kernel_without_user_namespaces_maps_every_id() {
+        // No /proc/self/uid_map without CONFIG_USER_NS (the release guest).
+        let map = id_map("/proc/self/no_such_id_map");
+        assert!(mapped(&map, 0) && mapped(&map, 65534) && mapped(&map, u32::MAX - 1));
+        // SAFETY: geteuid() has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        assert!(mapped(&id_map("/proc/self/uid_map"), euid));
+    }
+
     fn here() -> Here {
         Here {
             uid: 0,
             node_id: 7,
-            uid_map: "         0          0 4294967295\n".into(),
-            gid_map: "         0          0 4294967295\n".into(),
+            uid_map: IDENTITY_MAP.into(),
+            gid_map: IDENTITY_MAP.into(),
             programs: 0,
             max_programs: None,
             mem_available: Some(1 << 30),
