@@ -97,23 +97,36 @@ def parse_run(r):
         fail(f"{r['log']}: no checksum (the run failed?)")
 
 
+def line(xs, ys):
+    """Least squares y = a + b x: a, b, R^2."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    b = sxy / sxx
+    a = my - b * mx
+    ss_res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    return a, b, 1.0 - ss_res / ss_tot if ss_tot > 0 else None
+
+
 def fit(points):
-    """Least squares ms = fixed + bytes / rate: fixed ms, rate MB/s, R^2."""
+    """Least squares ms = fixed + bytes / rate: fixed ms, rate MB/s, R^2;
+    and, as a second look at proportionality, the exponent k of
+    ms ~ bytes^k fitted in log-log (k = 1: proportional; under 1: a fixed
+    part; over 1: slower per byte as the bytes grow)."""
     xs = [p["bytes"] for p in points]
     ys = [p["ms"] for p in points]
     n = len(xs)
     if n < 2 or len(set(xs)) < 2:
         return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    b = sxy / sxx                       # ms per byte
-    a = my - b * mx
-    ss_res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    return {"fixed_ms": a, "ms_per_byte": b,
-            "rate_mb_s": 1.0 / (b * 1e3) if b > 0 else None,
-            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else None, "points": n}
+    a, b, r2 = line(xs, ys)             # b: ms per byte
+    f = {"fixed_ms": a, "ms_per_byte": b, "rate_mb_s": 1.0 / (b * 1e3) if b > 0 else None,
+         "r2": r2, "points": n}
+    if min(xs) > 0 and min(ys) > 0:
+        _, k, r2log = line([math.log(x) for x in xs], [math.log(y) for y in ys])
+        f["loglog_exponent"], f["loglog_r2"] = k, r2log
+    return f
 
 
 def per_size(points):
@@ -191,6 +204,8 @@ def report(doc):
             r2 = f"{f['r2']:.4f}" if f["r2"] is not None else "-"
             print(f"fit over {f['points']} points: fixed {f['fixed_ms']:.2f} ms, rate {f['rate_mb_s']:.0f} MB/s "
                   f"(= {f['rate_vs_memcpy']:.4f} x memcpy, {f['rate_vs_tcp_stream']:.3f} x TCP stream), R^2 {r2}")
+        if f and "loglog_exponent" in f:
+            print(f"log-log: time ~ bytes^{f['loglog_exponent']:.2f} (R^2 {f['loglog_r2']:.4f})")
 
 
 def svg(doc):
