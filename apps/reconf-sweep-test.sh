@@ -7,7 +7,8 @@
 # growing strictly with the size, a positive rate in each fit, memcpy and the
 # TCP stream there, 1 leave per reconf run and 3 moves per yield run, every
 # checksum agreeing with the serial run's through cks-cmp, the SVG
-# well-formed).  Then the checker must reject copies of that result with
+# well-formed); N-body, PageRank and CG's reconf forms at a numbered size
+# must agree with serial.  Then the checker must reject copies of that result with
 # one size missing, the bytes not growing, a wrong checksum, a fit without a
 # positive rate, no TCP bandwidth and a truncated SVG, each for the reason
 # it is given; a checker that passed any of them would fail this test.
@@ -21,6 +22,23 @@ DMI_PROFILE=debug "$here/reconf-sweep.sh" jacobi --sizes "$sizes" --reps 1 --out
 json="$out/jacobi.json" svg="$out/jacobi.svg" cks="$here/../out/apps-debug/cks-cmp"
 python3 "$here/reconf_sweep.py" check "$json" "$svg" "$sizes" 1 "$cks" >&2 ||
 	die "reconf-sweep: the check of $json failed"
+
+# The other reconf forms at a numbered size, 1 -> 3 -> 2 nodes, against serial:
+# their itergroups on nodes 1 and 2 learn the size's edge from the checkpoint
+# (they never parse argv; before that they ran with an edge of 0 and the
+# checksums disagreed).
+build="$here/../out/apps-debug" dmi="${CARGO_TARGET_DIR:-$here/../target}/debug/dmi"
+for a in nbody:10 pagerank:2048 cg:16; do
+	app="${a%:*}" size="${a#*:}"
+	make -s -C "$here" O="$build" "$build/serial/$app" >&2
+	read -r ref iters < <("$build/serial/$app" "$size" |
+		awk '$1 == "checksum" { c = $2 } $1 == "iterations" { n = $2 } END { print c, n }')
+	val="$(timeout 300 "$dmi" run -n 1 --grow-at "$((iters / 3)):2" --shrink-at "$((iters * 2 / 3)):1" \
+		"$build/dmi/${app}_reconf" "$size" 1 2>/dev/null </dev/null | awk '$1 == "checksum" { print $2 }')" || true
+	verdict="$("$cks" "$app" "$ref" "${val:-none}" 2>&1)" ||
+		die "reconf-sweep: ${app}_reconf $size 1 -> 3 -> 2: checksum ${val:-none}, serial $ref: $verdict"
+	info "reconf-sweep: ${app}_reconf $size 1 -> 3 -> 2: ${verdict#*: }"
+done
 
 # The checker on broken copies: each must fail, with its reason in the message.
 bad="$out/bad"

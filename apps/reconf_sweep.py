@@ -209,7 +209,7 @@ def report(doc):
 
 
 def svg(doc):
-    W, H, L, R, T, B = 760, 460, 80, 20, 40, 110
+    W, H, L, R, T, B = 760, 480, 80, 20, 40, 120
     pts = [p for s in doc["series"].values() for p in s["points"] if p["bytes"] > 0 and p["ms"] > 0]
     if not pts:
         fail("no points to plot (no leaves or moves in the logs)")

@@ -44,6 +44,12 @@ int size_edge(void)
 	return edge;
 }
 
+void size_set_edge(int n)
+{
+	edge = n;
+	snprintf(edge_name, sizeof(edge_name), "%d", edge);
+}
+
 enum app_size parse_size(int argc, char **argv, const char *prog)
 {
 	if (argc < 2 || !strcmp(argv[1], "small"))
@@ -56,8 +62,7 @@ enum app_size parse_size(int argc, char **argv, const char *prog)
 		long v = atol(argv[1]);
 
 		if (v >= APP_EDGE_MIN && v <= APP_EDGE_MAX) {
-			edge = (int)v;
-			snprintf(edge_name, sizeof(edge_name), "%d", edge);
+			size_set_edge((int)v);
 			return SIZE_EDGE;
 		}
 	}

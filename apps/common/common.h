@@ -53,6 +53,8 @@ const char *size_name(enum app_size s);
 #define APP_EDGE_MIN 4
 #define APP_EDGE_MAX 1048576
 int size_edge(void);
+/* Sets SIZE_EDGE's N in a process that did not parse it (an itergroup's node). */
+void size_set_edge(int n);
 
 /*
  * The lines every app prints (rank 0 only): what ran, the iterations, the
