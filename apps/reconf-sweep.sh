@@ -16,8 +16,9 @@
 # time = fixed + bytes / rate per series over all runs and writes
 # DIR/APP.json and DIR/APP.svg (default DIR: out/reconf-sweep; logs in
 # DIR/APP/), prints the tables, and checks the result: every size and run
-# there, bytes growing with the size, a positive rate, and every checksum
-# agreeing with the serial run's (apps/common/cks-cmp); exit 1 otherwise.
+# there, bytes growing with the size, a positive rate (in the fit of each
+# size's fastest run), and every checksum agreeing with the serial run's
+# (apps/common/cks-cmp); exit 1 otherwise.
 # Default sizes: jacobi 32,48,64,96,128,160; nbody 8,10,12,16,20,24;
 # pagerank 2048,...,65536 (doubling); cg 20,24,30,36,44,56.  Release build
 # (DMI_PROFILE=debug for the debug build).
