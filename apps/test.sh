@@ -7,7 +7,8 @@
 # (common/checksum.c); and the reconfigurable forms on 1 node and growing
 # 1 -> 3 -> 2 nodes, which must agree with serial and with each other; and
 # the movable forms (APP_yield) moving between 3 nodes while one leaves and
-# one joins, which must agree with serial.  Exit 1 naming each
+# one joins, which must agree with serial; and apps/timeline-test.sh,
+# apps/reconf-sweep-test.sh and apps/table2-test.sh.  Exit 1 naming each
 # app and rank or node count that disagreed or failed to run.  The DMI part runs `cargo build -p dmi -p
 # dmi-cli` first (libdmi and the dmi command in the workspace's
 # target/debug; nothing to do when they are up to date); DMI_NODES="1 2"
@@ -155,6 +156,19 @@ else
 	rc=$?
 	tail -20 "$tlog" | sed 's/^/timeline: /' >&2
 	failed+=("timeline: apps/timeline-test.sh exited $rc: $(grep -E 'error:|failed|wrong' "$tlog" | tail -1)")
+fi
+rm -f "$tlog"
+# Reconfiguration time against bytes moved: apps/reconf-sweep.sh end to end
+# at a small scale (Jacobi, 3 sizes, 1 repetition), its checker, and the
+# checker failing on broken copies of the result.
+tlog="$(mktemp)"
+if "$here/reconf-sweep-test.sh" >"$tlog" 2>&1; then
+	passed=$((passed + 1))
+	echo "reconf-sweep jacobi 16,64,128: swept, checked (sizes, bytes, fits, checksums, SVG); the checker fails on broken copies"
+else
+	rc=$?
+	tail -20 "$tlog" | sed 's/^/reconf-sweep: /' >&2
+	failed+=("reconf-sweep: apps/reconf-sweep-test.sh exited $rc: $(grep -E 'error:|failed|wrong' "$tlog" | tail -1)")
 fi
 rm -f "$tlog"
 # Table 2 (lines changed to make each program reconfigurable), counted by

@@ -36,6 +36,20 @@ void *xcalloc(size_t count, size_t size)
 	return p;
 }
 
+static int edge;		/* SIZE_EDGE's N */
+static char edge_name[16];
+
+int size_edge(void)
+{
+	return edge;
+}
+
+void size_set_edge(int n)
+{
+	edge = n;
+	snprintf(edge_name, sizeof(edge_name), "%d", edge);
+}
+
 enum app_size parse_size(int argc, char **argv, const char *prog)
 {
 	if (argc < 2 || !strcmp(argv[1], "small"))
@@ -44,12 +58,25 @@ enum app_size parse_size(int argc, char **argv, const char *prog)
 		return SIZE_BENCH;
 	if (!strcmp(argv[1], "medium"))
 		return SIZE_MEDIUM;
-	fprintf(stderr, "usage: %s [small|medium|bench]\n", prog);
+	if (strspn(argv[1], "0123456789") == strlen(argv[1]) && strlen(argv[1]) <= 7) {
+		long v = atol(argv[1]);
+
+		if (v >= APP_EDGE_MIN && v <= APP_EDGE_MAX) {
+			size_set_edge((int)v);
+			return SIZE_EDGE;
+		}
+	}
+	fprintf(stderr, "%s: size '%s': small, medium, bench or a number N from %d to %d "
+		"(the bench size with its edge N: Jacobi's grid, N-body's lattice, "
+		"PageRank's sub-graph vertices, CG's mesh)\n",
+		prog, argv[1], APP_EDGE_MIN, APP_EDGE_MAX);
 	exit(2);
 }
 
 const char *size_name(enum app_size s)
 {
+	if (s == SIZE_EDGE)
+		return edge_name;
 	return s == SIZE_BENCH ? "bench" : s == SIZE_MEDIUM ? "medium" : "small";
 }
 

@@ -34,12 +34,27 @@ static inline void swap_arrays(double **a, double **b)
 /* malloc that exits with a message on failure; zeroed. */
 void *xcalloc(size_t count, size_t size);
 
-/* medium: between the two, for runs under QEMU's TCG (scripts/guest.sh bench-apps) */
-enum app_size { SIZE_SMALL, SIZE_BENCH, SIZE_MEDIUM };
+/*
+ * medium: between the two, for runs under QEMU's TCG (scripts/guest.sh
+ * bench-apps); edge: a number N in place of the name, the bench size with
+ * its main dimension set to N (Jacobi's grid edge n, N-body's lattice edge m,
+ * PageRank's vertices per sub-graph, CG's mesh edge m), for sweeps over the
+ * problem size (apps/reconf-sweep.sh).
+ */
+enum app_size { SIZE_SMALL, SIZE_BENCH, SIZE_MEDIUM, SIZE_EDGE };
 
-/* "small" (the default when absent), "medium" or "bench"; exits with usage otherwise. */
+/*
+ * "small" (the default when absent), "medium", "bench" or N (SIZE_EDGE,
+ * APP_EDGE_MIN <= N <= APP_EDGE_MAX; size_edge() returns it); exits with
+ * usage otherwise.
+ */
 enum app_size parse_size(int argc, char **argv, const char *prog);
 const char *size_name(enum app_size s);
+#define APP_EDGE_MIN 4
+#define APP_EDGE_MAX 1048576
+int size_edge(void);
+/* Sets SIZE_EDGE's N in a process that did not parse it (an itergroup's node). */
+void size_set_edge(int n);
 
 /*
  * The lines every app prints (rank 0 only): what ran, the iterations, the

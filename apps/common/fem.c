@@ -13,6 +13,8 @@ struct cg_params cg_params(enum app_size size)
 {
 	if (size == SIZE_BENCH)
 		return (struct cg_params){ .m = 56, .tol = 1e-10, .max_iters = 2000 };
+	if (size == SIZE_EDGE)
+		return (struct cg_params){ .m = size_edge(), .tol = 1e-10, .max_iters = 2000 };
 	if (size == SIZE_MEDIUM)
 		return (struct cg_params){ .m = 36, .tol = 1e-10, .max_iters = 2000 };
 	return (struct cg_params){ .m = 24, .tol = 1e-10, .max_iters = 2000 };

@@ -9,6 +9,8 @@ struct jacobi_params jacobi_params(enum app_size size)
 {
 	if (size == SIZE_BENCH)
 		return (struct jacobi_params){ .n = 160, .iters = 30 };
+	if (size == SIZE_EDGE)
+		return (struct jacobi_params){ .n = size_edge(), .iters = 30 };
 	if (size == SIZE_MEDIUM)
 		return (struct jacobi_params){ .n = 96, .iters = 30 };
 	return (struct jacobi_params){ .n = 48, .iters = 40 };

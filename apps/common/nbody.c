@@ -13,6 +13,9 @@ struct nbody_params nbody_params(enum app_size size)
 	if (size == SIZE_BENCH)
 		return (struct nbody_params){ .m = 24, .steps = 10, .dt = 1e-3,
 					      .eps2 = 0.01 };
+	if (size == SIZE_EDGE)
+		return (struct nbody_params){ .m = size_edge(), .steps = 10, .dt = 1e-3,
+					      .eps2 = 0.01 };
 	if (size == SIZE_MEDIUM)
 		return (struct nbody_params){ .m = 16, .steps = 10, .dt = 1e-3,
 					      .eps2 = 0.01 };

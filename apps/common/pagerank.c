@@ -17,6 +17,9 @@ struct pagerank_params pagerank_params(enum app_size size)
 	if (size == SIZE_BENCH)
 		return (struct pagerank_params){ .nsub = 16, .subsize = 1 << 16,
 						 .tol = 1e-10, .max_iters = 300 };
+	if (size == SIZE_EDGE)
+		return (struct pagerank_params){ .nsub = 16, .subsize = size_edge(),
+						 .tol = 1e-10, .max_iters = 300 };
 	if (size == SIZE_MEDIUM)
 		return (struct pagerank_params){ .nsub = 16, .subsize = 1 << 14,
 						 .tol = 1e-10, .max_iters = 300 };

@@ -13,7 +13,7 @@ void dmi_reconf_main(int argc, char **argv, const char *app, enum app_size size,
 {
 	int init_node_num = argc > 2 ? atoi(argv[2]) : 1;
 	int64_t bytes = len * (int64_t)sizeof(double);
-	struct dmi_ckpt c = { .size = size, .nvec = nvec, .len = len };
+	struct dmi_ckpt c = { .size = size, .nvec = nvec, .len = len, .edge = size_edge() };
 
 	if (nvec < 1 || nvec > DMI_CKPT_VECS) {
 		fprintf(stderr, "dmi_reconf_main: %d vectors (1 to %d)\n", nvec, DMI_CKPT_VECS);
@@ -47,6 +47,8 @@ void dmi_reconf_main(int argc, char **argv, const char *app, enum app_size size,
 struct dmi_world dmi_reconf_start(int rank, int pnum, int64_t addr, struct dmi_ckpt *c)
 {
 	DMI_CHECK(DMI_read(addr, sizeof(*c), c, GET));
+	if (c->size == SIZE_EDGE)
+		size_set_edge(c->edge);
 	return dmi_itergroup_start(rank, pnum, c->root);
 }
 

@@ -25,6 +25,7 @@ struct dmi_ckpt {
 	int64_t len;
 	double val[2];		/* app scalars */
 	int32_t size, nvec;
+	int32_t edge, pad;	/* size_edge() for SIZE_EDGE: the other nodes never parse argv */
 };
 
 /*
