@@ -231,6 +231,10 @@ pub struct Mailbox {
     /// The number of the instance's yield at which it is to ask its node
     /// whether to move (0: none): a yield before that costs no round trip.
     move_at: AtomicU64,
+    /// The node's [`crate::serve_single::Bell`] when one receiver serves
+    /// every mailbox (`DMI_RECEIVERS=single`), 0 otherwise: rung after
+    /// each request.
+    bell: AtomicU64,
     slot: Mutex<Slot>,
     to_node: Condvar,
     to_instance: Condvar,
@@ -254,7 +258,7 @@ pub enum Taken {
     Done,
 }
 
-fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, DmiError> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, DmiError> {
     match m.lock() {
         Ok(g) => Ok(g),
         // The other side died holding the lock; the state word tells the
@@ -293,6 +297,7 @@ impl Mailbox {
         let b = halfproc::alloc::shared_box(Mailbox {
             pool: AtomicU64::new(crate::pool::node_index() as u64),
             move_at: AtomicU64::new(0),
+            bell: AtomicU64::new(0),
             slot: Mutex::new(Slot {
                 state: IDLE,
                 status: OK_STAGED,
@@ -355,10 +360,14 @@ impl Mailbox {
         lock(&self.slot).ok().and_then(|g| g.ret)
     }
 
-    /// Node: waits up to `timeout` for a request and takes it.
+    /// Node: waits up to `timeout` for a request and takes it (a zero
+    /// `timeout` does not wait).
     pub fn take(&self, timeout: Duration) -> Result<Taken, DmiError> {
         let mut g = lock(&self.slot)?;
         if g.state != REQUEST {
+            if timeout.is_zero() {
+                return Ok(Taken::Nothing);
+            }
             g = match self.to_node.wait_timeout(g, timeout) {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().map(|(g, _)| g).ok_or_else(|| {
@@ -424,6 +433,19 @@ impl Mailbox {
 }
 
 impl Mailbox {
+    /// Node, before the instance runs: every request rings `bell` too.
+    pub(crate) fn set_bell(&self, bell: &'static crate::serve_single::Bell) {
+        self.bell.store(bell as *const _ as u64, Ordering::SeqCst);
+    }
+
+    /// Node: the bell [`Mailbox::set_bell`] set, if any.
+    pub(crate) fn bell(&self) -> Option<&'static crate::serve_single::Bell> {
+        let a = self.bell.load(Ordering::SeqCst) as *const crate::serve_single::Bell;
+        // SAFETY: set by `set_bell` to a leaked bell in the shared range
+        // (it lives as long as the node).
+        unsafe { a.as_ref() }
+    }
+
     /// Node: answers a `DMI_yield`: `true` when the instance is to park
     /// and be moved.
     pub fn answer_yield(&self, go: bool) {
@@ -617,6 +639,9 @@ impl Link {
         g.state = REQUEST;
         drop(g);
         self.mb().to_node.notify_one();
+        if let Some(b) = self.mb().bell() {
+            b.ring();
+        }
         let mut g = lock(&self.mb().slot)?;
         while g.state != REPLY {
             let (ng, timed_out) = match self.mb().to_instance.wait_timeout(g, POLL) {

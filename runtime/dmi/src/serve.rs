@@ -20,11 +20,13 @@ use halfproc::{ExitStatus, Member, Set};
 
 use crate::addr::NodeId;
 use crate::error::DmiError;
+use crate::instance_fds::{close_node_fds, close_sockets};
 use crate::node::{CallReq, Outcome};
 use crate::relocate::{relocate, Dest, MoveSchedule};
 use crate::ring::{Link, Mailbox, ReplyPath, Taken, POLL};
 use crate::rmw::RmwTable;
 use crate::runtime::{Caller, Dmi, PEER_FAILED_EXIT};
+use crate::serve_single::Receivers;
 use crate::transport::report;
 
 /// How an instance ended, as [`join`] reports it.
@@ -43,32 +45,33 @@ struct Entry {
 }
 
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
     next: i64,
     entries: HashMap<i64, Entry>,
     /// Instances running now (they take part in barriers).
-    running: usize,
+    pub(crate) running: usize,
     /// The node's program has stopped creating instances (it is in `join`
     /// or called `detach`): only then can a barrier of instances complete,
     /// or the first instance could pass it before the others exist.
-    open: bool,
+    pub(crate) open: bool,
     /// Barrier: arrivals in this round, whether the node is in the barrier
     /// of all nodes for it (new arrivals wait for the next round), the
     /// round's number and outcome.
-    arrived: usize,
-    releasing: bool,
-    round: u64,
-    outcome: Option<Result<(), DmiError>>,
+    pub(crate) arrived: usize,
+    pub(crate) releasing: bool,
+    pub(crate) round: u64,
+    pub(crate) outcome: Option<Result<(), DmiError>>,
     /// The first instance failure; every barrier fails from then on.
-    failed: Option<DmiError>,
+    pub(crate) failed: Option<DmiError>,
 }
 
-struct Registry {
+pub(crate) struct Registry {
     state: Mutex<State>,
-    changed: Condvar,
+    pub(crate) changed: Condvar,
     set: &'static Set,
     path: ReplyPath,
     moves: MoveSchedule,
+    receivers: Receivers,
 }
 
 static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
@@ -83,12 +86,14 @@ fn registry() -> Result<Arc<Registry>, DmiError> {
     let kernel = set.backend().kind() == halfproc::BackendKind::Kernel;
     let path = ReplyPath::from_env(kernel)?;
     let moves = MoveSchedule::from_env()?;
+    let receivers = Receivers::from_env()?;
     let r = Arc::new(Registry {
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
         set,
         path,
         moves,
+        receivers,
     });
     Ok(REGISTRY.get_or_init(|| r).clone())
 }
@@ -109,6 +114,13 @@ static MOVABLE: OnceLock<MovableNode> = OnceLock::new();
 
 /// A movable run: this node serves its instances through `caller`.
 pub(crate) fn init_movable(caller: Caller, rank: NodeId) -> Result<(), DmiError> {
+    if Receivers::from_env()? == Receivers::Single {
+        return Err(DmiError::Setup(
+            "DMI_RECEIVERS=single: a movable run's instances move between nodes with a \
+             receiver each (use DMI_RECEIVERS=per-instance)"
+                .into(),
+        ));
+    }
     let fatal = std::env::var("DMI_ERRORS").map_or(true, |v| v != "return");
     MOVABLE
         .set(MovableNode {
@@ -177,22 +189,29 @@ pub(crate) fn serve_movable(
         );
     }
     crate::host::hosting(id, mb);
-    let caller = node.caller.clone();
-    let (rank, fatal) = (node.rank, node.fatal);
+    let s = Served {
+        id,
+        member,
+        mb,
+        caller: node.caller.clone(),
+        rank: node.rank,
+        fatal: node.fatal,
+        movable: Some(yields),
+    };
     if here {
-        serve(&reg, id, member, mb, caller, rank, fatal, Some(yields));
+        serve(&reg, s);
         return;
     }
     let spawned = std::thread::Builder::new()
         .name(format!("dmi-inst-{id}"))
-        .spawn(move || serve(&reg, id, member, mb, caller, rank, fatal, Some(yields)));
+        .spawn(move || serve(&reg, s));
     if let Err(e) = spawned {
         report(&format!("dmi: instance {id}: no server thread: {e}"));
         let _ = member.kill(libc::SIGKILL);
     }
 }
 
-fn locked(r: &Registry) -> MutexGuard<'_, State> {
+pub(crate) fn locked(r: &Registry) -> MutexGuard<'_, State> {
     r.state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -250,6 +269,17 @@ pub fn create(
     // its first scheduled yield without calling the node (hits from the
     // frames).
     crate::host::rearm(id, 0, mb, reg.moves.next_after(0, id));
+    if reg.receivers == Receivers::Single {
+        match crate::serve_single::bell(&reg) {
+            Ok(b) => mb.set_bell(b),
+            Err(e) => {
+                locked(&reg).running -= 1;
+                // SAFETY: no instance uses the new mailbox.
+                unsafe { mb.release() };
+                return Err(e);
+            }
+        }
+    }
     let spawned = Member::spawn(reg.set, move || {
         close_node_fds();
         let link = || Link::new(mb, node_pid, path);
@@ -273,10 +303,23 @@ pub fn create(
             detached: false,
         },
     );
+    let s = Served {
+        id,
+        member,
+        mb,
+        caller,
+        rank,
+        fatal,
+        movable: None,
+    };
+    if reg.receivers == Receivers::Single {
+        crate::serve_single::add(s);
+        return Ok(id);
+    }
     let reg2 = reg.clone();
     let spawned = std::thread::Builder::new()
         .name(format!("dmi-inst-{id}"))
-        .spawn(move || serve(&reg2, id, member, mb, caller, rank, fatal, None));
+        .spawn(move || serve(&reg2, s));
     if let Err(e) = spawned {
         let _ = member.kill(libc::SIGKILL);
         return Err(DmiError::Setup(format!("instance server thread: {e}")));
@@ -312,6 +355,8 @@ fn open(reg: &Registry, s: &mut State) {
     if !s.open {
         s.open = true;
         reg.changed.notify_all();
+        // The single receiver waits on its bell, not on `changed`.
+        crate::serve_single::ring();
     }
 }
 
@@ -332,59 +377,6 @@ pub fn detach(id: i64) -> Result<(), DmiError> {
         _ => Err(DmiError::BadArgument(format!(
             "no instance {id} to detach (never created, joined or detached)"
         ))),
-    }
-}
-
-/// In a new instance: closes the descriptors of the node's runtime that the
-/// fork copied (sockets, epoll/event/pid fds, memfds, all close-on-exec as
-/// the runtime makes them): the instance uses none of them, and the
-/// migration engine could not carry them at `DMI_yield`. Files, pipes and
-/// terminals stay, and so do the program's own sockets unless it made
-/// them close-on-exec.
-fn close_node_fds() {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<(i32, String)> = dir
-        .flatten()
-        .filter_map(|e| {
-            let fd = e.file_name().to_str()?.parse().ok()?;
-            let l = std::fs::read_link(e.path()).ok()?;
-            Some((fd, l.to_string_lossy().into_owned()))
-        })
-        .collect();
-    for (fd, target) in fds {
-        let runtime = target.starts_with("socket:")
-            || target.starts_with("anon_inode:")
-            || target.starts_with("/memfd:");
-        // SAFETY: F_GETFD on a descriptor number; no memory is passed.
-        let cloexec = unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC != 0;
-        if fd > 2 && runtime && cloexec {
-            // SAFETY: closing a descriptor of the node's runtime, which
-            // nothing in this single-threaded instance uses.
-            unsafe { libc::close(fd) };
-        }
-    }
-}
-
-/// In a movable run's instance: closes the sockets the fork copied (the
-/// node's listening socket is not close-on-exec); the program opened none
-/// before `DMI_init`.
-fn close_sockets() {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<i32> = dir
-        .flatten()
-        .filter_map(|e| {
-            let fd: i32 = e.file_name().to_str()?.parse().ok()?;
-            let l = std::fs::read_link(e.path()).ok()?;
-            (fd > 2 && l.to_string_lossy().starts_with("socket:")).then_some(fd)
-        })
-        .collect();
-    for fd in fds {
-        // SAFETY: a socket of the node's runtime, unused by the instance.
-        unsafe { libc::close(fd) };
     }
 }
 
@@ -409,124 +401,191 @@ fn destination(reg: &Registry, id: i64, yields: u64, rank: NodeId, movable: bool
     }
 }
 
-/// The instance's receiver: serves its calls until it ends (or moves to
-/// another node), then records how. `movable`: the yields a movable run's
-/// instance made before (`host.rs`).
-#[allow(clippy::too_many_arguments)]
-fn serve(
-    reg: &Registry,
-    id: i64,
-    mut member: Member,
-    mut mb: &'static Mailbox,
-    caller: Caller,
+/// One instance as its receiver sees it (its own thread's, or the node's
+/// single receiver's: `serve_single.rs`).
+pub(crate) struct Served {
+    pub(crate) id: i64,
+    pub(crate) member: Member,
+    pub(crate) mb: &'static Mailbox,
+    pub(crate) caller: Caller,
     rank: NodeId,
     fatal: bool,
-    movable: Option<u64>,
-) {
+    /// A movable run's instance: the yields it made before (`host.rs`).
+    pub(crate) movable: Option<u64>,
+}
+
+/// What became of an instance after [`step`].
+pub(crate) enum Step {
+    /// Its call was answered (or it stays where it is).
+    Served,
+    /// It moved to another node: nothing more to do here.
+    Gone,
+}
+
+/// The instance's receiver (one thread per instance): serves its calls
+/// until it ends (or moves to another node), then records how.
+fn serve(reg: &Registry, mut s: Served) {
     crate::host::rearm(
-        id,
-        movable.unwrap_or(0),
-        mb,
-        reg.moves.next_after(movable.unwrap_or(0), id),
+        s.id,
+        s.movable.unwrap_or(0),
+        s.mb,
+        reg.moves.next_after(s.movable.unwrap_or(0), s.id),
     );
     let status = loop {
-        match mb.take(POLL) {
-            Ok(Taken::Call(req, dest)) => {
-                let (out, written) = run(reg, &caller, req, dest, member.pid());
-                mb.answer(&out, written);
-            }
-            Ok(Taken::Done) => {
-                let r = match crate::host::ranks() {
-                    Some(n) => caller.call(CallReq::BarrierOf(n)),
-                    None => Err(DmiError::BadArgument(
-                        "DMI_finalize in a compute instance (the node's program finalizes)".into(),
-                    )),
-                };
-                mb.answer(&r.as_ref().map(|_| Vec::new()).map_err(Clone::clone), None);
-                if id == 0 && r.is_ok() {
-                    crate::host::finished();
+        match s.mb.take(POLL) {
+            r @ (Ok(Taken::Nothing) | Err(_)) => {
+                if let Some(st) = ended(&s) {
+                    break st;
                 }
-            }
-            Ok(Taken::Yield(home, yields)) => {
-                let dest = destination(reg, id, yields, rank, movable.is_some());
-                let next = reg.moves.next_after(yields, id);
-                crate::host::rearm(id, yields, mb, next);
-                mb.answer_yield(dest.is_some());
-                let from = member.pid();
-                if let Some(Dest::Node(to)) = dest {
-                    match crate::xmove::send_away(member, id, yields, home, to) {
-                        Ok(m) => {
-                            report(&format!(
-                                "dmi: node {rank}: instance {id} moved at yield {yields} to node {to}: \
-                                 pid {from} -> {} ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
-                                m.pid,
-                                m.bytes,
-                                m.dump.as_micros(),
-                                m.frozen.as_micros(),
-                                m.total.as_micros()
-                            ));
-                            // SAFETY: the original is dead (killed by the
-                            // move); its mailbox is not used any more.
-                            unsafe { mb.release() };
-                            let mut s = locked(reg);
-                            s.running -= 1;
-                            s.entries.remove(&id);
-                            drop(s);
-                            crate::host::gone(id, true);
-                            reg.changed.notify_all();
-                            return;
-                        }
-                        Err(e) => {
-                            report(&format!(
-                                "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
-                            ));
-                            crate::host::move_failed(id);
-                            crate::host::rearm(id, yields, mb, next);
-                            continue;
-                        }
-                    }
-                }
-                if dest.is_none() {
-                    continue;
-                }
-                let arm = |new: &'static Mailbox| crate::host::rearm(id, yields, new, next);
-                match relocate(reg.set, member, home, arm) {
-                    Ok(m) => {
-                        report(&format!(
-                            "dmi: node {rank}: instance {id} moved at yield {yields}: pid {from} -> {} \
-                             ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
-                            m.member.pid(),
-                            m.bytes,
-                            m.dump.as_micros(),
-                            m.frozen.as_micros(),
-                            m.total.as_micros()
-                        ));
-                        // SAFETY: the original is dead (killed by the move);
-                        // the old mailbox is not used any more.
-                        unsafe { mb.release() };
-                        member = m.member;
-                        mb = m.mailbox;
-                        crate::host::hosting(id, mb);
-                        crate::host::rearm(id, yields, mb, next);
-                        if let Some(e) = locked(reg).entries.get_mut(&id) {
-                            e.pid = member.pid();
-                        }
-                    }
-                    Err(e) => report(&format!(
-                        "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
-                    )),
-                }
-            }
-            Ok(Taken::Bad) => {}
-            r @ (Ok(Taken::Nothing) | Err(_)) => match member.join_timeout(Some(Duration::ZERO)) {
-                Ok(Some(st)) => break Ok(st),
                 // An unusable mailbox must not make this loop spin.
-                Ok(None) if r.is_err() => std::thread::sleep(POLL),
-                Ok(None) => {}
-                Err(e) => break Err(e.to_string()),
-            },
+                if r.is_err() {
+                    std::thread::sleep(POLL);
+                }
+            }
+            Ok(t) => {
+                if let Step::Gone = step(reg, &mut s, t) {
+                    return;
+                }
+            }
         }
     };
+    finish(reg, s, status);
+}
+
+/// Whether the instance ended (its status from the halfproc reaper).
+pub(crate) fn ended(s: &Served) -> Option<Result<ExitStatus, String>> {
+    match s.member.join_timeout(Some(Duration::ZERO)) {
+        Ok(Some(st)) => Some(Ok(st)),
+        Ok(None) => None,
+        Err(e) => Some(Err(e.to_string())),
+    }
+}
+
+/// Handles what a receiver took from the instance's mailbox (anything but
+/// [`Taken::Nothing`]): runs a call and answers it, answers a yield and
+/// moves the instance if it is to move.
+pub(crate) fn step(reg: &Registry, s: &mut Served, taken: Taken) -> Step {
+    match taken {
+        Taken::Call(req, dest) => {
+            let (out, written) = run(reg, &s.caller, req, dest, s.member.pid());
+            s.mb.answer(&out, written);
+        }
+        Taken::Done => {
+            let r = match crate::host::ranks() {
+                Some(n) => s.caller.call(CallReq::BarrierOf(n)),
+                None => Err(DmiError::BadArgument(
+                    "DMI_finalize in a compute instance (the node's program finalizes)".into(),
+                )),
+            };
+            s.mb.answer(&r.as_ref().map(|_| Vec::new()).map_err(Clone::clone), None);
+            if s.id == 0 && r.is_ok() {
+                crate::host::finished();
+            }
+        }
+        Taken::Yield(home, yields) => return yielded(reg, s, home, yields),
+        Taken::Bad | Taken::Nothing => {}
+    }
+    Step::Served
+}
+
+/// `DMI_yield` of instance `s` (its `yields`-th): answers whether it moves
+/// and moves it (to another node: [`Step::Gone`]; within this one: `s` is
+/// the new copy, its new mailbox armed and, with one receiver for all,
+/// ringing the node's bell).
+fn yielded(reg: &Registry, s: &mut Served, home: usize, yields: u64) -> Step {
+    let (id, rank) = (s.id, s.rank);
+    let dest = destination(reg, id, yields, rank, s.movable.is_some());
+    let next = reg.moves.next_after(yields, id);
+    crate::host::rearm(id, yields, s.mb, next);
+    s.mb.answer_yield(dest.is_some());
+    let from = s.member.pid();
+    if let Some(Dest::Node(to)) = dest {
+        // Only a movable run's instances go to other nodes, and those have
+        // a receiver each (`serve_single::refuse_movable`).
+        let member = s.member;
+        match crate::xmove::send_away(member, id, yields, home, to) {
+            Ok(m) => {
+                report(&format!(
+                    "dmi: node {rank}: instance {id} moved at yield {yields} to node {to}: \
+                     pid {from} -> {} ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
+                    m.pid,
+                    m.bytes,
+                    m.dump.as_micros(),
+                    m.frozen.as_micros(),
+                    m.total.as_micros()
+                ));
+                // SAFETY: the original is dead (killed by the move); its
+                // mailbox is not used any more.
+                unsafe { s.mb.release() };
+                let mut st = locked(reg);
+                st.running -= 1;
+                st.entries.remove(&id);
+                drop(st);
+                crate::host::gone(id, true);
+                reg.changed.notify_all();
+                return Step::Gone;
+            }
+            Err(e) => {
+                report(&format!(
+                    "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
+                ));
+                crate::host::move_failed(id);
+                crate::host::rearm(id, yields, s.mb, next);
+                return Step::Served;
+            }
+        }
+    }
+    if dest.is_none() {
+        return Step::Served;
+    }
+    let bell = s.mb.bell();
+    let arm = |new: &'static Mailbox| {
+        if let Some(b) = bell {
+            new.set_bell(b);
+        }
+        crate::host::rearm(id, yields, new, next)
+    };
+    match relocate(reg.set, s.member, home, arm) {
+        Ok(m) => {
+            report(&format!(
+                "dmi: node {rank}: instance {id} moved at yield {yields}: pid {from} -> {} \
+                 ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
+                m.member.pid(),
+                m.bytes,
+                m.dump.as_micros(),
+                m.frozen.as_micros(),
+                m.total.as_micros()
+            ));
+            // SAFETY: the original is dead (killed by the move); the old
+            // mailbox is not used any more.
+            unsafe { s.mb.release() };
+            s.member = m.member;
+            s.mb = m.mailbox;
+            crate::host::hosting(id, s.mb);
+            crate::host::rearm(id, yields, s.mb, next);
+            if let Some(e) = locked(reg).entries.get_mut(&id) {
+                e.pid = s.member.pid();
+            }
+        }
+        Err(e) => report(&format!(
+            "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
+        )),
+    }
+    Step::Served
+}
+
+/// Records how instance `s` ended (`status`: its process's), reports a
+/// failure (and ends the node if that is fatal) and frees its mailbox.
+pub(crate) fn finish(reg: &Registry, s: Served, status: Result<ExitStatus, String>) {
+    let Served {
+        id,
+        member,
+        mb,
+        rank,
+        fatal,
+        movable,
+        ..
+    } = s;
     let status_known = status.is_ok();
     if status_known {
         // SAFETY: the instance has ended (its status is in).
@@ -559,7 +618,7 @@ fn serve(
         Err(e) => Ended::Failed(format!("its status is unknown ({e})")),
     };
     if status_known {
-        // SAFETY: the instance has ended; only this thread used its
+        // SAFETY: the instance has ended; only its receiver used its
         // mailbox on the node's side.
         unsafe { mb.release() };
     }
@@ -598,7 +657,7 @@ fn describe(st: ExitStatus) -> String {
     }
 }
 
-fn finish_round(s: &mut State, r: Result<(), DmiError>) {
+pub(crate) fn finish_round(s: &mut State, r: Result<(), DmiError>) {
     s.outcome = Some(r);
     s.arrived = 0;
     s.releasing = false;
@@ -643,6 +702,27 @@ fn run(
     }
 }
 
+/// Where a barrier round of the node's instances is.
+pub(crate) enum Due {
+    /// An instance failed: the round fails.
+    Fail(DmiError),
+    /// Every running instance arrived and the node's program is done
+    /// creating: the node goes into the barrier of all nodes.
+    Release,
+    Wait,
+}
+
+pub(crate) fn due(s: &State) -> Due {
+    if let Some(e) = &s.failed {
+        return Due::Fail(e.clone());
+    }
+    if s.open && !s.releasing && s.arrived == s.running {
+        Due::Release
+    } else {
+        Due::Wait
+    }
+}
+
 /// The node's part of an instance barrier: the last running instance to
 /// arrive takes the node into the barrier of all nodes.
 fn barrier(reg: &Registry, caller: &Caller) -> Result<(), DmiError> {
@@ -656,22 +736,24 @@ fn barrier(reg: &Registry, caller: &Caller) -> Result<(), DmiError> {
         if s.round != round {
             return s.outcome.clone().unwrap_or(Ok(()));
         }
-        if let Some(e) = &s.failed {
-            let e = e.clone();
-            finish_round(&mut s, Err(e.clone()));
-            drop(s);
-            reg.changed.notify_all();
-            return Err(e);
-        }
-        if s.open && !s.releasing && s.arrived == s.running {
-            s.releasing = true;
-            drop(s);
-            let r = caller.call(CallReq::Barrier).map(drop);
-            let mut s = locked(reg);
-            finish_round(&mut s, r.clone());
-            drop(s);
-            reg.changed.notify_all();
-            return r;
+        match due(&s) {
+            Due::Fail(e) => {
+                finish_round(&mut s, Err(e.clone()));
+                drop(s);
+                reg.changed.notify_all();
+                return Err(e);
+            }
+            Due::Wait => {}
+            Due::Release => {
+                s.releasing = true;
+                drop(s);
+                let r = caller.call(CallReq::Barrier).map(drop);
+                let mut s = locked(reg);
+                finish_round(&mut s, r.clone());
+                drop(s);
+                reg.changed.notify_all();
+                return r;
+            }
         }
         s = reg.changed.wait(s).unwrap_or_else(|e| e.into_inner());
     }

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::bench_dmi::{self, Opts};
 use crate::bench_intra;
 use crate::bench_phys::{self, Tcp};
+use crate::bench_recv;
 use crate::bench_stats::Sample;
 
 /// Measure DMI reads and writes per mode against memcpy and loopback TCP.
@@ -49,6 +50,23 @@ pub struct BenchArgs {
     /// (As a node: run the intra-node part.)
     #[arg(long, hide = true)]
     intra: bool,
+    /// Instead of the above: one receiver per node (DMI_RECEIVERS=single)
+    /// against one per instance, K instances of one node making reads
+    /// through the node, --runs times.
+    #[arg(long)]
+    receivers: bool,
+    /// Instance counts K of --receivers.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    instances: Vec<usize>,
+    /// Calls each instance times in --receivers.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    calls: u64,
+    /// Runs of --receivers (each measures both models).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
+    /// (As a node: run the receivers part.)
+    #[arg(long, hide = true)]
+    recv_node: bool,
 }
 
 const LINE: &str = "dmi-bench-json ";
@@ -62,10 +80,18 @@ pub fn bench(a: BenchArgs) -> i32 {
         eprintln!("dmi bench: sizes must be 1 byte to 1 GiB");
         return 2;
     }
+    if a.instances.iter().any(|&k| k == 0 || k > 64) {
+        eprintln!("dmi bench: --instances must be 1 to 64 each");
+        return 2;
+    }
+    if in_node() && a.recv_node {
+        return recv_node(&a);
+    }
     if in_node() {
         return node(&a);
     }
-    match lead(&a) {
+    let r = if a.receivers { receivers(&a) } else { lead(&a) };
+    match r {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("dmi bench: {e}");
@@ -111,6 +137,44 @@ fn node(a: &BenchArgs) -> i32 {
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("dmi bench: node {rank}: {e}");
             1
+        }
+    }
+}
+
+/// The node of `--receivers`.
+fn recv_node(a: &BenchArgs) -> i32 {
+    let r = dmi::Dmi::from_env(Arc::new(dmi::rmw::RmwTable::default())).and_then(|d| {
+        bench_recv::node(&d, &a.instances, a.calls as usize)?;
+        d.finalize()
+    });
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("dmi bench: {e}");
+            1
+        }
+    }
+}
+
+/// `--receivers`: only the receiver models, as JSON of their own.
+fn receivers(a: &BenchArgs) -> Result<(), String> {
+    let v = bench_recv::lead(&a.instances, a.calls as usize, a.runs as usize)?;
+    let doc = json!({
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "kernel": uname_r(),
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "receivers": v,
+    });
+    emit(a, &doc)
+}
+
+fn emit(a: &BenchArgs, doc: &Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?;
+    match &a.json {
+        Some(p) => std::fs::write(p, text + "\n").map_err(|e| format!("{}: {e}", p.display())),
+        None => {
+            println!("{text}");
+            Ok(())
         }
     }
 }
@@ -254,12 +318,5 @@ fn lead(a: &BenchArgs) -> Result<(), String> {
         "physical": phys.iter().map(Sample::to_json).collect::<Vec<_>>(),
         "dmi": runs,
     });
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    match &a.json {
-        Some(p) => std::fs::write(p, text + "\n").map_err(|e| format!("{}: {e}", p.display())),
-        None => {
-            println!("{text}");
-            Ok(())
-        }
-    }
+    emit(a, &doc)
 }

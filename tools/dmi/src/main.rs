@@ -7,6 +7,7 @@ mod bench;
 mod bench_dmi;
 mod bench_intra;
 mod bench_phys;
+mod bench_recv;
 mod bench_stats;
 mod node;
 mod reconf_stress;

@@ -143,3 +143,57 @@ fn bench_reports_every_mode_against_memcpy_and_tcp() {
         }
     }
 }
+
+/// `dmi bench --receivers`: both models at each K, every call of every
+/// instance timed, and the node had K receiver threads per instance or one.
+#[test]
+fn bench_compares_one_receiver_with_one_per_instance() {
+    let json = std::env::temp_dir().join(format!("dmi-bench-recv-{}.json", std::process::id()));
+    let o = Command::new(env!("CARGO_BIN_EXE_dmi"))
+        .args([
+            "bench",
+            "--receivers",
+            "--calls",
+            "40",
+            "--runs",
+            "2",
+            "--instances",
+            "1,3",
+            "--json",
+        ])
+        .arg(&json)
+        .env_remove("DMI_RANK")
+        .env_remove("SLURM_PROCID")
+        .env_remove("DMI_RECEIVERS")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let r = &doc["receivers"];
+    assert_eq!(r["loadavg"].as_array().unwrap().len(), 3, "{r}");
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2 * 2 * 2, "{r}");
+    for run in 0..2 {
+        for model in ["per-instance", "single"] {
+            for k in [1u64, 3] {
+                let v = results
+                    .iter()
+                    .find(|v| v["run"] == run && v["model"] == model && v["instances"] == k)
+                    .unwrap_or_else(|| panic!("no run {run} {model} K={k}: {r}"));
+                assert_eq!(v["calls"].as_u64(), Some(40 * k), "{v}");
+                let threads = if model == "single" { 1 } else { k };
+                assert_eq!(v["receiver_threads"].as_u64(), Some(threads), "{v}");
+                assert!(v["calls_per_s"].as_f64().unwrap() > 0.0, "{v}");
+                let (min, med) = (
+                    v["min_us"].as_f64().unwrap(),
+                    v["median_us"].as_f64().unwrap(),
+                );
+                assert!(0.0 < min && min <= med, "{v}");
+            }
+        }
+    }
+    assert_eq!(r["summary"].as_array().unwrap().len(), 4, "{r}");
+    assert!(err.contains("single"), "{err}");
+}

@@ -4,7 +4,8 @@
 //! others at a barrier and reads everything back; the checksum must be the
 //! expected one on 1 node x 3 instances, 2 x 2 and 3 x 3, with
 //! either reply path; instances are single-threaded processes; a killed
-//! instance is reported by its node and ends the run (no hang).
+//! instance is reported by its node and ends the run (no hang). Every test
+//! runs under both receiver models (`DMI_RECEIVERS=per-instance|single`).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -42,7 +43,8 @@ fn run(n: u32, args: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
         .arg(&prog)
         .args(args)
         .env_remove("DMI_ERRORS")
-        .env_remove("DMI_REPLY");
+        .env_remove("DMI_REPLY")
+        .env_remove("DMI_RECEIVERS");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -70,8 +72,15 @@ fn checksum(o: &Output) -> u64 {
         .unwrap()
 }
 
-fn computes(nodes: u32, per_node: u32, env: &[(&str, &str)]) {
-    computes_with(nodes, per_node, &[], env);
+/// The receiver models (`DMI_RECEIVERS`) every test runs under.
+const MODELS: [&str; 2] = ["per-instance", "single"];
+
+/// `computes_with` once per receiver model.
+fn computes_in_both(nodes: u32, per_node: u32, extra: &[&str], env: &[(&str, &str)]) {
+    for m in MODELS {
+        let env: Vec<(&str, &str)> = env.iter().copied().chain([("DMI_RECEIVERS", m)]).collect();
+        computes_with(nodes, per_node, extra, &env);
+    }
 }
 
 fn computes_with(nodes: u32, per_node: u32, extra: &[&str], env: &[(&str, &str)]) {
@@ -99,12 +108,12 @@ fn computes_with(nodes: u32, per_node: u32, extra: &[&str], env: &[(&str, &str)]
 
 #[test]
 fn one_node_three_instances_compute_the_checksum() {
-    computes(1, 3, &[]);
+    computes_in_both(1, 3, &[], &[]);
 }
 
 #[test]
 fn two_nodes_two_instances_each_compute_the_checksum() {
-    computes(2, 2, &[]);
+    computes_in_both(2, 2, &[], &[]);
 }
 
 /// The first instances reach the first barrier before the others exist:
@@ -112,17 +121,17 @@ fn two_nodes_two_instances_each_compute_the_checksum() {
 /// program stopped creating, here in `DMI_join`).
 #[test]
 fn instances_created_50_ms_apart_still_meet_at_the_barrier() {
-    computes_with(2, 3, &["slow"], &[]);
+    computes_in_both(2, 3, &["slow"], &[]);
 }
 
 #[test]
 fn three_nodes_three_instances_each_compute_the_checksum() {
-    computes(3, 3, &[]);
+    computes_in_both(3, 3, &[], &[]);
 }
 
 #[test]
 fn replies_by_dmwrite_give_the_same_checksum() {
-    computes(2, 2, &[("DMI_REPLY", "dmwrite")]);
+    computes_in_both(2, 2, &[], &[("DMI_REPLY", "dmwrite")]);
     let (o, _) = run(1, &["1"], &[("DMI_REPLY", "bogus")]);
     assert!(!o.status.success());
     assert!(
@@ -133,10 +142,22 @@ fn replies_by_dmwrite_give_the_same_checksum() {
 }
 
 #[test]
+fn a_bad_receiver_model_is_named() {
+    let (o, _) = run(1, &["1"], &[("DMI_RECEIVERS", "two")]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("DMI_RECEIVERS=\"two\" is not valid (use per-instance or single)"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn a_killed_instance_ends_the_run_with_its_name() {
-    for nodes in [1, 2] {
+    for (nodes, model) in [1, 2].into_iter().flat_map(|n| MODELS.map(|m| (n, m))) {
         // Global instance 1 is on node 0 with 1 node, node 0 too with 2.
-        let (o, took) = run(nodes, &["3", "crash", "1"], &[]);
+        let (o, took) = run(nodes, &["3", "crash", "1"], &[("DMI_RECEIVERS", model)]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{}", text(&o));
         assert!(
@@ -154,7 +175,14 @@ fn a_killed_instance_ends_the_run_with_its_name() {
 
 #[test]
 fn a_killed_instance_fails_the_barrier_and_join_when_errors_return() {
-    let (o, took) = run(1, &["3", "crash", "1"], &[("DMI_ERRORS", "return")]);
+    for model in MODELS {
+        killed_with_errors_returned(model);
+    }
+}
+
+fn killed_with_errors_returned(model: &str) {
+    let env = [("DMI_ERRORS", "return"), ("DMI_RECEIVERS", model)];
+    let (o, took) = run(1, &["3", "crash", "1"], &env);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{}", text(&o));
     for want in [
