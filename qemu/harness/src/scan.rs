@@ -16,9 +16,12 @@ pub struct Finding {
     pub expected: bool,
 }
 
-/// What a guest test prints just before it makes the kernel report on
-/// purpose, followed by the report's kind and the function it names:
-/// `# halfproc-expect-report: warning halfproc_install`.  The next report
+/// What a guest test writes to `/dev/kmsg` just before it makes the kernel
+/// report on purpose, followed by the report's kind and the function it
+/// names: `# halfproc-expect-report: warning halfproc_install`.  Through
+/// the kernel's log, not the test's stdout: the console orders log records,
+/// while a program's output reaches it through pipes, after the report it
+/// announced as often as not.  The next report
 /// of that kind whose first line names that function (`... at
 /// mm/halfproc.c:365 halfproc_install+0x4b/0x1a0`) is expected; one
 /// announcement covers one report, and one that no report meets fails the
@@ -178,10 +181,11 @@ pub fn scan(log: &str) -> Scan {
     // is always reported.
     let mut in_report_until = 0usize;
     for (i, raw) in log.lines().enumerate() {
-        if stamp_len(raw.trim_start()).is_none() {
-            pending.extend(Expectation::parse(i + 1, raw));
-        }
         for msg in messages(raw) {
+            if let Some(e) = Expectation::parse(i + 1, msg) {
+                pending.push(e);
+                continue;
+            }
             if msg.starts_with("---[ end trace") {
                 in_report_until = 0;
                 continue;
@@ -329,6 +333,15 @@ mod tests {
         let s = scan(&log);
         assert_eq!(s.unexpected().count(), 1, "{s:?}");
         assert_eq!(s.unmet.len(), 1);
+    }
+
+    #[test]
+    fn an_announcement_through_the_kernel_log_is_met() {
+        // Seen in the guest: a program's stdout mid-line, then the record.
+        let log = "t-report: warnin[    8.89] # halfproc-expect-report: warning halfproc_install\n[    8.90] ------------[ cut here ]------------\n[    8.91] WARNING: CPU: 1 PID: 79 at mm/halfproc.c:365 halfproc_install+0x64/0x168\n";
+        let s = scan(log);
+        assert_eq!(s.unexpected().count(), 0, "{s:?}");
+        assert_eq!(s.unmet, []);
     }
 
     #[test]
