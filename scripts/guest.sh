@@ -202,7 +202,7 @@ build() {	# build FLAVOUR: writes $OUT/files (SRC:DST per line) and $OUT/kernel
 	fi
 	KO="$("$here/kmod.sh" "$flavour")"
 	KO_SAB="$("$here/kmod.sh" "$flavour" --sabotage)"
-	KO_MN="$("$here/kmod.sh" "$flavour" --notifier-test)"
+	KO_MN="$("$here/kmod.sh" "$flavour" --test-modules)"
 	phase "build guest programs"
 	"$HALFPROC_ROOT/tests/build.sh" "$SRC" "$BUILD" "$OUT/guest"
 	done_phase
@@ -257,6 +257,7 @@ for l in sys.stdin:
 		echo "$KO:/lib/modules/halfproc.ko"
 		echo "$KO_SAB:/lib/modules/halfproc-sabotage.ko"
 		echo "$KO_MN:/lib/modules/hp_mn_test.ko"
+		echo "${KO_MN%/*}/hp_set_test.ko:/lib/modules/hp_set_test.ko"
 		echo "$RT/examples/guest_tests:/tests/rt/guest_tests"
 		echo "$RT/halfproc:/bin/halfproc"
 		echo "$bench_tests:/tests/rt/bench_strategies"

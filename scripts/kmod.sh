@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Build kmod/ (the Rust module) against the kernel of one flavour:
-#   scripts/kmod.sh debug|release|distro [--sabotage]    prints the path of the .ko
-# Builds in a copy outside the repository, so the tree stays clean.
+#   scripts/kmod.sh debug|release|distro [--sabotage|--test-modules]
+# prints the path of the .ko.  Builds in a copy outside the repository, so
+# the tree stays clean.
 # --sabotage builds the test-only twin with the member TLB fan-out disabled
 # (cfg halfproc_skip_member_flush): hp_tlb must fail on it.
+# --test-modules builds tests/guest/kmods (C, test-only) and prints the path
+# of hp_mn_test.ko; the others are beside it.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/lib.sh"
@@ -16,12 +19,11 @@ SRCDIR="$HALFPROC_ROOT/kmod" KO=halfproc.ko
 case "$variant" in
 "") DIR="$HALFPROC_CACHE/kmod-$flavour" skip=0 ;;
 --sabotage) DIR="$HALFPROC_CACHE/kmod-$flavour-sabotage" skip=1 ;;
-# Test-only C module for hp_notifier: a counting stand-in for a secondary MMU.
---notifier-test)
-	DIR="$HALFPROC_CACHE/kmod-$flavour-notifier-test" skip=0
-	SRCDIR="$HALFPROC_ROOT/tests/guest/mn_test" KO=hp_mn_test.ko
+--test-modules)
+	DIR="$HALFPROC_CACHE/kmod-$flavour-test-modules" skip=0
+	SRCDIR="$HALFPROC_ROOT/tests/guest/kmods" KO=hp_mn_test.ko
 	;;
-*) die "usage: scripts/kmod.sh debug|release|distro [--sabotage|--notifier-test]" ;;
+*) die "usage: scripts/kmod.sh debug|release|distro [--sabotage|--test-modules]" ;;
 esac
 [ -f "$BUILD/.halfproc-key" ] || die "kernel ($flavour) is not built: run scripts/kernel.sh $flavour"
 mkdir -p "$DIR"

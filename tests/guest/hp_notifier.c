@@ -7,7 +7,7 @@
  * Patch 0021 refuses such a registration on a member (EOPNOTSUPP), and the
  * module refuses to make a process with one a member (EBUSY).
  *
- * The mirror here is tests/guest/mn_test/hp_mn_test.ko, a test-only module
+ * The mirror here is tests/guest/kmods/hp_mn_test.ko, a test-only module
  * that registers an invalidate_range_start notifier on a given pid's mm and
  * counts what it hears.
  */

@@ -207,7 +207,7 @@ if [ "$mode" = demo ]; then
 	mode=done
 fi
 if [ "$mode" = test ]; then
-	for t in hp_sets hp_exec hp_cleartid hp_fork hp_tlb hp_dm hp_remote hp_debug hp_memcg hp_switch hp_layout hp_account hp_oom hp_counters hp_notifier hp_mmstate hp_procfs hp_procstress hp_failslab hp_soak rt/guest_tests; do
+	for t in hp_sets hp_exec hp_cleartid hp_fork hp_tlb hp_dm hp_remote hp_debug hp_memcg hp_switch hp_layout hp_account hp_oom hp_counters hp_notifier hp_settest hp_threads hp_mmstate hp_procfs hp_procstress hp_failslab hp_soak rt/guest_tests; do
 		prog "$t" "/tests/$t" || rc=1
 	done
 	with_reclaim prog hp_reclaim /tests/hp_reclaim || rc=1

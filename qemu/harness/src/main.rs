@@ -405,7 +405,7 @@ fn judge_log(a: JudgeArgs) -> Result<ExitCode, String> {
 fn scan_log(log: &Path) -> Result<ExitCode, String> {
     let text =
         std::fs::read_to_string(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
-    let f = scan::scan(&text);
+    let f: Vec<_> = scan::scan(&text).unexpected().cloned().collect();
     for x in &f {
         println!("{}:{}: {}: {}", log.display(), x.line, x.kind, x.text);
     }

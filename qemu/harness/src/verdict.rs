@@ -22,7 +22,8 @@ pub struct Verdict {
     pub exit_status: Option<i32>,
     /// Whether the harness killed the guest at the timeout.
     pub timed_out: bool,
-    /// Kernel reports found on the console.
+    /// Kernel reports found on the console; those a test announced are
+    /// marked expected and do not fail the run.
     pub findings: Vec<scan::Finding>,
     /// The programs that ran (`init` first), as their markers delimit them.
     pub programs: Vec<ProgramRun>,
@@ -53,12 +54,17 @@ impl Verdict {
     /// The one-line summary, with the configuration when the guest said it.
     pub fn summary_line(&self) -> String {
         let s = self.summary();
+        let expected = self.findings.iter().filter(|f| f.expected).count();
         let mut line = format!(
-            "{} passed, {} failed, {} skipped; {} kernel reports; {} in {:.1}s",
+            "{} passed, {} failed, {} skipped; {} kernel reports{}; {} in {:.1}s",
             s.passed,
             s.failed,
             s.skipped,
-            self.findings.len(),
+            self.findings.len() - expected,
+            match expected {
+                0 => String::new(),
+                n => format!(" ({n} expected, announced by tests)"),
+            },
             if self.passed() { "PASS" } else { "FAIL" },
             self.elapsed.as_secs_f64()
         );
@@ -78,7 +84,7 @@ pub fn judge(
     timeout: Duration,
     expected: &[String],
 ) -> Verdict {
-    let findings = scan::scan(console);
+    let scanned = scan::scan(console);
     let configuration = console
         .lines()
         .find_map(|l| l.trim_end().strip_prefix(CONFIG_MARKER))
@@ -97,12 +103,19 @@ pub fn judge(
             timeout.as_secs()
         ));
     }
-    for f in &findings {
+    for f in scanned.unexpected() {
         causes.push(format!(
             "kernel reported {} at console line {}: {}",
             f.kind, f.line, f.text
         ));
     }
+    for e in &scanned.unmet {
+        causes.push(format!(
+            "a test announced a {} in {} at console line {}, and none came",
+            e.kind, e.function, e.line
+        ));
+    }
+    let findings = scanned.findings;
     match exit_status {
         None if !timed_out => {
             if findings.iter().any(|f| f.kind == "panic") {
@@ -200,6 +213,26 @@ mod tests {
     }
 
     /// What scripts/selftest.sh greps for in mode `fail`.
+    #[test]
+    fn an_announced_report_passes_and_is_counted_apart() {
+        let console = "ok 1 a\n# halfproc-expect-report: warning halfproc_install\n[    5.0] WARNING: CPU: 0 PID: 9 at mm/halfproc.c:365 halfproc_install+0x4b/0x1a0\nok 2 b\n";
+        let v = judge(console, "HALFPROC_EXIT=0\n", false, T, &[]);
+        assert!(v.passed(), "{:?}", v.causes);
+        assert!(v
+            .summary_line()
+            .starts_with("2 passed, 0 failed, 0 skipped; 0 kernel reports (1 expected, announced by tests); PASS"));
+    }
+
+    #[test]
+    fn an_announced_report_that_never_came_fails() {
+        let console = "ok 1 a\n# halfproc-expect-report: warning halfproc_install\n";
+        let v = judge(console, "HALFPROC_EXIT=0\n", false, T, &[]);
+        assert_cause(
+            &v,
+            "announced a warning in halfproc_install at console line 2",
+        );
+    }
+
     #[test]
     fn self_test_failure_is_named() {
         let console = "not ok 1 harness.self_test_failure\n";
