@@ -430,7 +430,9 @@ impl Node {
         let Some(Op::Page { kind, .. }) = self.ops.get(&op) else {
             return None;
         };
+        let now = self.swap.tick();
         let page = self.pages.entry(page_id).or_default();
+        page.used = now;
         let (rk, exclusive) = match kind {
             PageOpKind::Read(mode, pieces) => {
                 if page.owner.is_none() {

@@ -80,7 +80,9 @@ impl Node {
         }
         self.ensure_created(req.page);
         let me = self.me;
+        let now = self.swap.tick();
         let page = self.pages.entry(req.page).or_default();
+        page.used = now;
         let Some(owner) = page.owner.as_mut() else {
             if !page.awaiting.is_empty() {
                 page.early.push_back(req);

@@ -82,6 +82,10 @@ pub(crate) struct Page {
     /// The newest `Forget` of this node: a Copy answering a Fetch sent
     /// before it (a smaller op id) is not cached.
     pub forget_op: OpId,
+    /// When this node last made or served an access to the page, on the
+    /// node's access clock (`Swap::tick`): remote swap moves the owned page
+    /// at rest least recently used.
+    pub used: u64,
 }
 
 /// One range a read takes from a page: `len` bytes at `off`, going to `out`

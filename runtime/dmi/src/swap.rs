@@ -13,7 +13,8 @@
 //!    sent after the Forget reach the owner after it, so their copies are
 //!    kept. Invalidates and Updates in flight are still acknowledged.
 //! 2. **Then an owned page moves.** The node asks another member to take a
-//!    page it owns and that is at rest (`SwapAsk`). A target with room
+//!    page it owns and that is at rest, the least recently used one
+//!    (`SwapAsk`). A target with room
 //!    (after dropping its own clean copies) reserves a slot and sends an
 //!    `Adopt` request to the page's home: exactly an EXCLUSIVE without a
 //!    write, so the home records the target as owner and the owner on
@@ -90,6 +91,16 @@ pub(crate) struct Swap {
     /// Owned pages moved away and copies dropped (for tests and the dump).
     pub moved_out: u64,
     pub dropped: u64,
+    /// The access clock: one tick per access this node makes or serves.
+    clock: u64,
+}
+
+impl Swap {
+    /// The next tick of the access clock ([`Page::used`](crate::page::Page)).
+    pub(crate) fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
 }
 
 impl Node {
@@ -118,6 +129,13 @@ impl Node {
     /// Sets the pool's capacity (at start, before any access).
     pub fn set_pool_pages(&mut self, pages: Option<usize>) {
         self.pool = pages;
+    }
+
+    /// Whether this node owns the page at `addr` (tests, dumps).
+    pub fn owns(&self, addr: i64) -> bool {
+        self.regions
+            .page_of(addr)
+            .is_ok_and(|p| self.pages.get(&p).is_some_and(|p| p.owner.is_some()))
     }
 
     /// (owned pages moved away, clean copies dropped) so far.
@@ -278,7 +296,10 @@ impl Node {
         self.swap.stalled.push_back(s);
     }
 
-    /// Asks the next member to adopt an owned page at rest.
+    /// Asks the next member to adopt an owned page at rest: the one this
+    /// node used least recently through the engine (accesses it made or
+    /// served; read and write hits in the shared range bypass the engine
+    /// and do not count), the least page id among equals.
     fn start_swap_out(&mut self, fx: &mut Effects) {
         if self.swap.out.is_some() || self.swap.waiting.is_some() {
             return;
@@ -293,8 +314,8 @@ impl Node {
                         .as_ref()
                         .is_some_and(|o| !o.busy() && o.queue.is_empty())
             })
-            .map(|(k, _)| *k)
-            .min();
+            .min_by_key(|(k, p)| (p.used, **k))
+            .map(|(k, _)| *k);
         let Some(page) = victim else {
             // Every owned page is busy or on its way: a later message frees
             // one, and `unstall` tries again.
