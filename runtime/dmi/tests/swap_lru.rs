@@ -54,8 +54,15 @@ fn a_full_pool_moves_its_least_recently_used_page() {
         sim.settle();
         let owned: Vec<bool> = (0..4).map(|p| sim.nodes[0].owns(at(p))).collect();
         assert_eq!(owned, [true, true, false, true], "seed {seed}: node 0 owns");
-        assert!(sim.nodes[1].owns(at(2)), "seed {seed}: page 2 moved to node 1");
-        assert_eq!(sim.nodes[0].swap_counts().0, 1, "seed {seed}: one page moved");
+        assert!(
+            sim.nodes[1].owns(at(2)),
+            "seed {seed}: page 2 moved to node 1"
+        );
+        assert_eq!(
+            sim.nodes[0].swap_counts().0,
+            1,
+            "seed {seed}: one page moved"
+        );
         for p in 0..4 {
             let want = vec![p as u8 + 1; PAGE as usize];
             assert_eq!(read(&mut sim, 1, at(p)), want, "seed {seed}: page {p}");
