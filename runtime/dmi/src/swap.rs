@@ -3,9 +3,10 @@
 //! (owned pages, cached copies and pages it awaits for its own EXCLUSIVE
 //! write or an adoption). When storing one more would exceed it:
 //!
-//! 1. **Clean copies go first.** The copy is dropped at once and a `Forget`
-//!    request travels like any access (home, then the owner on record, in
-//!    order), so the owner drops the node from the copyset. A Copy that
+//! 1. **Clean copies go first.** The least recently used copy is dropped
+//!    at once and a `Forget` request travels like any access (home, then
+//!    the owner on record, in order), so the owner drops the node from the
+//!    copyset. A Copy that
 //!    answers a Fetch sent before the Forget is used once and not cached
 //!    (the owner may have served the Fetch first and forgotten the node
 //!    after), and until the owner answered the Forget no Update makes a new
@@ -138,13 +139,21 @@ impl Node {
             .is_ok_and(|p| self.pages.get(&p).is_some_and(|p| p.owner.is_some()))
     }
 
+    /// Whether this node holds a clean copy of the page at `addr` (tests).
+    pub fn has_copy(&self, addr: i64) -> bool {
+        self.regions
+            .page_of(addr)
+            .is_ok_and(|p| self.pages.get(&p).is_some_and(|p| p.copy.is_some()))
+    }
+
     /// (owned pages moved away, clean copies dropped) so far.
     pub fn swap_counts(&self) -> (u64, u64) {
         (self.swap.moved_out, self.swap.dropped)
     }
 
-    /// Whether a slot is free, dropping clean copies (never of `keep`) to
-    /// free one; with `owned`, also starts moving an owned page away.
+    /// Whether a slot is free, dropping clean copies (never of `keep`; the
+    /// least recently used first) to free one; with `owned`, also starts
+    /// moving an owned page away.
     pub(crate) fn make_room(&mut self, keep: PageId, owned: bool, fx: &mut Effects) -> bool {
         let Some(cap) = self.pool else {
             return true;
@@ -159,8 +168,8 @@ impl Node {
                 .filter(|(&k, p)| {
                     k != keep && p.copy.is_some() && p.owner.is_none() && p.awaiting.is_empty()
                 })
-                .map(|(k, _)| *k)
-                .min();
+                .min_by_key(|(k, p)| (p.used, **k))
+                .map(|(k, _)| *k);
             match victim {
                 Some(p) => {
                     if let Some(page) = self.pages.get_mut(&p) {

@@ -69,3 +69,50 @@ fn a_full_pool_moves_its_least_recently_used_page() {
         }
     }
 }
+
+/// Node 1 (pool of 3, node 0's unlimited) holds INVALIDATE copies of pages 0, 1 and 2 that
+/// node 0 owns, reads 0 and 1 again, then reads page 3: the copy of page
+/// 2, the least recently used, is dropped (the least page id would have
+/// been page 0's), and node 1 still reads every page right.
+#[test]
+fn a_full_pool_drops_its_least_recently_used_copy() {
+    for seed in 0..20 {
+        let mut sim = Sim::new(2, seed);
+        // Node 0 takes every page; only node 1's pool is small.
+        sim.nodes[1].set_pool_pages(Some(3));
+        let base = mmap(&mut sim, 4);
+        let at = |p: i64| base + p * PAGE;
+        for p in 0..4 {
+            write(&mut sim, 0, at(p), p as u8 + 1);
+        }
+        let copy = |sim: &mut Sim, p: i64| {
+            let items = vec![(at(p), PAGE)];
+            let mode = ReadMode::Invalidate;
+            let out = sim.run(1, CallReq::Read { items, mode });
+            assert_eq!(
+                out.unwrap(),
+                vec![p as u8 + 1; PAGE as usize],
+                "seed {seed}"
+            );
+        };
+        for p in [0, 1, 2, 0, 1] {
+            copy(&mut sim, p);
+        }
+        sim.settle();
+        assert!((0..3).all(|p| sim.nodes[1].has_copy(at(p))), "seed {seed}");
+        copy(&mut sim, 3);
+        sim.settle();
+        let copies: Vec<bool> = (0..4).map(|p| sim.nodes[1].has_copy(at(p))).collect();
+        assert_eq!(
+            copies,
+            [true, true, false, true],
+            "seed {seed}: node 1's copies"
+        );
+        assert_eq!(
+            sim.nodes[1].swap_counts().1,
+            1,
+            "seed {seed}: one copy dropped"
+        );
+        copy(&mut sim, 2);
+    }
+}
