@@ -233,8 +233,15 @@ mod tests {
 
     /// One writer keeps rewriting 64 words with one value while readers
     /// copy them with plain (volatile) loads: every accepted copy is whole.
+    /// The writer starts once both readers run and goes on until each has
+    /// accepted a copy taken while it wrote (and at least 200,000 writes):
+    /// a fixed count of writes could end before a reader was scheduled at
+    /// all on a loaded machine (seen in CI: "no reader ever got a copy").
     #[test]
     fn readers_never_accept_a_torn_copy() {
+        use std::sync::atomic::AtomicU64;
+        use std::sync::Barrier;
+        use std::time::{Duration, Instant};
         struct Cell {
             seq: SeqCount,
             data: core::cell::UnsafeCell<[u64; 64]>,
@@ -248,11 +255,14 @@ mod tests {
         });
         c.seq.write_end(c.seq.write_begin());
         let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(Barrier::new(3));
+        let accepted: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
         let readers: Vec<_> = (0..2)
-            .map(|_| {
+            .map(|k| {
                 let (c, stop) = (c.clone(), stop.clone());
+                let (started, accepted) = (started.clone(), accepted.clone());
                 std::thread::spawn(move || {
-                    let mut ok = 0u64;
+                    started.wait();
                     while !stop.load(Ordering::Relaxed) {
                         let Some(s) = c.seq.read_begin() else {
                             continue;
@@ -261,21 +271,33 @@ mod tests {
                         let v: [u64; 64] = unsafe { core::ptr::read_volatile(c.data.get()) };
                         if c.seq.read_valid(s) {
                             assert!(v.iter().all(|&x| x == v[0]), "torn copy {v:?}");
-                            ok += 1;
+                            accepted[k].fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    ok
                 })
             })
             .collect();
-        for i in 1..=200_000u64 {
+        started.wait();
+        let (t0, limit) = (Instant::now(), Duration::from_secs(60));
+        let mut writes = 0u64;
+        loop {
+            writes += 1;
             let n = c.seq.write_begin();
             // SAFETY: the one writer, inside its bracket.
-            unsafe { core::ptr::write_volatile(c.data.get(), [i; 64]) };
+            unsafe { core::ptr::write_volatile(c.data.get(), [writes; 64]) };
             c.seq.write_end(n);
+            let each = accepted.iter().all(|a| a.load(Ordering::Relaxed) > 0);
+            if (writes >= 200_000 && each) || t0.elapsed() > limit {
+                break;
+            }
         }
         stop.store(true, Ordering::Relaxed);
-        let accepted: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
-        assert!(accepted > 0, "no reader ever got a copy");
+        readers.into_iter().for_each(|r| r.join().unwrap());
+        let got: Vec<u64> = accepted.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        assert!(
+            got.iter().all(|&n| n > 0),
+            "readers accepted {got:?} copies during {writes} writes in {:?}",
+            t0.elapsed()
+        );
     }
 }
