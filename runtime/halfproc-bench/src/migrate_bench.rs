@@ -22,6 +22,7 @@
 //! long that took: the write faults a copy whose pages were moved into
 //! place pays later, outside the frozen time.
 
+use crate::os::now_ns;
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,16 +128,6 @@ static TOUCH: Touch = Touch {
     seq: AtomicU64::new(0),
     ns: AtomicU64::new(0),
 };
-
-fn now_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into a timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
 
 /// SIGUSR1 handler of the holder (and so of its copies): writes one byte
 /// of every page of the region (adds 0, the contents stay) and records how
