@@ -248,12 +248,7 @@ def svg(doc):
 
     title = (f"{doc['app']}: reconfiguration time against bytes moved "
              f"(sizes {','.join(map(str, doc['sizes']))}, {doc['reps']} rep(s))")
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-         f'font-family="sans-serif" font-size="12">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-         f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
-         f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
+    o = timeline.svg_frame((W, H, L, R, T, B), title) + [
          f'<text x="{(L + W - R) / 2}" y="{H - B + 34}" text-anchor="middle">bytes moved (log)</text>',
          f'<text x="16" y="{(T + H - B) / 2}" text-anchor="middle" '
          f'transform="rotate(-90 16 {(T + H - B) / 2})">time [ms] (log)</text>']

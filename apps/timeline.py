@@ -150,6 +150,18 @@ def reconfigurations(groups, changes):
     return out
 
 
+def svg_frame(size, title):
+    """The start of every plot of these scripts: the canvas, the title and
+    the two axes. size: (W, H, L, R, T, B), the canvas and its margins."""
+    W, H, L, R, T, B = size
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+            f'font-family="sans-serif" font-size="12">',
+            f'<rect width="{W}" height="{H}" fill="white"/>',
+            f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+            f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
+            f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>']
+
+
 def svg(its, recs, title):
     W, H, L, R, T, B = 760, 380, 70, 20, 40, 50
     xs = [i for i, *_ in its]
@@ -164,12 +176,7 @@ def svg(its, recs, title):
         return H - B - y / y1 * (H - T - B)
 
     colors = {1: "#1f77b4", 2: "#2ca02c", 3: "#d62728", 4: "#9467bd", 5: "#8c564b"}
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-         f'font-family="sans-serif" font-size="12">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-         f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
-         f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
+    o = svg_frame((W, H, L, R, T, B), title) + [
          f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">iteration</text>',
          f'<text x="16" y="{(T + H - B) / 2}" text-anchor="middle" '
          f'transform="rotate(-90 16 {(T + H - B) / 2})">time per iteration [ms]</text>']
