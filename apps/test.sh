@@ -147,30 +147,30 @@ for app in "${apps[@]}"; do
 		failed+=("$app dmi-yield $sched: checksum ${val:-none}, serial $ref, $moves moves (want 3)")
 	fi
 done
+# end_to_end NAME SCRIPT WHAT: runs one of the end-to-end test scripts beside
+# this one; on failure its last lines, prefixed with NAME, and the last
+# error line it printed.
+end_to_end() {
+	local name="$1" script="$2" what="$3" tlog rc=0
+	tlog="$(mktemp)"
+	"$here/$script" >"$tlog" 2>&1 || rc=$?
+	if ((rc == 0)); then
+		passed=$((passed + 1))
+		echo "$what"
+	else
+		tail -20 "$tlog" | sed "s/^/$name: /" >&2
+		failed+=("$name: apps/$script exited $rc: $(grep -E 'error:|failed|wrong' "$tlog" | tail -1)")
+	fi
+	rm -f "$tlog"
+}
 # Table 1 and the timeline: apps/timeline.sh end to end at the small size.
-tlog="$(mktemp)"
-if "$here/timeline-test.sh" >"$tlog" 2>&1; then
-	passed=$((passed + 1))
-	echo "timeline cg small 1 -> 3 -> 2: traced, JSON and SVG written, checksum agrees"
-else
-	rc=$?
-	tail -20 "$tlog" | sed 's/^/timeline: /' >&2
-	failed+=("timeline: apps/timeline-test.sh exited $rc: $(grep -E 'error:|failed|wrong' "$tlog" | tail -1)")
-fi
-rm -f "$tlog"
+end_to_end timeline timeline-test.sh \
+	"timeline cg small 1 -> 3 -> 2: traced, JSON and SVG written, checksum agrees"
 # Reconfiguration time against bytes moved: apps/reconf-sweep.sh end to end
 # at a small scale (Jacobi, 3 sizes, 1 repetition), its checker, and the
 # checker failing on broken copies of the result.
-tlog="$(mktemp)"
-if "$here/reconf-sweep-test.sh" >"$tlog" 2>&1; then
-	passed=$((passed + 1))
-	echo "reconf-sweep jacobi 16,64,128: swept, checked (sizes, bytes, fits, checksums, SVG); the checker fails on broken copies"
-else
-	rc=$?
-	tail -20 "$tlog" | sed 's/^/reconf-sweep: /' >&2
-	failed+=("reconf-sweep: apps/reconf-sweep-test.sh exited $rc: $(grep -E 'error:|failed|wrong' "$tlog" | tail -1)")
-fi
-rm -f "$tlog"
+end_to_end reconf-sweep reconf-sweep-test.sh \
+	"reconf-sweep jacobi 16,64,128: swept, checked (sizes, bytes, fits, checksums, SVG); the checker fails on broken copies"
 # Table 2 (lines changed to make each program reconfigurable), counted by
 # apps/table2.py, and docs/apps.md showing exactly its output.
 if "$here/table2-test.sh"; then

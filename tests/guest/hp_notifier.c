@@ -16,19 +16,10 @@
 
 #define MN "/sys/kernel/debug/hp_mn_test/"
 
-static int mn_ready(void)
-{
-	if (access(MN "pid", W_OK) == 0)
-		return 1;
-	if (system("insmod /lib/modules/hp_mn_test.ko 2>/dev/null") != 0)
-		return 0;
-	return access(MN "pid", W_OK) == 0;
-}
-
 #define REQUIRE_MIRROR() do {						\
 	if (!hp_supported())						\
 		SKIP(return, "halfproc module not loaded");		\
-	if (!mn_ready())						\
+	if (!test_module_ready("hp_mn_test", MN "pid"))		\
 		SKIP(return, "no hp_mn_test.ko (test-only module)");	\
 } while (0)
 

@@ -41,19 +41,10 @@ static int expect_report(const char *kind, const char *function)
 	return ok ? 0 : -1;
 }
 
-static int st_ready(void)
-{
-	if (access(ST "probe", W_OK) == 0)
-		return 1;
-	if (system("insmod /lib/modules/hp_set_test.ko 2>/dev/null") != 0)
-		return 0;
-	return access(ST "probe", W_OK) == 0;
-}
-
 #define REQUIRE_SET_TEST() do {						\
 	if (!hp_supported())						\
 		SKIP(return, "halfproc module not loaded");		\
-	if (!st_ready())						\
+	if (!test_module_ready("hp_set_test", ST "probe"))	\
 		SKIP(return, "no hp_set_test.ko (test-only module)");	\
 } while (0)
 

@@ -223,6 +223,22 @@ static inline long minflt(void)
 	return ru.ru_minflt;
 }
 
+/*
+ * Whether test-only module @name (/lib/modules/@name.ko, tests/guest/kmods)
+ * is loaded, loading it if not: its debugfs file @probe is then writable.
+ */
+static inline int test_module_ready(const char *name, const char *probe)
+{
+	char cmd[128];
+
+	if (access(probe, W_OK) == 0)
+		return 1;
+	snprintf(cmd, sizeof(cmd), "insmod /lib/modules/%s.ko 2>/dev/null", name);
+	if (system(cmd) != 0)
+		return 0;
+	return access(probe, W_OK) == 0;
+}
+
 /* The number a file holds (sysfs, debugfs), or -1. */
 static inline long file_long(const char *path)
 {

@@ -132,18 +132,19 @@ impl Node {
         self.pool = pages;
     }
 
+    /// What this node knows of the page at `addr`, if anything.
+    fn page_at(&self, addr: i64) -> Option<&crate::page::Page> {
+        self.pages.get(&self.regions.page_of(addr).ok()?)
+    }
+
     /// Whether this node owns the page at `addr` (tests, dumps).
     pub fn owns(&self, addr: i64) -> bool {
-        self.regions
-            .page_of(addr)
-            .is_ok_and(|p| self.pages.get(&p).is_some_and(|p| p.owner.is_some()))
+        self.page_at(addr).is_some_and(|p| p.owner.is_some())
     }
 
     /// Whether this node holds a clean copy of the page at `addr` (tests).
     pub fn has_copy(&self, addr: i64) -> bool {
-        self.regions
-            .page_of(addr)
-            .is_ok_and(|p| self.pages.get(&p).is_some_and(|p| p.copy.is_some()))
+        self.page_at(addr).is_some_and(|p| p.copy.is_some())
     }
 
     /// (owned pages moved away, clean copies dropped) so far.

@@ -20,6 +20,8 @@
 #include <linux/pid.h>
 #include <linux/sched/mm.h>
 
+#include "hp_pid_mm.h"
+
 static DEFINE_MUTEX(lock);		/* registration state below */
 static struct mmu_notifier mn;
 static struct mm_struct *registered;	/* the mm mn is on, or NULL */
@@ -48,20 +50,11 @@ static void unregister_locked(void)
 
 static int register_pid_locked(pid_t nr)
 {
-	struct task_struct *task;
-	struct mm_struct *mm;
-	struct pid *pid;
+	struct mm_struct *mm = hp_pid_mm(nr);
 	int ret;
 
-	pid = find_get_pid(nr);
-	task = get_pid_task(pid, PIDTYPE_PID);
-	put_pid(pid);
-	if (!task)
-		return -ESRCH;
-	mm = get_task_mm(task);
-	put_task_struct(task);
-	if (!mm)
-		return -EINVAL;
+	if (IS_ERR(mm))
+		return PTR_ERR(mm);
 	mn.ops = &mn_ops;
 	atomic_long_set(&count, 0);
 	ret = mmu_notifier_register(&mn, mm);

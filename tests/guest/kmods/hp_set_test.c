@@ -32,6 +32,8 @@
 #include <linux/seq_file.h>
 #include <linux/user_namespace.h>
 
+#include "hp_pid_mm.h"
+
 static DEFINE_MUTEX(lock);		/* everything below */
 static int probe_err = -ENODATA;	/* 0 once a probe succeeded */
 static int dumpable, init_ns, oom_skip;	/* the last probe's set mm */
@@ -46,19 +48,10 @@ static struct dentry *dir;
  */
 static struct mm_struct *member_mm(pid_t nr)
 {
-	struct task_struct *task;
-	struct mm_struct *mm;
-	struct pid *pid;
+	struct mm_struct *mm = hp_pid_mm(nr);
 
-	pid = find_get_pid(nr);
-	task = get_pid_task(pid, PIDTYPE_PID);
-	put_pid(pid);
-	if (!task)
-		return ERR_PTR(-ESRCH);
-	mm = get_task_mm(task);
-	put_task_struct(task);
-	if (!mm)
-		return ERR_PTR(-EINVAL);
+	if (IS_ERR(mm))
+		return mm;
 	if (!halfproc_member_set_mm(mm)) {
 		mmput(mm);
 		return ERR_PTR(-EINVAL);
