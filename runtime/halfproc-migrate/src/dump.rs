@@ -38,6 +38,8 @@ pub struct CheckpointStats {
     pub vmas: usize,
     /// Time the target was stopped.
     pub frozen: Duration,
+    /// Bytes of mapped files' contents written (`files.img`), 0 without.
+    pub files_bytes: u64,
 }
 
 /// Resources 0..RLIM_NLIMITS.
@@ -46,17 +48,21 @@ const RLIMITS: u32 = 16;
 /// Checkpoints `pid` (a single-threaded process we may ptrace) into `dir`,
 /// which is created. Refusals happen before the target is stopped.
 pub fn checkpoint(pid: i32, dir: &Path, leave: Leave) -> Result<CheckpointStats> {
-    checkpoint_relayed(pid, dir, leave, &[])
+    checkpoint_relayed(pid, dir, leave, &[], false)
 }
 
 /// [`checkpoint`] of a process whose stdio pipes with inodes in `relayed`
 /// are held and relayed by the caller: they are recorded as relayed ends
-/// (see [`crate::image::RelayedEnd`]) instead of being refused.
+/// (see [`crate::image::RelayedEnd`]) instead of being refused. With
+/// `with_files` the contents of its private file mappings are written too
+/// (`files.img`, read while it is stopped), so that the image can be
+/// restored where a mapped file differs.
 pub fn checkpoint_relayed(
     pid: i32,
     dir: &Path,
     leave: Leave,
     relayed: &[u64],
+    with_files: bool,
 ) -> Result<CheckpointStats> {
     refuse::check_relayed(pid, relayed)?;
     fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
@@ -67,8 +73,12 @@ pub fn checkpoint_relayed(
     );
     let frozen = Frozen::seize(pid)?;
     let t0 = Instant::now();
+    let mut files_bytes = 0;
     let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut out)).and_then(|m| {
         out.flush().map_err(|e| Error::io("write pages.img", e))?;
+        if with_files {
+            files_bytes = crate::files_img::write(dir, pid, &m)?;
+        }
         image::write_manifest(dir, &m)?;
         Ok(m)
     });
@@ -82,6 +92,7 @@ pub fn checkpoint_relayed(
         pages_bytes: m.pages_len,
         vmas: m.vmas.len(),
         frozen: frozen_for,
+        files_bytes,
     })
 }
 

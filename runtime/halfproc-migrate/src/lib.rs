@@ -10,6 +10,7 @@
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
 //! - `dump`: [`checkpoint`]; `dump_mem`: which pages are carried, and reading them;
 //! - [`image`]: the on-disk format (manifest + pages); [`PageBuf`]: page contents in memory;
+//! - [`files_img`]: mapped files' contents, for a restore where a file differs;
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
 //! - `restore`, `restore_plan`, `restore_moves`, `restorer`, `sigframe`: [`restore`],
@@ -34,6 +35,7 @@ mod signals;
 mod dump;
 mod dump_mem;
 mod dump_read;
+pub mod files_img;
 mod restore;
 mod restore_check;
 mod restore_moves;

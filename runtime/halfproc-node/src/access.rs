@@ -240,6 +240,7 @@ mod tests {
                 pid: 1,
                 dir: "/etc".into(),
                 kill: false,
+                with_files: false,
             },
             Msg::Migrate {
                 pid: 1,

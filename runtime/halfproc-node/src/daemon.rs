@@ -384,8 +384,13 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             };
             node.migrations.track_future(answer).await
         }
-        Msg::Checkpoint { pid, dir, kill } => {
-            let reply = migrate::checkpoint(node.clone(), pid, dir, kill).await;
+        Msg::Checkpoint {
+            pid,
+            dir,
+            kill,
+            with_files,
+        } => {
+            let reply = migrate::checkpoint(node.clone(), pid, dir, kill, with_files).await;
             conn.send(&reply).await
         }
         Msg::Resolve { pid, force } => {
@@ -434,6 +439,7 @@ async fn run_session(
 ) -> io::Result<()> {
     let (mut r, w) = conn.split();
     let tx = proto::writer_task(w);
+    let mut copies = Vec::new();
     let (how, name) = match first {
         Msg::Run { argv, cwd, env } if !argv.is_empty() => {
             let name = argv[0].clone();
@@ -448,13 +454,15 @@ async fn run_session(
             )
         }
         Msg::RestoreDir { dir } => match read_image(std::path::Path::new(&dir), owner.as_ref()) {
-            Ok((m, pages)) => {
+            Ok((m, pages, files)) => {
                 let name = m.comm.clone();
+                copies = files;
                 (
                     How::Restore {
                         manifest: Box::new(m),
                         pages: Pages::File(pages),
-                        stopped: false,
+                        // Stopped until the copied files are written in.
+                        stopped: !copies.is_empty(),
                         owner,
                     },
                     name,
@@ -487,6 +495,16 @@ async fn run_session(
         }
     };
     let pid = started.pid;
+    if let Some(go) = &started.go {
+        let filled = crate::files::fill(pid, &copies);
+        let _ = go.send(filled.is_ok());
+        if let Err(e) = filled {
+            lock(&node.sessions).remove(&id);
+            let _ = tx.send(Msg::Error(format!("copy pid {pid} killed: {e}")));
+            return Ok(());
+        }
+    }
+    drop(copies);
     // Before the relays start: the client must see Started before any Output.
     let _ = tx.send(Msg::Started { pid });
     let n2 = node.clone();
@@ -522,13 +540,15 @@ async fn run_session(
     Ok(())
 }
 
-/// Reads the image in `dir` (with `owner`'s rights if given: a user may
-/// restore only an image they can read) and opens its pages.
+/// The image in `dir` (read with `owner`'s rights if given: a user may
+/// restore only an image they can read), its pages opened, and the
+/// contents of the mapped files that differ here, from its `files.img`
+/// (their mappings made private memory: the copy is filled with them).
 fn read_image(
     dir: &std::path::Path,
     owner: Option<&halfproc_migrate::Creds>,
-) -> Result<(halfproc_migrate::image::Manifest, std::fs::File), String> {
-    use halfproc_migrate::image;
+) -> Result<ImageDir, String> {
+    use halfproc_migrate::{files_img, image};
     use std::io::Read;
     let open = |name: &str| {
         let p = dir.join(name);
@@ -543,13 +563,27 @@ fn read_image(
     open(image::MANIFEST)?
         .read_to_end(&mut text)
         .map_err(|e| e.to_string())?;
-    let m = image::parse_manifest(&text).map_err(|e| e.to_string())?;
+    let mut m = image::parse_manifest(&text).map_err(|e| e.to_string())?;
     let mut pages = open(image::PAGES)?;
     let mut data = Vec::new();
     pages.read_to_end(&mut data).map_err(|e| e.to_string())?;
     image::verify_pages(&m, &data).map_err(|e| e.to_string())?;
-    Ok((m, pages))
+    let differ = halfproc_migrate::differing_files(&m).map_err(|e| e.to_string())?;
+    let files = match differ.is_empty() || !dir.join(files_img::FILES).exists() {
+        true => None,
+        false => Some(open(files_img::FILES)?),
+    };
+    let copies = files_img::load(files, &m, &differ).map_err(|e| e.to_string())?;
+    halfproc_migrate::copy_instead(&mut m, &differ);
+    Ok((m, pages, copies))
 }
+
+/// What [`read_image`] gives: manifest, pages file, copied files' contents.
+type ImageDir = (
+    halfproc_migrate::image::Manifest,
+    std::fs::File,
+    Vec<(u64, Vec<u8>)>,
+);
 
 /// An incarnation running on another node reports to this, its origin.
 async fn attach(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> {

@@ -528,8 +528,15 @@ fn ended(pid: i32) -> bool {
     }
 }
 
-/// Checkpoints local `pid` into `dir`; with `kill` the program ends there.
-pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> Msg {
+/// Checkpoints local `pid` into `dir`; with `kill` the program ends there;
+/// `with_files` writes its mapped files' contents too.
+pub async fn checkpoint(
+    node: Arc<Node>,
+    pid: i32,
+    dir: String,
+    kill: bool,
+    with_files: bool,
+) -> Msg {
     let prog = match take(&node, pid, "checkpointed") {
         Ok(p) => p,
         Err(e) => return Msg::Error(e),
@@ -546,7 +553,13 @@ pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> M
         halfproc_migrate::Leave::Continue
     };
     let r = tokio::task::spawn_blocking(move || {
-        halfproc_migrate::checkpoint_relayed(pid, std::path::Path::new(&d), leave, &inos)
+        halfproc_migrate::checkpoint_relayed(
+            pid,
+            std::path::Path::new(&d),
+            leave,
+            &inos,
+            with_files,
+        )
     })
     .await;
     let r = match r {
@@ -560,9 +573,17 @@ pub async fn checkpoint(node: Arc<Node>, pid: i32, dir: String, kill: bool) -> M
                 prog.resume_here();
             }
             Msg::Done(format!(
-                "checkpointed pid {pid} into {dir}: {:.1} MiB of pages, {} VMAs, stopped {} ms{}",
+                "checkpointed pid {pid} into {dir}: {:.1} MiB of pages, {} VMAs{}, stopped {} ms{}",
                 st.pages_bytes as f64 / 1048576.0,
                 st.vmas,
+                if with_files {
+                    format!(
+                        ", {:.1} MiB of mapped files",
+                        st.files_bytes as f64 / 1048576.0
+                    )
+                } else {
+                    String::new()
+                },
                 st.frozen.as_millis(),
                 if kill {
                     "; the program was stopped"

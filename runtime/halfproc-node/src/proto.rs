@@ -33,7 +33,7 @@ pub fn unix_path(addr: &str) -> Option<&str> {
 }
 
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -153,11 +153,13 @@ pub enum Msg {
         pid: i32,
         to: String,
     },
-    /// Checkpoint a local program into `dir` (on the node's filesystem).
+    /// Checkpoint a local program into `dir` (on the node's filesystem);
+    /// with `with_files` its mapped files' contents too (`files.img`).
     Checkpoint {
         pid: i32,
         dir: String,
         kill: bool,
+        with_files: bool,
     },
 
     /// Settle a program left in doubt by a migration whose commit

@@ -7,7 +7,8 @@ use halfproc_node::proto::Msg;
 use std::process::ExitCode;
 
 /// Checkpoint program PID of the node daemon into DIR (on the daemon's
-/// machine): `manifest.json` + `pages.img`. The daemon does it (it is the
+/// machine): `manifest.json` + `pages.img` (+ `files.img` with
+/// --with-files). The daemon does it (it is the
 /// program's parent and holds its stdio pipes, which are recorded as
 /// relayed). The program keeps running unless --kill; `halfproc restore DIR`
 /// starts the copy.
@@ -27,6 +28,13 @@ pub struct CheckpointArgs {
     /// Stop the program after the checkpoint (its `run` exits with 75).
     #[arg(long)]
     kill: bool,
+    /// Also write the contents of its mapped files (program text,
+    /// libraries) into DIR/files.img, so that `halfproc restore` works
+    /// where one of them differs or is missing (another machine, a
+    /// rebuilt binary). Without it such a restore is refused, naming the
+    /// file.
+    #[arg(long)]
+    with_files: bool,
 }
 
 pub fn run(a: CheckpointArgs) -> ExitCode {
@@ -36,6 +44,7 @@ pub fn run(a: CheckpointArgs) -> ExitCode {
         pid: a.pid,
         dir: dir.to_string_lossy().into_owned(),
         kill: a.kill,
+        with_files: a.with_files,
     };
     match halfproc_node::client::request(&addr, &a.node.ident(), req, |p| {
         eprintln!("halfproc checkpoint: {p}")

@@ -7,12 +7,21 @@ use std::fs::File;
 use std::process::Stdio;
 
 fn checkpoint(d: &Daemon, pid: i32, dir: &std::path::Path, kill: bool) -> Result<String, String> {
+    let extra: &[&str] = if kill { &["--kill"] } else { &[] };
+    checkpoint_with(d, pid, dir, extra)
+}
+
+/// `halfproc checkpoint` with `extra` arguments: Ok(stderr) or Err(why).
+fn checkpoint_with(
+    d: &Daemon,
+    pid: i32,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> Result<String, String> {
     let mut c = halfproc();
     c.args(["checkpoint", "--node", &d.addr, &pid.to_string(), "-o"])
-        .arg(dir);
-    if kill {
-        c.arg("--kill");
-    }
+        .arg(dir)
+        .args(extra);
     let o = c.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     if o.status.success() {
@@ -24,15 +33,27 @@ fn checkpoint(d: &Daemon, pid: i32, dir: &std::path::Path, kill: bool) -> Result
 
 /// `halfproc restore DIR`: (stdout, exit code).
 fn restore(d: &Daemon, dir: &std::path::Path, tmp: &std::path::Path) -> (Vec<u8>, i32) {
+    let (out, code, _) = restore_err(d, dir, tmp);
+    (out, code)
+}
+
+/// `halfproc restore DIR`: (stdout, exit code, stderr).
+fn restore_err(d: &Daemon, dir: &std::path::Path, tmp: &std::path::Path) -> (Vec<u8>, i32, String) {
     let out = tmp.join("restored.out");
-    let st = halfproc()
+    let o = halfproc()
         .args(["restore", "--node", &d.addr])
         .arg(dir)
         .stdin(Stdio::null())
         .stdout(File::create(&out).unwrap())
-        .status()
+        .stderr(Stdio::piped())
+        .output()
         .unwrap();
-    (std::fs::read(&out).unwrap(), st.code().unwrap_or(-1))
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (
+        std::fs::read(&out).unwrap(),
+        o.status.code().unwrap_or(-1),
+        err,
+    )
 }
 
 /// `prog 20000` run on a daemon and checkpointed 300 ms later.
@@ -110,4 +131,69 @@ fn checkpoint_of_a_socket_holder_is_refused() {
     let (out, code, _) = r.finish();
     assert_same("socket", &out, &want);
     assert_eq!(code, want_code);
+}
+
+/// The program's binary is another file when the image is restored (a
+/// rebuild, or the image taken to a machine with another version): an
+/// image taken `--with-files` carries the text it ran and restores; one
+/// taken without is refused, naming the binary and the option, and
+/// nothing runs.
+#[test]
+fn with_files_an_image_restores_where_its_binary_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("prog-v1");
+    // cp(1), not a write of ours: see node_files.rs on ETXTBSY.
+    assert!(std::process::Command::new("cp")
+        .arg(prog())
+        .arg(&exe)
+        .status()
+        .unwrap()
+        .success());
+    let argv = [exe.to_str().unwrap(), "20000"];
+    let (want, want_code) = reference(&argv, None);
+    let a = Daemon::start();
+    let r = run(&a, &argv, None, tmp.path(), "prog-v1");
+    let pid = r.pid();
+    sleep_ms(300);
+    let with = tmp.path().join("img-with");
+    let without = tmp.path().join("img-without");
+    let s = checkpoint_with(&a, pid, &without, &[]).expect("checkpoint");
+    assert!(!s.contains("mapped files"), "{s}");
+    assert!(!without.join("files.img").exists());
+    let s = checkpoint_with(&a, pid, &with, &["--kill", "--with-files"]).expect("checkpoint");
+    assert!(s.contains("MiB of mapped files"), "{s}");
+    eprintln!("{s}");
+    let (before, code, err) = r.finish();
+    assert_eq!(code, 75, "run after checkpoint --kill ({err})");
+    // Another file under the binary's name.
+    let new = tmp.path().join("prog-v2");
+    assert!(std::process::Command::new("cp")
+        .args(["/bin/true"])
+        .arg(&new)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::rename(&new, &exe).unwrap();
+
+    let (out, code, err) = restore_err(&a, &without, tmp.path());
+    assert_ne!(code, 0, "restored without the files: {err}");
+    assert!(out.is_empty(), "the refused restore ran: {out:?}");
+    assert!(
+        err.contains(exe.to_str().unwrap()) && err.contains("--with-files"),
+        "{err}"
+    );
+
+    let (after, code, err) = restore_err(&a, &with, tmp.path());
+    assert_eq!(code, want_code, "restored program's exit status ({err})");
+    assert!(!after.is_empty(), "nothing after the checkpoint");
+    assert_same("before + after", &[before, after].concat(), &want);
+    // A damaged files.img is refused before anything runs.
+    let img = with.join("files.img");
+    let mut raw = std::fs::read(&img).unwrap();
+    let last = raw.len() - 1;
+    raw[last] ^= 0x55;
+    std::fs::write(&img, raw).unwrap();
+    let (out, code, err) = restore_err(&a, &with, tmp.path());
+    assert_ne!(code, 0, "restored a damaged files.img: {err}");
+    assert!(out.is_empty() && err.contains("fails its CRC"), "{err}");
 }

@@ -1,0 +1,225 @@
+//! `files.img`: the contents of an image's private file mappings, as the
+//! checkpointed process saw them, for a restore where a mapped file is no
+//! longer the same (another machine's library, a rebuilt binary).
+//!
+//! Written only when asked (`halfproc checkpoint --with-files`): a restore
+//! maps text from the same file when it is identical there (size, mtime,
+//! CRC-32), and most images are restored where they were taken. When a file
+//! differs, the restore makes its mappings private memory
+//! ([`crate::copy_instead`]) and the caller writes these contents into the
+//! stopped copy, as a node daemon does with `NeedFiles` in a live
+//! migration.
+//!
+//! Format: the magic `HPFILES1`, then records to the end of the file, each
+//! `start: u64, len: u64, crc32: u32` (little endian) and `len` bytes: the
+//! first `len` bytes of the mapping at `start` (a mapping that reaches past
+//! the end of its file stops at the first page that cannot be read).
+
+use crate::error::{Error, Result};
+use crate::image::{Backing, Manifest};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// File name of the mapped files' contents in an image directory.
+pub const FILES: &str = "files.img";
+
+const MAGIC: &[u8; 8] = b"HPFILES1";
+const PAGE: u64 = 4096;
+/// Bytes read from the target at a time.
+const CHUNK: u64 = 1 << 20;
+
+/// The private file mappings of `m`: what `files.img` carries.
+fn carried(m: &Manifest) -> impl Iterator<Item = (u64, u64)> + '_ {
+    m.vmas.iter().filter_map(|v| match &v.backing {
+        Backing::File { shared: false, .. } => Some((v.start, v.end)),
+        _ => None,
+    })
+}
+
+/// Writes `dir/files.img` from the stopped process `pid` (which the caller
+/// traces: `/proc/PID/mem` reads its mappings whatever their protection).
+/// Returns the bytes of contents written.
+pub(crate) fn write(dir: &Path, pid: i32, m: &Manifest) -> Result<u64> {
+    let path = dir.join(FILES);
+    let mem = File::open(format!("/proc/{pid}/mem"))
+        .map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let mut out = BufWriter::new(
+        File::create(&path).map_err(|e| Error::io(format!("create {}", path.display()), e))?,
+    );
+    let werr = |e| Error::io(format!("write {}", path.display()), e);
+    out.write_all(MAGIC).map_err(werr)?;
+    let mut total = 0;
+    for (start, end) in carried(m) {
+        let data = read_mapping(&mem, start, end);
+        out.write_all(&start.to_le_bytes()).map_err(werr)?;
+        out.write_all(&(data.len() as u64).to_le_bytes())
+            .map_err(werr)?;
+        out.write_all(&crc32fast::hash(&data).to_le_bytes())
+            .map_err(werr)?;
+        out.write_all(&data).map_err(werr)?;
+        total += data.len() as u64;
+    }
+    out.flush().map_err(werr)?;
+    Ok(total)
+}
+
+/// `[start, end)` of the target up to the first page it cannot read (past
+/// the end of the mapped file: the process itself would get SIGBUS there).
+fn read_mapping(mem: &File, start: u64, end: u64) -> Vec<u8> {
+    let mut data = Vec::with_capacity((end - start) as usize);
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(CHUNK);
+        let mut buf = vec![0u8; n as usize];
+        if mem.read_exact_at(&mut buf, at).is_ok() {
+            data.extend_from_slice(&buf);
+            at += n;
+            continue;
+        }
+        // Page by page up to the first that fails.
+        let mut page = [0u8; PAGE as usize];
+        while at < end && mem.read_exact_at(&mut page, at).is_ok() {
+            data.extend_from_slice(&page);
+            at += PAGE;
+        }
+        break;
+    }
+    data
+}
+
+/// The carried contents of the file mappings `idx` of `m` (from
+/// [`crate::differing_files`]), read from `files` (`dir/files.img`, opened
+/// by the caller with the restoring user's rights; `None`: the image has
+/// none). Each record's CRC is checked; a mapping the file does not carry
+/// is an error naming its file.
+pub fn load(files: Option<File>, m: &Manifest, idx: &[usize]) -> Result<Vec<(u64, Vec<u8>)>> {
+    if idx.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(mut f) = files else {
+        return Err(Error::Restore(format!(
+            "mapped file {} changed since the checkpoint (or is missing here), and the image \
+             does not carry mapped files (checkpoint with --with-files)",
+            path_of(m, idx[0])
+        )));
+    };
+    let mut raw = Vec::new();
+    f.read_to_end(&mut raw)
+        .map_err(|e| Error::io(format!("read {FILES}"), e))?;
+    let records = parse(&raw)?;
+    idx.iter()
+        .map(|&i| {
+            let v = &m.vmas[i];
+            records
+                .iter()
+                .find(|(start, data)| *start == v.start && v.start + data.len() as u64 <= v.end)
+                .map(|(start, data)| (*start, data.to_vec()))
+                .ok_or_else(|| {
+                    Error::Image(format!(
+                        "{FILES} does not carry {:#x}-{:#x} ({})",
+                        v.start,
+                        v.end,
+                        path_of(m, i)
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn path_of(m: &Manifest, i: usize) -> &str {
+    match &m.vmas[i].backing {
+        Backing::File { path, .. } => path,
+        _ => "?",
+    }
+}
+
+/// The records of a `files.img`, checked.
+fn parse(raw: &[u8]) -> Result<Vec<(u64, &[u8])>> {
+    let bad = |why: String| Error::Image(format!("{FILES}: {why}"));
+    let mut rest = raw
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or_else(|| bad("not a files image (bad magic)".into()))?;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        if rest.len() < 20 {
+            return Err(bad(format!("{} bytes of a truncated record", rest.len())));
+        }
+        let word = |at: usize| u64::from_le_bytes(rest[at..at + 8].try_into().unwrap());
+        let (start, len) = (word(0), word(8));
+        let crc = u32::from_le_bytes(rest[16..20].try_into().unwrap());
+        let data = rest[20..]
+            .get(..usize::try_from(len).unwrap_or(usize::MAX))
+            .ok_or_else(|| bad(format!("the record at {start:#x} is cut short")))?;
+        if crc32fast::hash(data) != crc {
+            return Err(bad(format!("the record at {start:#x} fails its CRC")));
+        }
+        out.push((start, data));
+        rest = &rest[20 + data.len()..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(start: u64, data: &[u8]) -> Vec<u8> {
+        let mut r = start.to_le_bytes().to_vec();
+        r.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        r.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+        r.extend_from_slice(data);
+        r
+    }
+
+    #[test]
+    fn parse_reads_records_and_refuses_damage() {
+        let mut raw = MAGIC.to_vec();
+        raw.extend(record(0x1000, b"text"));
+        raw.extend(record(0x5000, b""));
+        let r = parse(&raw).unwrap();
+        assert_eq!(r, vec![(0x1000, &b"text"[..]), (0x5000, &b""[..])]);
+
+        let mut flipped = raw.clone();
+        flipped[8 + 20] ^= 1;
+        let e = parse(&flipped).unwrap_err().to_string();
+        assert!(e.contains("0x1000 fails its CRC"), "{e}");
+        let e = parse(&raw[..raw.len() - 21]).unwrap_err().to_string();
+        assert!(e.contains("cut short"), "{e}");
+        let e = parse(&raw[..raw.len() - 3]).unwrap_err().to_string();
+        assert!(e.contains("truncated record"), "{e}");
+        let e = parse(b"HPFILES0").unwrap_err().to_string();
+        assert!(e.contains("bad magic"), "{e}");
+    }
+
+    #[test]
+    fn read_mapping_stops_at_the_first_unreadable_page() {
+        // Our own memory: two readable pages, then a hole.
+        // SAFETY: a fresh anonymous mapping of 3 pages, unmapped below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * PAGE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: the mapping above is 3 pages long; its first page is
+        // written, its third unmapped (it is not referenced afterwards).
+        unsafe {
+            *(base as *mut u8) = 7;
+            libc::munmap(base.add(2 * PAGE as usize), PAGE as usize);
+        }
+        let mem = File::open("/proc/self/mem").unwrap();
+        let start = base as u64;
+        let data = read_mapping(&mem, start, start + 3 * PAGE);
+        assert_eq!(data.len() as u64, 2 * PAGE);
+        assert_eq!(data[0], 7);
+        // SAFETY: the two pages still mapped at `base`.
+        unsafe { libc::munmap(base, 2 * PAGE as usize) };
+    }
+}
