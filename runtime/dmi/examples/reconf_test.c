@@ -12,6 +12,10 @@
  * calls (outside DMI_itergroup, bad addresses, bad init_node_num, unknown
  * modes) must return -1 with a message.
  *
+ * Under `dmi run --threads-per-node K` every member node runs K itergroup
+ * threads of this process: the per-thread state is thread-local, the
+ * failure count atomic, and DMI_judge_rescale checks core_num == K.
+ *
  * `reconf_test [ITERS [PAUSE_MS [LINGER_MS]]]`: ITERS iterations (default
  * 10), a pause of PAUSE_MS after each (so that nodes can join from outside
  * while it runs, tools/dmi/tests/join.rs), and node 0 waits LINGER_MS
@@ -38,7 +42,7 @@ struct data_t {
 	int64_t judged[MAX_GROUPS][3];	/* in, out, cur of the first "yes" */
 };
 
-static int failures;
+static int failures;	/* atomic: a node may run several itergroup threads */
 
 #define EXPECT(cond, ...)                                                  \
 	do {                                                               \
@@ -46,32 +50,46 @@ static int failures;
 			fprintf(stderr, "reconf_test: node %d: ", DMI_rank()); \
 			fprintf(stderr, __VA_ARGS__);                      \
 			fprintf(stderr, "\n");                             \
-			failures++;                                        \
+			__atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED); \
 		}                                                          \
 	} while (0)
 
 #define CHECK(call) EXPECT((call) >= 0, "%s: %s", #call, DMI_errmsg())
 
-static int64_t judged[3];
+static _Thread_local int64_t judged[3];
 
 /* Built with -DNO_JUDGE, the program has no DMI_judge_rescale (Fig. 6's
  * programs need none): DMI_check_rescale then ends the itergroup whenever
  * a node joins or leaves, and judged[] stays 0. */
 #ifndef NO_JUDGE
+/* Itergroup threads per node: dmi run --threads-per-node K. */
+static int cores(void)
+{
+	const char *k = getenv("DMI_THREADS_PER_NODE");
+
+	return k ? atoi(k) : 1;
+}
+
 int DMI_judge_rescale(DMI_node_t *in_nodes, DMI_node_t *out_nodes, DMI_node_t *cur_nodes,
 		      int in_node_num, int out_node_num, int cur_node_num)
 {
 	for (int i = 0; i < cur_node_num; i++)
-		if (cur_nodes[i].core_num != 1 || !strchr(cur_nodes[i].host, ':'))
-			failures++;
+		EXPECT(cur_nodes[i].core_num == cores() && strchr(cur_nodes[i].host, ':'),
+		       "node %d: core_num %d (want %d), host %s", cur_nodes[i].id,
+		       cur_nodes[i].core_num, cores(), cur_nodes[i].host);
+	/* distinct current nodes, whatever the threads per node */
+	for (int i = 0; i < cur_node_num; i++)
+		for (int j = 0; j < i; j++)
+			EXPECT(cur_nodes[i].id != cur_nodes[j].id, "node %d listed twice",
+			       cur_nodes[i].id);
 	/* a joining node is never a current one; node 0 never leaves */
 	for (int i = 0; i < in_node_num; i++)
 		for (int j = 0; j < cur_node_num; j++)
 			if (in_nodes[i].id == cur_nodes[j].id)
-				failures++;
+				__atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < out_node_num; i++)
 		if (out_nodes[i].id == 0)
-			failures++;
+			__atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
 	if (in_node_num + out_node_num >= 1) {
 		judged[0] = in_node_num;
 		judged[1] = out_node_num;
@@ -119,7 +137,7 @@ int DMI_itergroup(int rank, int pnum, int64_t addr)
 		d.groups++;
 		CHECK(DMI_write(addr, sizeof(d), &d, PUT));
 	}
-	return failures ? 0 : d.iter != d.iters;
+	return __atomic_load_n(&failures, __ATOMIC_RELAXED) ? 0 : d.iter != d.iters;
 }
 
 void DMI_main(int argc, char **argv)

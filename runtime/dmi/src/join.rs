@@ -40,11 +40,12 @@ pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The variables of node 0's environment a joiner takes over: they decide
 /// how every node derives the rescale requests (`reconf.rs`).
-pub const RUN_VARS: [&str; 4] = [
+pub const RUN_VARS: [&str; 5] = [
     "DMI_INITIAL",
     "DMI_SCHEDULE",
     "DMI_CONTROL",
     "DMI_ACCEPT_JOINS",
+    "DMI_THREADS_PER_NODE",
 ];
 
 /// Node 0's answer to a join it accepts.

@@ -7,15 +7,16 @@
 //! Node 0 runs the program's `main`; every other node process waits for
 //! node 0's instructions. `rescale` is Figs. 8-9's `DMI_rescale`: it keeps
 //! `$thread_num`, `$exit_flag`, `$ranks[]` and `$flags[]` in global memory
-//! (a region of 8-byte pages, `Var`), creates one itergroup thread per node
-//! (node 0's is a thread of this process, the others are started with
+//! (a region of 8-byte pages, `Var`), creates the itergroup threads (node
+//! 0's are threads of this process, the others are started with
 //! `AppMsg::Spawn`), and synchronises with them through barriers A, B and
 //! C of `pnum + 1` participants, which are themselves built on global
 //! memory (a fetch-and-add counter and a generation word). Nodes join
 //! (an epoch change, `epoch.rs`) before barrier A and leave after it, so a
 //! leaving node hands its pages over while the next itergroup computes.
-//! One thread per node here (`core_num` 1); `DMI_yield` (migrating compute
-//! instances) is not part of this slice.
+//! Each member node runs `DMI_THREADS_PER_NODE` itergroup threads (`dmi
+//! run --threads-per-node K`, default 1: the paper's one thread per core,
+//! `core_num` K), with consecutive ranks.
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -216,6 +217,8 @@ struct Shared {
     /// Live requests: a control socket, or joins from outside
     /// (`DMI_ACCEPT_JOINS`, `join.rs`).
     live: bool,
+    /// Itergroup threads per member node (`DMI_THREADS_PER_NODE`).
+    per_node: u32,
 }
 
 impl Shared {
@@ -259,11 +262,23 @@ thread_local! {
     static CTX: RefCell<Option<Ctx>> = const { RefCell::new(None) };
 }
 
+/// The distinct nodes of `ranks` (the node of each rank), in rank order.
+fn distinct(ranks: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
+    let mut out: Vec<NodeId> = Vec::new();
+    for n in ranks {
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
+}
+
 fn infos(dmi: &Dmi, ids: &[NodeId]) -> Vec<NodeInfo> {
+    let core_num = shared().map_or(1, |sh| sh.per_node);
     ids.iter()
         .map(|&id| NodeInfo {
             id,
-            core_num: 1,
+            core_num,
             addr: dmi
                 .peer_addr(id)
                 .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
@@ -354,9 +369,11 @@ fn itergroup_wrapper(dmi: &Dmi, tid: usize, args: i64, vars: i64) -> Result<(), 
         barrier(dmi, vars, pnum + 1)?; // A
         let rank = get(dmi, vars, Var::Ranks(tid))?;
         let base = get(dmi, vars, Var::Checks)? as u64;
-        let nodes = (0..pnum as usize)
-            .map(|i| get(dmi, vars, Var::Nodes(i)).map(|n| n as NodeId))
-            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = distinct(
+            (0..pnum as usize)
+                .map(|i| get(dmi, vars, Var::Nodes(i)).map(|n| n as NodeId))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         let requests = open_requests(dmi, vars)?;
         CTX.with(|c| {
             *c.borrow_mut() = Some(Ctx {
@@ -486,21 +503,31 @@ impl Controller {
             self.group += 1;
             let t0 = Instant::now();
             let old_pnum = self.running.len();
-            let before: Vec<NodeId> = self.running.iter().map(|r| r.1).collect();
+            let before = distinct(self.running.iter().map(|r| r.1));
             let mut created = Vec::new();
             for &node in &self.join {
-                if self.next_tid >= MAX_THREADS {
-                    return Err(DmiError::BadArgument(format!(
-                        "more than {MAX_THREADS} itergroup threads"
-                    )));
+                for _ in 0..shared()?.per_node {
+                    if self.next_tid >= MAX_THREADS {
+                        return Err(DmiError::BadArgument(format!(
+                            "more than {MAX_THREADS} itergroup threads"
+                        )));
+                    }
+                    created.push((self.next_tid, node));
+                    self.next_tid += 1;
                 }
-                self.running.push((self.next_tid, node));
-                created.push((self.next_tid, node));
-                self.next_tid += 1;
+            }
+            // A node's threads keep consecutive ranks: the new ones go
+            // after the last of their node's, or at the end.
+            for &(tid, node) in &created {
+                let at = match self.running.iter().rposition(|r| r.1 == node) {
+                    Some(i) => i + 1,
+                    None => self.running.len(),
+                };
+                self.running.insert(at, (tid, node));
             }
             let mut deleted = Vec::new();
             for &node in &self.leave {
-                if let Some(i) = self.running.iter().position(|r| r.1 == node) {
+                while let Some(i) = self.running.iter().position(|r| r.1 == node) {
                     let (tid, _) = self.running.remove(i);
                     put(dmi, vars, Var::Flags(tid), 1)?;
                     deleted.push(tid);
@@ -547,7 +574,7 @@ impl Controller {
             let ls = dmi.rescale_nodes(Vec::new(), self.leave.clone())?;
             let t_leave = t_leave.elapsed();
             if !joining.is_empty() || !self.leave.is_empty() {
-                let after: Vec<NodeId> = self.running.iter().map(|r| r.1).collect();
+                let after = distinct(self.running.iter().map(|r| r.1));
                 log(&format!(
                     "dmi: rescale before itergroup {}: nodes {before:?} -> {after:?}: \
                      join {:.1} ms ({} entries moved), leave {:.1} ms ({} pages, {} bytes, {} entries moved), \
@@ -594,7 +621,7 @@ impl Controller {
             put(dmi, vars, Var::LiveJoinsDone, j)?;
             put(dmi, vars, Var::LiveLeavesDone, l)?;
         }
-        let cur: Vec<NodeId> = self.running.iter().map(|r| r.1).collect();
+        let cur = distinct(self.running.iter().map(|r| r.1));
         (self.join, self.leave) = schedule::apply(&due, &cur);
         Ok(())
     }
@@ -623,6 +650,18 @@ pub fn run(dmi: &Dmi, program: Box<dyn Program>, args: &[String]) -> Result<Endi
         None => dmi.size(),
     };
     let control = dmi.run_var("DMI_CONTROL").map(std::path::PathBuf::from);
+    let per_node = match dmi.run_var("DMI_THREADS_PER_NODE") {
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|k| (1..=16).contains(k))
+            .ok_or_else(|| {
+                DmiError::Setup(format!(
+                    "DMI_THREADS_PER_NODE={v:?} is not valid (1 to 16 threads per node)"
+                ))
+            })?,
+        None => 1,
+    };
     let live = control.is_some() || dmi.run_var("DMI_ACCEPT_JOINS").is_some_and(|v| v == "1");
     let sh = Shared {
         program,
@@ -630,6 +669,7 @@ pub fn run(dmi: &Dmi, program: Box<dyn Program>, args: &[String]) -> Result<Endi
         initial,
         control,
         live,
+        per_node,
     };
     if SHARED.set(sh).is_err() {
         return Err(DmiError::BadArgument(
@@ -644,12 +684,20 @@ pub fn run(dmi: &Dmi, program: Box<dyn Program>, args: &[String]) -> Result<Endi
         }
         return Ok(Ending::Finalize);
     }
+    // Each Spawn is a thread of its own (a node runs `per_node` of them);
+    // the scope joins the retired ones when the node leaves or ends.
+    std::thread::scope(|s| serve_spawns(dmi, s))
+}
+
+/// A node other than 0: runs node 0's instructions until the run ends for
+/// it.
+fn serve_spawns<'s>(dmi: &'s Dmi, s: &'s std::thread::Scope<'s, '_>) -> Result<Ending, DmiError> {
     let mut was_member = false;
     loop {
         match dmi.next_app_event()? {
             AppEvent::Msg(AppMsg::Spawn { thread, args, vars }) => {
                 was_member = true;
-                wrapper_or_exit(dmi, thread as usize, args, vars)
+                s.spawn(move || wrapper_or_exit(dmi, thread as usize, args, vars));
             }
             AppEvent::Msg(AppMsg::Admitted { text }) => {
                 eprintln!("dmi: node {}: {text}", dmi.rank());

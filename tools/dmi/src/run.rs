@@ -80,6 +80,12 @@ pub struct RunArgs {
     /// PROG`, from any machine that reaches --bind). Needs --secret-file.
     #[arg(long, requires = "secret_file")]
     accept_joins: bool,
+    /// Reconfigurable programs: K itergroup threads on every member node
+    /// (the paper's one thread per core), ranks of one node consecutive;
+    /// DMI_judge_rescale sees core_num K.
+    #[arg(long, value_name = "K", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    threads_per_node: u32,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     prog: Vec<String>,
@@ -175,6 +181,9 @@ pub fn run(a: RunArgs) -> i32 {
         }
         if a.accept_joins {
             cmd.env("DMI_ACCEPT_JOINS", "1");
+        }
+        if a.threads_per_node > 1 {
+            cmd.env("DMI_THREADS_PER_NODE", a.threads_per_node.to_string());
         }
         if a.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());

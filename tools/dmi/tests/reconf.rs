@@ -168,6 +168,56 @@ fn a_program_grows_from_1_to_3_nodes_and_shrinks_to_2_losing_nothing() {
     assert!(out.contains("reconf ok"), "{}", text(&o));
 }
 
+/// Two itergroup threads per node (`--threads-per-node 2`, the paper's one
+/// thread per core): 1 -> 3 -> 2 nodes are itergroups of 2, 6 and 4
+/// threads, the judge sees nodes (not threads) with core_num 2, the
+/// leaving node's two threads both retire before it hands over, and no
+/// counter is lost. Before, every node ran one thread whatever the cores.
+#[test]
+fn two_itergroup_threads_per_node_grow_and_shrink_with_their_node() {
+    let prog = build_c("reconf_test");
+    let p = prog.to_str().unwrap();
+    for round in 0..3 {
+        let o = dmi(&[
+            "run",
+            "-n",
+            "1",
+            "--threads-per-node",
+            "2",
+            "--grow-at",
+            "3:2",
+            "--shrink-at",
+            "6:1",
+            p,
+        ]);
+        assert!(o.status.success(), "round {round}: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("itergroups 2(in 2 out 0 cur 1) 6(in 0 out 1 cur 3) 4(in 0 out 0 cur 0)"),
+            "round {round}: {}",
+            text(&o)
+        );
+        assert!(out.contains("reconf ok: 24 counters at 10"), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("nodes [0] -> [0, 1, 2]"), "{}", text(&o));
+        assert!(err.contains("nodes [0, 1, 2] -> [0, 1]"), "{}", text(&o));
+    }
+    let o = dmi(&["run", "-n", "1", "--threads-per-node", "17", p]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("17 is not in 1..=16"), "{}", text(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_dmi"))
+        .args(["run", "-n", "1", p])
+        .env("DMI_THREADS_PER_NODE", "zero")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("DMI_THREADS_PER_NODE=\"zero\" is not valid"),
+        "{}",
+        text(&o)
+    );
+}
+
 #[test]
 fn bad_schedules_are_refused() {
     for (flag, v) in [
