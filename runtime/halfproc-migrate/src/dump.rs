@@ -4,8 +4,8 @@ use crate::dump_mem::{dump_memory, reserve_for, Sink};
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
-    self, reg, AltStack, FdEntry, Manifest, MmFields, PipeEnd, RelayedEnd, Rlimit, SigAction,
-    TidAddress,
+    self, reg, AltStack, FdEntry, Itimer, Manifest, MmFields, PipeEnd, RelayedEnd, Rlimit,
+    SigAction, TidAddress,
 };
 use crate::mem::{self, MemoryReader};
 use crate::pagebuf::PageBuf;
@@ -197,7 +197,12 @@ fn dump_frozen(
     f.set_sigmask(u64::MAX)?;
     let queried = time("signals", || query_signal_state(f, reader, &maps, &saved));
     let unblocked = f.set_sigmask(blocked);
-    let (sigactions, altstack, tid_addr) = queried?;
+    let Queried {
+        sigactions,
+        altstack,
+        tid_address: tid_addr,
+        itimers,
+    } = queried?;
     unblocked?;
     let tid_address = tid_addr.map(|addr| tid_address(pid, reader, &maps, addr));
     let mut regs = saved.clone();
@@ -264,6 +269,7 @@ fn dump_frozen(
         pages_crc,
         set_range,
         pending,
+        itimers,
     };
     crate::phases::add("fds+mm", t.elapsed());
     Ok(manifest)
@@ -443,16 +449,24 @@ fn tid_address(
     TidAddress { addr, holds_tid }
 }
 
-/// Signal dispositions, the alternate stack and the `set_tid_address`
-/// registration (`PR_GET_TID_ADDRESS`: `None` without
-/// `CONFIG_CHECKPOINT_RESTORE`), each asked by a system call executed in
-/// the target.
+/// What [`query_signal_state`] asks the target.
+struct Queried {
+    sigactions: Vec<SigAction>,
+    altstack: AltStack,
+    /// `None` without `CONFIG_CHECKPOINT_RESTORE`.
+    tid_address: Option<u64>,
+    itimers: Vec<Itimer>,
+}
+
+/// Signal dispositions, the alternate stack, the `set_tid_address`
+/// registration (`PR_GET_TID_ADDRESS`) and the armed interval timers, each
+/// asked by a system call executed in the target.
 fn query_signal_state(
     f: &Frozen,
     reader: &dyn MemoryReader,
     maps: &[procfs::MapsEntry],
     regs: &[u64],
-) -> Result<(Vec<SigAction>, AltStack, Option<u64>)> {
+) -> Result<Queried> {
     let pid = f.pid();
     let insn = find_syscall_insn(reader, maps)?;
     let scratch = (regs[reg::RSP] - 128 - 64) & !15;
@@ -562,6 +576,45 @@ fn query_signal_state(
             Err(e) => failure = Some(e),
         }
     }
+    let mut itimers = Vec::new();
+    for which in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF] {
+        if failure.is_some() {
+            break;
+        }
+        match f.inject(
+            regs,
+            insn,
+            libc::SYS_getitimer as u64,
+            &[which as u64, scratch],
+        ) {
+            Ok(0) => {
+                // struct itimerval: it_interval, it_value (timeval each).
+                let mut b = [0u8; 32];
+                reader
+                    .read(scratch, &mut b)
+                    .map_err(|e| Error::io("read itimerval", e))?;
+                let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+                let (interval_us, mut value_us) =
+                    (w(0) * 1_000_000 + w(1), w(2) * 1_000_000 + w(3));
+                // A periodic ITIMER_REAL that expired is re-armed by the
+                // kernel only when its SIGALRM is dequeued: until then (the
+                // signal pending, here carried with the others) it reads
+                // as disarmed. It runs again one interval from now.
+                if value_us == 0 && which == libc::ITIMER_REAL {
+                    value_us = interval_us;
+                }
+                if value_us > 0 {
+                    itimers.push(Itimer {
+                        which,
+                        value_us,
+                        interval_us,
+                    });
+                }
+            }
+            Ok(e) => failure = Some(Error::Restore(format!("getitimer in target returned {e}"))),
+            Err(e) => failure = Some(e),
+        }
+    }
     let mem = fs::OpenOptions::new()
         .write(true)
         .open(format!("/proc/{pid}/mem"));
@@ -570,6 +623,11 @@ fn query_signal_state(
     put_back.map_err(|e| Error::io("restore scratch slot", e))?;
     match failure {
         Some(e) => Err(e),
-        None => Ok((out, alt, tid_address.filter(|&a| a != 0))),
+        None => Ok(Queried {
+            sigactions: out,
+            altstack: alt,
+            tid_address: tid_address.filter(|&a| a != 0),
+            itimers,
+        }),
     }
 }

@@ -32,6 +32,8 @@ pub enum Refusal {
     PendingSignals { mask: u64 },
     /// Not a process we can read (zombie, kernel thread).
     NotRunning { state: String },
+    /// POSIX timers (`timer_create`, listed in `/proc/pid/timers`).
+    PosixTimers { count: usize },
 }
 
 impl fmt::Display for Refusal {
@@ -45,6 +47,11 @@ impl fmt::Display for Refusal {
                      threads' registers, TLS and stacks are not carried)"
                 )
             }
+            Refusal::PosixTimers { count } => write!(
+                f,
+                "process has {count} POSIX timer(s) (timer_create), which cannot be carried \
+                 (interval timers of setitimer and alarm are)"
+            ),
             Refusal::Socket { fd, target } => write!(f, "fd {fd} is a socket ({target})"),
             Refusal::Pipe { fd, target } => write!(f, "fd {fd} is a pipe or FIFO ({target})"),
             Refusal::Device { fd, target } => write!(f, "fd {fd} is a device file ({target})"),

@@ -8,8 +8,9 @@ use std::fs;
 use std::path::Path;
 
 /// Format version written by this crate. 2 added `pending` (queued
-/// signals): a reader of version 1 would drop them without a word.
-pub const VERSION: u32 = 2;
+/// signals): a reader of version 1 would drop them without a word; 3
+/// added `itimers` (the same).
+pub const VERSION: u32 = 3;
 /// Oldest version `read` accepts (refusing older and newer ones). A version
 /// 1 image has no `pending`: its writer refused processes with pending
 /// signals, so "none" is exact.
@@ -96,6 +97,21 @@ pub struct Manifest {
     /// dequeues them in); see [`PendingSignal`].
     #[serde(default)]
     pub pending: Vec<PendingSignal>,
+    /// The armed interval timers (`setitimer`, `alarm`): set again by the
+    /// restorer as its last step, with what was left of them.
+    #[serde(default)]
+    pub itimers: Vec<Itimer>,
+}
+
+/// One armed interval timer (`getitimer` in the target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Itimer {
+    /// `ITIMER_REAL`, `ITIMER_VIRTUAL` or `ITIMER_PROF`.
+    pub which: i32,
+    /// Microseconds to the next expiry (never 0: a timer at 0 is disarmed).
+    pub value_us: u64,
+    /// Microseconds between expiries (0: fires once).
+    pub interval_us: u64,
 }
 
 /// One queued signal (`PTRACE_PEEKSIGINFO`), re-queued by the restorer with

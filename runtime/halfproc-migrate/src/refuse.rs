@@ -215,6 +215,14 @@ pub fn check_member(pid: i32, relayed: &[u64], set_range: Option<(u64, u64)>) ->
     if threads != 1 {
         return Err(Refusal::MultiThreaded { threads }.into());
     }
+    // `/proc/pid/timers` exists with CONFIG_CHECKPOINT_RESTORE (Debian's
+    // and the guest's kernels); without it a POSIX timer cannot be seen.
+    if let Ok(t) = std::fs::read_to_string(format!("/proc/{pid}/timers")) {
+        let count = t.lines().filter(|l| l.starts_with("ID:")).count();
+        if count > 0 {
+            return Err(Refusal::PosixTimers { count }.into());
+        }
+    }
     let tracer: i32 = procfs::field(&st, "TracerPid")?.parse().unwrap_or(0);
     if tracer != 0 {
         return Err(Refusal::Traced { tracer }.into());

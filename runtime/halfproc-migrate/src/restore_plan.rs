@@ -724,6 +724,24 @@ pub(crate) fn plan(
         }
     }
 
+    // The interval timers last, so that a copy held stopped does not spend
+    // them: what was left at the freeze runs from here on.
+    for t in &m.itimers {
+        let tv = |us: u64| [us / 1_000_000, us % 1_000_000];
+        let val: Vec<u8> = [tv(t.interval_us), tv(t.value_us)]
+            .concat()
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let at = b.push(&val, 8);
+        op(
+            SYS_setitimer,
+            &[t.which as u64, at, 0],
+            0,
+            format!("setitimer({}, {} us)", t.which, t.value_us),
+        );
+    }
+
     let xsave = sigframe::xsave_image(&m.xstate);
     let fpstate = b.push(&xsave, 64);
     let frame_addr = b.push(

@@ -35,6 +35,15 @@ fn refuses_threads() {
     ));
 }
 
+/// A POSIX timer has a kernel id and clock the restore cannot give back;
+/// interval timers are carried (`state.rs`).
+#[test]
+fn refuses_posix_timers() {
+    let r = refused("posixtimer", &[]);
+    assert!(matches!(r, Refusal::PosixTimers { count: 1 }), "{r}");
+    assert!(r.to_string().contains("timer_create"), "{r}");
+}
+
 #[test]
 fn refuses_sockets() {
     let r = refused("socket", &[]);

@@ -87,6 +87,44 @@ fn rlimits_and_rseq_survive() {
     assert_eq!(st, "exit 10");
 }
 
+/// Interval timers (setitimer, alarm) follow the process: a periodic
+/// ITIMER_REAL keeps ticking, the virtual and profiling timers keep their
+/// intervals and what was left (three moves in a row). Before, the copy
+/// ran with no timer at all: a program waiting for its alarm waited
+/// forever. "blocked": SIGALRM blocked and pending at every checkpoint,
+/// when the kernel has not re-armed the expired periodic timer (it does
+/// so when the signal is dequeued) and `getitimer` reads it as disarmed;
+/// the first version dropped it then (seen once in a whole-suite run).
+#[test]
+fn interval_timers_survive() {
+    for how in ["running", "blocked"] {
+        interval_timers_survive_when(how);
+    }
+}
+
+fn interval_timers_survive_when(how: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let mut pid = spawn(targets(), &["itimers", how], None, &out);
+    for i in 0..3 {
+        sleep_ms(150);
+        let img = tmp.path().join(format!("img{i}"));
+        checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+        pid = restore(&img).expect("restore").pid;
+    }
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let st = describe(wait(pid));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "ready\nalarm ticking=1; real interval us=20000; virtual left in (0,1000]=1; \
+         prof interval s=7 left in (0,2000]=1\n",
+        "{how}"
+    );
+    assert_eq!(st, "exit 11", "{how}");
+}
+
 #[test]
 fn corrupt_pages_are_detected() {
     let tmp = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <stdlib.h>
 #include <sys/auxv.h>
 #include <sys/prctl.h>
@@ -21,7 +22,22 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t got;
+static volatile sig_atomic_t ticks;
 static volatile unsigned long spin;
+
+static void on_alrm(int sig)
+{
+	(void)sig;
+	ticks++;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 static void on_usr1(int sig)
 {
@@ -198,6 +214,66 @@ int main(int argc, char **argv)
 		       sigismember(&cur, SIGUSR2), old.sa_handler == SIG_IGN, (unsigned)m,
 		       getcwd(cwd, sizeof(cwd)) ? cwd : "?");
 		return 7;
+	} else if (!strcmp(mode, "itimers")) {
+		/*
+		 * Interval timers (setitimer, alarm): a periodic ITIMER_REAL of
+		 * 20 ms must keep ticking after the moves, and the virtual and
+		 * profiling timers keep their intervals and what is left.
+		 */
+		struct itimerval real = { { 0, 20000 }, { 0, 20000 } };
+		struct itimerval virt = { { 0, 0 }, { 1000, 0 } };
+		struct itimerval prof = { { 7, 0 }, { 2000, 0 } };
+		struct itimerval r, v, p;
+		struct sigaction sa;
+		sigset_t alrm;
+		/* "blocked": SIGALRM stays pending, so the kernel has not re-armed
+		 * the periodic timer when the process is checkpointed */
+		int blocked = argc > 2 && !strcmp(argv[2], "blocked");
+
+		sigemptyset(&alrm);
+		sigaddset(&alrm, SIGALRM);
+		if (blocked)
+			sigprocmask(SIG_BLOCK, &alrm, NULL);
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		sa.sa_handler = on_alrm;
+		sa.sa_flags = SA_RESTART;
+		sigaction(SIGALRM, &sa, NULL);
+		if (setitimer(ITIMER_REAL, &real, NULL) || setitimer(ITIMER_VIRTUAL, &virt, NULL) ||
+		    setitimer(ITIMER_PROF, &prof, NULL))
+			return 1;
+		printf("ready\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		if (blocked)
+			sigprocmask(SIG_UNBLOCK, &alrm, NULL);
+		/* 5 ticks (100 ms) where the timer survived; none in 5 s where not */
+		int before = ticks;
+		double end = now_s() + 5;
+
+		while (ticks - before < 5 && now_s() < end)
+			spin++;
+		getitimer(ITIMER_REAL, &r);
+		getitimer(ITIMER_VIRTUAL, &v);
+		getitimer(ITIMER_PROF, &p);
+		printf("alarm ticking=%d; real interval us=%ld; virtual left in (0,1000]=%d; "
+		       "prof interval s=%ld left in (0,2000]=%d\n",
+		       ticks - before >= 5, (long)r.it_interval.tv_usec,
+		       v.it_value.tv_sec + v.it_value.tv_usec > 0 && v.it_value.tv_sec < 1000,
+		       (long)p.it_interval.tv_sec,
+		       p.it_value.tv_sec + p.it_value.tv_usec > 0 && p.it_value.tv_sec < 2000);
+		return 11;
+	} else if (!strcmp(mode, "posixtimer")) {
+		timer_t id;
+		struct sigevent ev;
+
+		memset(&ev, 0, sizeof(ev));
+		ev.sigev_notify = SIGEV_NONE;
+		if (timer_create(CLOCK_MONOTONIC, &ev, &id))
+			return 1;
 	} else if (!strcmp(mode, "limits")) {
 		/*
 		 * Resource limits and the rseq registration glibc made at
