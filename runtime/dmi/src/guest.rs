@@ -185,9 +185,11 @@ impl xmove::Host for GuestHost {
 fn accepts_guests() -> Result<(), String> {
     let reg = serve::registry().map_err(|e| e.to_string())?;
     if reg.receivers == crate::serve_single::Receivers::Single {
-        return Err("DMI_RECEIVERS=single: instances move between nodes with a receiver each \
+        return Err(
+            "DMI_RECEIVERS=single: instances move between nodes with a receiver each \
                     (use DMI_RECEIVERS=per-instance)"
-            .into());
+                .into(),
+        );
     }
     Ok(())
 }
@@ -196,7 +198,11 @@ fn accepts_guests() -> Result<(), String> {
 /// node's instance, or one of this node's coming back.
 fn serve_arrived(caller: Caller, me: NodeId, origin: NodeId, a: Arrival) {
     let end = |why: String| {
-        report(&format!("dmi: node {me}: instance {} (pid {}) {why}", a.id, a.member.pid()));
+        report(&format!(
+            "dmi: node {me}: instance {} (pid {}) {why}",
+            a.id,
+            a.member.pid()
+        ));
         let _ = a.member.kill(libc::SIGKILL);
         let _ = a.member.join();
     };
@@ -254,7 +260,11 @@ fn away_at(id: i64, node: NodeId, yields: u64) {
 fn ended_away(me: NodeId, id: i64, from: NodeId, ended: Ended) {
     let Ok(reg) = serve::registry() else { return };
     let st = reg_locked(&reg);
-    let Some(e) = st.entries.get(&id).filter(|e| e.ended.is_none() && e.at != Where::Here) else {
+    let Some(e) = st
+        .entries
+        .get(&id)
+        .filter(|e| e.ended.is_none() && e.at != Where::Here)
+    else {
         drop(st);
         report(&format!(
             "dmi: node {me}: node {from} says instance {id} ended, but it does not run there"

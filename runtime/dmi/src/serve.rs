@@ -491,9 +491,7 @@ pub(crate) fn step(reg: &Registry, s: &mut Served, taken: Taken) -> Step {
                 crate::host::finished();
             }
         }
-        Taken::Yield(home, yields) => {
-            return crate::serve_yield::yielded(reg, s, home, yields)
-        }
+        Taken::Yield(home, yields) => return crate::serve_yield::yielded(reg, s, home, yields),
         Taken::Bad | Taken::Nothing => {}
     }
     Step::Served

@@ -91,8 +91,7 @@ pub(crate) fn yielded(reg: &Registry, s: &mut Served, home: usize, yields: u64) 
 
 /// How a report names instance `s`: another node's says whose.
 fn of(s: &Served) -> String {
-    s.guest
-        .map_or(String::new(), |o| format!(" (node {o}'s)"))
+    s.guest.map_or(String::new(), |o| format!(" (node {o}'s)"))
 }
 
 /// Moves instance `s`, parked at its `yields`-th yield, to node `to`. A

@@ -156,40 +156,42 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
         } => {
             let spawned = std::thread::Builder::new()
                 .name(format!("dmi-arrive-{id}"))
-                .spawn(move || match take_in(mv, id, origin, home, &manifest, &pages) {
-                    Ok((member, mailbox)) => {
-                        let (tx, rx) = mpsc::channel();
-                        let arrived = Arrived { from, word: tx };
-                        locked(&mv.arrived).insert(token, arrived);
-                        let pid = member.pid();
-                        let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
-                        let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
-                        locked(&mv.arrived).remove(&token);
-                        if go {
-                            let a = Arrival {
-                                id,
-                                origin,
-                                member,
-                                mailbox,
-                                yields,
-                            };
-                            run_copy(mv, from, home as usize, a);
-                        } else {
-                            end_copy(member, mailbox);
+                .spawn(
+                    move || match take_in(mv, id, origin, home, &manifest, &pages) {
+                        Ok((member, mailbox)) => {
+                            let (tx, rx) = mpsc::channel();
+                            let arrived = Arrived { from, word: tx };
+                            locked(&mv.arrived).insert(token, arrived);
+                            let pid = member.pid();
+                            let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
+                            let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
+                            locked(&mv.arrived).remove(&token);
+                            if go {
+                                let a = Arrival {
+                                    id,
+                                    origin,
+                                    member,
+                                    mailbox,
+                                    yields,
+                                };
+                                run_copy(mv, from, home as usize, a);
+                            } else {
+                                end_copy(member, mailbox);
+                            }
                         }
-                    }
-                    Err(e) => {
-                        let why = match e {
-                            DmiError::Setup(s) => s,
-                            e => e.to_string(),
-                        };
-                        report(&format!(
-                            "dmi: node {}: refusing instance {id} from node {from}: {why}",
-                            mv.me
-                        ));
-                        let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
-                    }
-                });
+                        Err(e) => {
+                            let why = match e {
+                                DmiError::Setup(s) => s,
+                                e => e.to_string(),
+                            };
+                            report(&format!(
+                                "dmi: node {}: refusing instance {id} from node {from}: {why}",
+                                mv.me
+                            ));
+                            let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
+                        }
+                    },
+                );
             if let Err(e) = spawned {
                 let why = format!("no thread to restore with: {e}");
                 let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });

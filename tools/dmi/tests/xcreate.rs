@@ -95,7 +95,11 @@ fn reference(n: u32, k: u32) -> Printed {
     assert_eq!(r.sums.len() as u32, n * k, "{}", text(&o));
     assert_eq!(r.joins.len() as u32, n * k, "{}", text(&o));
     for (sum, moves, first, last) in r.sums.values() {
-        assert!(!sum.is_empty() && *moves == 0 && first == last, "{}", text(&o));
+        assert!(
+            !sum.is_empty() && *moves == 0 && first == last,
+            "{}",
+            text(&o)
+        );
     }
     // Instance G returns G % 3: DMI_join says so for the others.
     assert_eq!(r.joins[&0], "0", "{}", text(&o));
@@ -111,7 +115,12 @@ fn costs(stderr: &str, cross: bool) -> Vec<[u64; 4]> {
         .map(|l| {
             let n = |after: &str| -> u64 {
                 let r = l.split(after).nth(1).unwrap();
-                r.split(' ').next().unwrap().trim_start_matches('(').parse().unwrap()
+                r.split(' ')
+                    .next()
+                    .unwrap()
+                    .trim_start_matches('(')
+                    .parse()
+                    .unwrap()
             };
             let bytes = l.split(" (").last().unwrap().split(' ').next().unwrap();
             [
@@ -150,7 +159,12 @@ fn create_instances_move_to_other_nodes_and_back() {
     let cross = costs(&err, true);
     let within = costs(&err, false);
     assert_eq!((cross.len(), within.len()), (10, 2), "{}", text(&o));
-    assert_eq!(err.matches(" arrived from node ").count(), 10, "{}", text(&o));
+    assert_eq!(
+        err.matches(" arrived from node ").count(),
+        10,
+        "{}",
+        text(&o)
+    );
     assert!(
         err.contains("dmi: node 0: instance 0 (node 2's) arrived from node 1"),
         "{}",
@@ -188,15 +202,26 @@ fn a_move_to_a_node_that_does_not_exist_stays() {
         .filter(|l| l.contains(" stays: ") && l.contains("there is no node 5 (the run has 2)"))
         .count();
     assert_eq!(stays, 2, "{}", text(&o));
-    assert_eq!(err.matches(" arrived from node ").count(), 1, "{}", text(&o));
+    assert_eq!(
+        err.matches(" arrived from node ").count(),
+        1,
+        "{}",
+        text(&o)
+    );
 }
 
 /// The node processes `dmi run` (pid `run`) started: rank -> pid.
 fn nodes_of(run: u32) -> BTreeMap<u32, i32> {
     let mut m = BTreeMap::new();
-    for t in std::fs::read_dir(format!("/proc/{run}/task")).unwrap().flatten() {
+    for t in std::fs::read_dir(format!("/proc/{run}/task"))
+        .unwrap()
+        .flatten()
+    {
         let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for pid in kids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+        for pid in kids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
             let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
             let rank = env
                 .split(|&b| b == 0)
@@ -245,9 +270,10 @@ fn a_target_that_dies_before_it_answers_leaves_the_instance_at_home() {
     let o = child.wait_with_output().unwrap();
     let all = format!("{}\nstderr:\n{seen}", text(&o));
     assert!(
-        seen.lines().any(|l| l.starts_with("dmi: node 0: instance 0 (pid ")
-            && l.contains(" stays: ")
-            && l.contains("it failed (node 1)")),
+        seen.lines()
+            .any(|l| l.starts_with("dmi: node 0: instance 0 (pid ")
+                && l.contains(" stays: ")
+                && l.contains("it failed (node 1)")),
         "{all}"
     );
     assert!(!seen.contains("arrived from node 0"), "{all}");
