@@ -33,10 +33,14 @@ use crate::xmove::{self, Arrival};
 struct Guests {
     me: NodeId,
     caller: Caller,
-    /// Barrier arrivals sent to origins, waiting for `Passed`.
-    waiting: Mutex<HashMap<u64, mpsc::Sender<Option<String>>>>,
+    /// Barrier arrivals sent to origins, waiting for `Passed`: token ->
+    /// (origin, channel).
+    waiting: Mutex<HashMap<u64, (NodeId, Passed)>>,
     next: Mutex<u64>,
 }
+
+/// Where a barrier arrival hears its round's outcome (why it failed).
+type Passed = mpsc::Sender<Option<String>>;
 
 static GUESTS: OnceLock<Guests> = OnceLock::new();
 
@@ -70,7 +74,7 @@ pub(crate) fn barrier(origin: NodeId, id: i64) -> Result<(), DmiError> {
         *n
     };
     let (tx, rx) = mpsc::channel();
-    locked(&g.waiting).insert(token, tx);
+    locked(&g.waiting).insert(token, (origin, tx));
     let sent = xmove::send(origin, InstMsg::Arrive { id, token });
     // No time limit: a barrier waits as long as its slowest instance. A
     // failed origin answers through `peer_dead`.
@@ -151,7 +155,7 @@ impl xmove::Host for GuestHost {
                 }
             }
             InstMsg::Passed { token, failed } => {
-                if let Some(tx) = locked(&g.waiting).remove(&token) {
+                if let Some((_, tx)) = locked(&g.waiting).remove(&token) {
                     let _ = tx.send(failed);
                 }
             }
@@ -171,12 +175,15 @@ impl xmove::Host for GuestHost {
 
     fn peer_dead(&self, node: NodeId) {
         let Some(g) = GUESTS.get() else { return };
-        // Barrier waits on it: an origin that failed answers nothing. The
-        // waiters do not say which origin they wait for, so all are told;
-        // a barrier fails anyway once a node failed.
-        for (_, tx) in locked(&g.waiting).drain() {
-            let _ = tx.send(Some(format!("node {node} failed")));
+        // Barrier arrivals at it: an origin that failed answers nothing.
+        let mut w = locked(&g.waiting);
+        for (_, (o, tx)) in w.iter() {
+            if *o == node {
+                let _ = tx.send(Some(format!("node {node} failed")));
+            }
         }
+        w.retain(|_, (o, _)| *o != node);
+        drop(w);
         lost_with(g.me, node);
     }
 }
