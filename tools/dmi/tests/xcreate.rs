@@ -286,3 +286,60 @@ fn a_target_that_dies_before_it_answers_leaves_the_instance_at_home() {
     );
     assert!(seen.contains("DMI_join: instance 0 returned 4"), "{all}");
 }
+
+#[test]
+fn an_instance_killed_on_another_node_fails_its_creators_join() {
+    // Node 0's instance 0 moves to node 1 at yield 2 and sleeps there 5 s
+    // ("linger"); killed meanwhile, node 1 reports its death to node 0,
+    // whose DMI_join says how it ended (errors returned, not fatal).
+    let env = [("DMI_MOVE_AT", "2:0@1"), ("DMI_ERRORS", "return")];
+    let mut child = command(2, &["1", "linger"], &env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let pid: i32 = loop {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "no arrival: {seen}");
+        seen.push_str(&l);
+        if let Some(p) = l
+            .strip_prefix("dmi: node 1: instance 0 (node 0's) arrived from node 0: pid ")
+            .and_then(|p| p.trim().parse().ok())
+        {
+            break p;
+        }
+    };
+    // SAFETY: kill(2) of the moved instance, a process of this test's run.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // Without the report DMI_join would wait for ever: give it 60 s.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+        let _ = tx.send(rest);
+    });
+    let rest = rx.recv_timeout(std::time::Duration::from_secs(60));
+    if rest.is_err() {
+        for (_, node) in nodes_of(child.id()) {
+            // SAFETY: kill(2) of a node of the run this test started.
+            unsafe { libc::kill(node, libc::SIGKILL) };
+        }
+    }
+    let _ = child.kill();
+    let st = child.wait().unwrap();
+    let rest = rest.unwrap_or_else(|_| panic!("the run did not end within 60 s: {seen}"));
+    seen.push_str(&rest);
+    assert!(
+        seen.contains(&format!(
+            "dmi: node 1: node 0's instance 0 (pid {pid}) was killed by signal 9"
+        )),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("DMI_join: instance 0 was killed by signal 9 (on node 1)"),
+        "{seen}"
+    );
+    assert!(!st.success(), "{seen}");
+}
