@@ -339,14 +339,22 @@ pub(crate) fn send_away(
     to: NodeId,
 ) -> Result<Sent, DmiError> {
     let t0 = Instant::now();
-    let mv = mover().ok_or(DmiError::NotInitialized)?;
     let pid = old.pid();
-    wait_parked(pid, home)?;
     let state = home + std::mem::offset_of!(Home, state);
+    // Whatever fails, the instance (told to move, so parking) is told to
+    // run on here: one that parks later sees STAYED and goes on.
     let stay = |e: DmiError| {
         let _ = set_home(pid, state, &[HOME_STAYED]);
         e
     };
+    wait_parked(pid, home).map_err(stay)?;
+    let mv = mover().ok_or_else(|| {
+        stay(DmiError::Setup(
+            "this node moves no instances between nodes (only a program started with \
+             DMI_init, or a movable run, does)"
+                .into(),
+        ))
+    })?;
     if to >= mv.nodes {
         return Err(stay(DmiError::BadArgument(format!(
             "there is no node {to} (the run has {})",

@@ -343,3 +343,51 @@ fn an_instance_killed_on_another_node_fails_its_creators_join() {
     );
     assert!(!st.success(), "{seen}");
 }
+
+#[test]
+fn a_reconfigurable_programs_instance_stays_on_its_node() {
+    // DMI_main programs do not start the mover: a move to another node is
+    // refused at the yield and the instance runs on (it used to stay
+    // parked for ever).
+    let dir = std::env::temp_dir().join(format!("dmi-xcreate-main-{}", std::process::id()));
+    let prog = build_example(
+        &libdmi(),
+        "yield_main",
+        &dir,
+        "yield_main",
+        &[],
+        Link::Direct,
+    );
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dmi"));
+    c.args(["run", "-n", "2", "--grace", "2", "--"])
+        .arg(prog)
+        .env_remove("DMI_ERRORS")
+        .env("DMI_MOVE_AT", "2:0@1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            for (_, node) in nodes_of(child.id()) {
+                // SAFETY: kill(2) of a node of the run this test started.
+                unsafe { libc::kill(node, libc::SIGKILL) };
+            }
+            let _ = child.kill();
+            panic!("the run did not end within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("instance: 3 yields, moved 0"), "{}", text(&o));
+    assert!(out.contains("join 0"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .any(|l| l.contains(" stays: ") && l.contains("this node moves no instances")),
+        "{}",
+        text(&o)
+    );
+}
