@@ -14,6 +14,13 @@
  *   dmi run -n 1 ./yield 1 bench [N]     ns per DMI_yield without a move
  *   dmi run -n N ./yield NINST linger    an instance sleeps 5 s after each
  *                                        move before its next DMI call
+ *   dmi run -n N ./yield NINST barrier   after each yield every instance
+ *                                        passes a DMI_barrier and mixes in
+ *                                        its neighbour's checksum (the next
+ *                                        instance's, across nodes); each
+ *                                        instance G returns G % 3, and the
+ *                                        node prints what DMI_join said:
+ *       join G: RC MESSAGE
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -30,7 +37,7 @@
 #define WORDS 4096
 
 static int64_t region; /* set by main() before DMI_create */
-static int ninst, hold_socket, bench, linger;
+static int ninst, ntotal, hold_socket, bench, linger, barrier;
 static uint64_t global_state[WORDS];
 static int program_fd = -1; /* opened by main() before DMI_create */
 
@@ -110,6 +117,19 @@ uint64_t DMI_thread(uint64_t arg_addr)
 				it + 1, DMI_errmsg());
 			return 4;
 		}
+		if (barrier) {
+			/* two slots per instance, by iteration: the neighbour
+			 * writes this one again only after the next barrier */
+			int64_t slots = region + (256 + (it % 2) * 128) * 8;
+			uint64_t theirs = 0;
+			if (DMI_write(slots + g * 8, 8, &sum, DMI_EXCLUSIVE) || DMI_barrier() ||
+			    DMI_read(slots + ((g + 1) % ntotal) * 8, 8, &theirs, DMI_GET)) {
+				fprintf(stderr, "instance %" PRId64 ": barrier after yield %d: %s\n",
+					g, it + 1, DMI_errmsg());
+				return 6;
+			}
+			sum = mix(sum ^ theirs);
+		}
 	}
 	for (int j = 0; j < 64; j++)
 		sum = mix(sum + stack_state[j]);
@@ -119,7 +139,7 @@ uint64_t DMI_thread(uint64_t arg_addr)
 	if (sock >= 0)
 		close(sock);
 	free(heap);
-	return 0;
+	return barrier ? (uint64_t)(g % 3) : 0;
 }
 
 int main(int argc, char **argv)
@@ -130,6 +150,7 @@ int main(int argc, char **argv)
 	}
 	hold_socket = argc > 2 && !strcmp(argv[2], "socket");
 	linger = argc > 2 && !strcmp(argv[2], "linger");
+	barrier = argc > 2 && !strcmp(argv[2], "barrier");
 	/* the program's own descriptor (not close-on-exec): every instance
 	 * must still have it (DMI_create closes only the runtime's) */
 	program_fd = socket(AF_UNIX, SOCK_DGRAM, 0);
@@ -139,8 +160,9 @@ int main(int argc, char **argv)
 	if (DMI_init())
 		return 1;
 	int rank = DMI_rank(), fail = 0;
-	if (ninst > 64 || DMI_size() * ninst > 512) {
-		fprintf(stderr, "at most 64 instances per node, 512 in all\n");
+	ntotal = DMI_size() * ninst;
+	if (ninst > 64 || ntotal > (barrier ? 128 : 512)) {
+		fprintf(stderr, "at most 64 instances per node, 512 in all (128 with barrier)\n");
 		return 2;
 	}
 	if (rank == 0) {
@@ -161,11 +183,16 @@ int main(int argc, char **argv)
 			fprintf(stderr, "DMI_create: %s\n", DMI_errmsg());
 			return 1;
 		}
-	for (int i = 0; i < n; i++)
-		if (DMI_join(h[i])) {
+	for (int i = 0; i < n; i++) {
+		int rc = DMI_join(h[i]);
+		if (barrier)
+			printf("join %d: %d %s\n", rank * ninst + i, rc, rc ? DMI_errmsg() : "");
+		else if (rc) {
 			fprintf(stderr, "DMI_join: %s\n", DMI_errmsg());
 			fail = 1;
 		}
+	}
+	fflush(stdout);
 	if (DMI_finalize())
 		return 1;
 	return fail;

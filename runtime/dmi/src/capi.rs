@@ -170,7 +170,7 @@ pub extern "C" fn DMI_init() -> c_int {
     if g.is_some() {
         return 0;
     }
-    match Dmi::from_env(RMW.clone()) {
+    match Dmi::from_env(RMW.clone()).and_then(|d| crate::guest::start(&d).map(|_| d)) {
         Ok(d) => {
             *g = Some(Arc::new(d));
             0

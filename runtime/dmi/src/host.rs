@@ -109,11 +109,6 @@ pub(crate) fn ranks() -> Option<u32> {
     host().map(|h| h.nranks)
 }
 
-/// In a movable run: the number of node processes (members and spares).
-pub(crate) fn nodes() -> Option<u32> {
-    host().map(|h| h.size)
-}
-
 /// Instance `id` runs here now with mailbox `mb`.
 pub(crate) fn hosting(id: i64, mb: &'static Mailbox) {
     if let Some(h) = host() {
@@ -216,8 +211,13 @@ pub(crate) fn finished() {
 struct HostRef;
 
 impl crate::xmove::Host for HostRef {
-    fn accepts(&self, id: i64) -> Result<(), String> {
+    fn accepts(&self, id: i64, origin: Option<NodeId>) -> Result<(), String> {
         let h = host().ok_or("this node hosts no movable run")?;
+        if let Some(o) = origin {
+            return Err(format!(
+                "instance {id} of node {o} is DMI_create's, and this is a movable run"
+            ));
+        }
         let s = locked(h);
         if !s.members.contains(&h.me) {
             return Err(format!("node {} is not a member of the run", h.me));
@@ -234,8 +234,8 @@ impl crate::xmove::Host for HostRef {
         Ok(())
     }
 
-    fn arrived(&self, id: i64, member: Member, mailbox: &'static Mailbox, yields: u64) {
-        crate::serve::serve_movable(id, member, mailbox, yields, true);
+    fn arrived(&self, a: crate::xmove::Arrival) {
+        crate::serve::serve_movable(a.id, a.member, a.mailbox, a.yields, true);
     }
 
     fn arm(&self, id: i64, mailbox: &'static Mailbox, yields: u64) {
@@ -397,7 +397,7 @@ pub(crate) fn run_program(rmw: std::sync::Arc<crate::rmw::RmwTable>) -> Result<(
         return Err(DmiError::Setup("DMI_init of a movable run twice".into()));
     }
     crate::serve::init_movable(d.caller()?, me)?;
-    crate::xmove::start(me, set, d.caller()?, Box::new(HostRef))?;
+    crate::xmove::start(me, size, d.caller()?, Box::new(HostRef))?;
     if me == 0 {
         let caller = d.caller()?;
         std::thread::Builder::new()

@@ -217,6 +217,10 @@ pub enum InstMsg {
     Image {
         token: u64,
         id: i64,
+        /// The node whose `DMI_create` made the instance (it joins it and
+        /// counts its barrier arrivals: `guest.rs`); `None` for a movable
+        /// run's rank.
+        origin: Option<NodeId>,
         yields: u64,
         home: u64,
         #[serde(with = "serde_bytes")]
@@ -246,6 +250,22 @@ pub enum InstMsg {
     Empty,
     /// Every instance passed its final barrier: hosts end once theirs exited.
     Over,
+    /// To a `DMI_create` instance's origin: its instance `id` now runs on
+    /// node `node` (moved there at its yield number `yields`).
+    At { id: i64, node: NodeId, yields: u64 },
+    /// To the origin: its instance `id`, running here, arrived at a
+    /// barrier; the answer is `Passed` with the same token.
+    Arrive { id: i64, token: u64 },
+    /// From the origin: the barrier round of `Arrive(token)` completed
+    /// (`failed`: why it failed).
+    Passed { token: u64, failed: Option<String> },
+    /// To the origin: its instance `id`, running here, ended: its function
+    /// returned `returned`, or its process ended as `how` says.
+    Ended {
+        id: i64,
+        returned: Option<i64>,
+        how: String,
+    },
 }
 
 /// Node 0's instructions to the other node processes of a reconfigurable

@@ -28,7 +28,8 @@ const PARK_LIMIT: Duration = Duration::from_secs(10);
 pub enum Dest {
     /// A new process of the same node.
     Here,
-    /// Node `NODE` (`N:ID@NODE`; a movable run's instance, `host.rs`).
+    /// Node `NODE` (`N:ID@NODE`: a movable run's rank, `host.rs`, or a
+    /// `DMI_create` instance, which stays its creator's, `guest.rs`).
     Node(NodeId),
 }
 
@@ -45,7 +46,7 @@ impl MoveSchedule {
     pub fn parse(spec: &str) -> Result<MoveSchedule, DmiError> {
         let bad = |what: &str| {
             DmiError::Setup(format!(
-                "DMI_MOVE_AT={spec:?}: {what} (expected YIELD:INSTANCE[,YIELD:INSTANCE...], \
+                "DMI_MOVE_AT={spec:?}: {what} (expected YIELD:INSTANCE[@NODE][,...], \
                  YIELD counted from 1)"
             ))
         };

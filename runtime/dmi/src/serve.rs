@@ -22,7 +22,7 @@ use crate::addr::NodeId;
 use crate::error::DmiError;
 use crate::instance_fds::{close_node_fds, close_sockets};
 use crate::node::{CallReq, Outcome};
-use crate::relocate::{relocate, Dest, MoveSchedule};
+use crate::relocate::MoveSchedule;
 use crate::ring::{Link, Mailbox, ReplyPath, Taken, POLL};
 use crate::rmw::RmwTable;
 use crate::runtime::{Caller, Dmi, PEER_FAILED_EXIT};
@@ -38,16 +38,31 @@ pub enum Ended {
     Failed(String),
 }
 
-struct Entry {
-    pid: i32,
-    ended: Option<Ended>,
+pub(crate) struct Entry {
+    pub(crate) pid: i32,
+    pub(crate) ended: Option<Ended>,
     detached: bool,
+    /// Whether its failure ends the node (`DMI_ERRORS`).
+    pub(crate) fatal: bool,
+    /// Where it runs (a `DMI_create` instance may run on another node).
+    pub(crate) at: Where,
+}
+
+/// Where a node's instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Where {
+    /// On this node, served by its receiver here.
+    Here,
+    /// Being moved to this node (its answer not in yet).
+    Going(NodeId),
+    /// On that node since its yield number `.1` (`guest.rs`).
+    At(NodeId, u64),
 }
 
 #[derive(Default)]
 pub(crate) struct State {
     next: i64,
-    entries: HashMap<i64, Entry>,
+    pub(crate) entries: HashMap<i64, Entry>,
     /// Instances running now (they take part in barriers).
     pub(crate) running: usize,
     /// The node's program has stopped creating instances (it is in `join`
@@ -68,15 +83,15 @@ pub(crate) struct State {
 pub(crate) struct Registry {
     state: Mutex<State>,
     pub(crate) changed: Condvar,
-    set: &'static Set,
+    pub(crate) set: &'static Set,
     path: ReplyPath,
-    moves: MoveSchedule,
-    receivers: Receivers,
+    pub(crate) moves: MoveSchedule,
+    pub(crate) receivers: Receivers,
 }
 
 static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
 
-fn registry() -> Result<Arc<Registry>, DmiError> {
+pub(crate) fn registry() -> Result<Arc<Registry>, DmiError> {
     if let Some(r) = REGISTRY.get() {
         return Ok(r.clone());
     }
@@ -185,6 +200,8 @@ pub(crate) fn serve_movable(
                 pid: member.pid(),
                 ended: None,
                 detached: true,
+                fatal: node.fatal,
+                at: Where::Here,
             },
         );
     }
@@ -196,7 +213,9 @@ pub(crate) fn serve_movable(
         caller: node.caller.clone(),
         rank: node.rank,
         fatal: node.fatal,
-        movable: Some(yields),
+        movable: true,
+        since: yields,
+        guest: None,
     };
     if here {
         serve(&reg, s);
@@ -301,6 +320,8 @@ pub fn create(
             pid: member.pid(),
             ended: None,
             detached: false,
+            fatal,
+            at: Where::Here,
         },
     );
     let s = Served {
@@ -310,7 +331,9 @@ pub fn create(
         caller,
         rank,
         fatal,
-        movable: None,
+        movable: false,
+        since: 0,
+        guest: None,
     };
     if reg.receivers == Receivers::Single {
         crate::serve_single::add(s);
@@ -380,27 +403,6 @@ pub fn detach(id: i64) -> Result<(), DmiError> {
     }
 }
 
-/// Where instance `id` goes at its `yields`-th yield, if anywhere; `None`
-/// when it stays (a move to another node outside a movable run, said why).
-fn destination(reg: &Registry, id: i64, yields: u64, rank: NodeId, movable: bool) -> Option<Dest> {
-    let planned = if movable {
-        crate::host::decide(id, yields)
-    } else {
-        None
-    };
-    match reg.moves.moves(yields, id).or(planned.map(Dest::Node)) {
-        Some(Dest::Node(n)) if n == rank => Some(Dest::Here),
-        Some(Dest::Node(n)) if !movable => {
-            report(&format!(
-                "dmi: node {rank}: instance {id} stays: moving to node {n} needs a movable run \
-                 (dmi run --movable: the program's instances, not DMI_create's, move between nodes)"
-            ));
-            None
-        }
-        d => d,
-    }
-}
-
 /// One instance as its receiver sees it (its own thread's, or the node's
 /// single receiver's: `serve_single.rs`).
 pub(crate) struct Served {
@@ -408,10 +410,16 @@ pub(crate) struct Served {
     pub(crate) member: Member,
     pub(crate) mb: &'static Mailbox,
     pub(crate) caller: Caller,
-    rank: NodeId,
-    fatal: bool,
-    /// A movable run's instance: the yields it made before (`host.rs`).
-    pub(crate) movable: Option<u64>,
+    /// The node serving it.
+    pub(crate) rank: NodeId,
+    pub(crate) fatal: bool,
+    /// A movable run's instance (`host.rs`).
+    pub(crate) movable: bool,
+    /// The yields it made before it was served here.
+    pub(crate) since: u64,
+    /// Another node's `DMI_create` instance that moved here: that node
+    /// (its origin), which counts its barriers and joins it (`guest.rs`).
+    pub(crate) guest: Option<NodeId>,
 }
 
 /// What became of an instance after [`step`].
@@ -424,13 +432,8 @@ pub(crate) enum Step {
 
 /// The instance's receiver (one thread per instance): serves its calls
 /// until it ends (or moves to another node), then records how.
-fn serve(reg: &Registry, mut s: Served) {
-    crate::host::rearm(
-        s.id,
-        s.movable.unwrap_or(0),
-        s.mb,
-        reg.moves.next_after(s.movable.unwrap_or(0), s.id),
-    );
+pub(crate) fn serve(reg: &Registry, mut s: Served) {
+    crate::host::rearm(s.id, s.since, s.mb, reg.moves.next_after(s.since, s.id));
     let status = loop {
         match s.mb.take(POLL) {
             r @ (Ok(Taken::Nothing) | Err(_)) => {
@@ -467,7 +470,13 @@ pub(crate) fn ended(s: &Served) -> Option<Result<ExitStatus, String>> {
 pub(crate) fn step(reg: &Registry, s: &mut Served, taken: Taken) -> Step {
     match taken {
         Taken::Call(req, dest) => {
-            let (out, written) = run(reg, &s.caller, req, dest, s.member.pid());
+            let (out, written) = match s.guest {
+                // Counted by its origin, wherever it runs.
+                Some(o) if req == CallReq::Barrier => {
+                    (crate::guest::barrier(o, s.id).map(|_| Vec::new()), None)
+                }
+                _ => run(reg, &s.caller, req, dest, s.member.pid()),
+            };
             s.mb.answer(&out, written);
         }
         Taken::Done => {
@@ -482,94 +491,8 @@ pub(crate) fn step(reg: &Registry, s: &mut Served, taken: Taken) -> Step {
                 crate::host::finished();
             }
         }
-        Taken::Yield(home, yields) => return yielded(reg, s, home, yields),
+        Taken::Yield(home, yields) => return crate::serve_yield::yielded(reg, s, home, yields),
         Taken::Bad | Taken::Nothing => {}
-    }
-    Step::Served
-}
-
-/// `DMI_yield` of instance `s` (its `yields`-th): answers whether it moves
-/// and moves it (to another node: [`Step::Gone`]; within this one: `s` is
-/// the new copy, its new mailbox armed and, with one receiver for all,
-/// ringing the node's bell).
-fn yielded(reg: &Registry, s: &mut Served, home: usize, yields: u64) -> Step {
-    let (id, rank) = (s.id, s.rank);
-    let dest = destination(reg, id, yields, rank, s.movable.is_some());
-    let next = reg.moves.next_after(yields, id);
-    crate::host::rearm(id, yields, s.mb, next);
-    s.mb.answer_yield(dest.is_some());
-    let from = s.member.pid();
-    if let Some(Dest::Node(to)) = dest {
-        // Only a movable run's instances go to other nodes, and those have
-        // a receiver each (`serve_single::refuse_movable`).
-        let member = s.member;
-        match crate::xmove::send_away(member, id, yields, home, to) {
-            Ok(m) => {
-                report(&format!(
-                    "dmi: node {rank}: instance {id} moved at yield {yields} to node {to}: \
-                     pid {from} -> {} ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
-                    m.pid,
-                    m.bytes,
-                    m.dump.as_micros(),
-                    m.frozen.as_micros(),
-                    m.total.as_micros()
-                ));
-                // SAFETY: the original is dead (killed by the move); its
-                // mailbox is not used any more.
-                unsafe { s.mb.release() };
-                let mut st = locked(reg);
-                st.running -= 1;
-                st.entries.remove(&id);
-                drop(st);
-                crate::host::gone(id, true);
-                reg.changed.notify_all();
-                return Step::Gone;
-            }
-            Err(e) => {
-                report(&format!(
-                    "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
-                ));
-                crate::host::move_failed(id);
-                crate::host::rearm(id, yields, s.mb, next);
-                return Step::Served;
-            }
-        }
-    }
-    if dest.is_none() {
-        return Step::Served;
-    }
-    let bell = s.mb.bell();
-    let arm = |new: &'static Mailbox| {
-        if let Some(b) = bell {
-            new.set_bell(b);
-        }
-        crate::host::rearm(id, yields, new, next)
-    };
-    match relocate(reg.set, s.member, home, arm) {
-        Ok(m) => {
-            report(&format!(
-                "dmi: node {rank}: instance {id} moved at yield {yields}: pid {from} -> {} \
-                 ({} bytes, checkpoint {} us, stopped {} us, move {} us)",
-                m.member.pid(),
-                m.bytes,
-                m.dump.as_micros(),
-                m.frozen.as_micros(),
-                m.total.as_micros()
-            ));
-            // SAFETY: the original is dead (killed by the move); the old
-            // mailbox is not used any more.
-            unsafe { s.mb.release() };
-            s.member = m.member;
-            s.mb = m.mailbox;
-            crate::host::hosting(id, s.mb);
-            crate::host::rearm(id, yields, s.mb, next);
-            if let Some(e) = locked(reg).entries.get_mut(&id) {
-                e.pid = s.member.pid();
-            }
-        }
-        Err(e) => report(&format!(
-            "dmi: node {rank}: instance {id} (pid {from}) stays: {e}"
-        )),
     }
     Step::Served
 }
@@ -584,6 +507,7 @@ pub(crate) fn finish(reg: &Registry, s: Served, status: Result<ExitStatus, Strin
         rank,
         fatal,
         movable,
+        guest,
         ..
     } = s;
     let status_known = status.is_ok();
@@ -608,8 +532,8 @@ pub(crate) fn finish(reg: &Registry, s: Served, status: Result<ExitStatus, Strin
         Ok(st) => match mb.returned() {
             Some(v) if st.success() => Ended::Returned(v),
             // A movable run's program ends as a process does.
-            None if movable.is_some() && st.success() => Ended::Returned(0),
-            _ if movable.is_some() => Ended::Failed(match st {
+            None if movable && st.success() => Ended::Returned(0),
+            _ if movable => Ended::Failed(match st {
                 ExitStatus::Exited(c) => format!("exited with status {c}"),
                 st => describe(st),
             }),
@@ -622,10 +546,28 @@ pub(crate) fn finish(reg: &Registry, s: Served, status: Result<ExitStatus, Strin
         // mailbox on the node's side.
         unsafe { mb.release() };
     }
+    if let Some(origin) = guest {
+        // Another node's: it records the end (and its failure's effects).
+        if let Ended::Failed(how) = &ended {
+            report(&format!(
+                "dmi: node {rank}: node {origin}'s instance {id} (pid {}) {how}",
+                member.pid()
+            ));
+        }
+        crate::guest::report_end(origin, id, &ended);
+        return;
+    }
     crate::host::gone(id, matches!(ended, Ended::Returned(_)));
+    record(reg, id, member.pid(), rank, fatal, ended);
+}
+
+/// Records how this node's instance `id` ended (here, or on another node:
+/// `guest.rs`): one fewer running, a failure reported (and the node ended
+/// if `fatal`), the end kept for `join`.
+pub(crate) fn record(reg: &Registry, id: i64, pid: i32, rank: NodeId, fatal: bool, ended: Ended) {
     let mut s = locked(reg);
     s.running -= 1;
-    let pid = s.entries.get(&id).map_or(member.pid(), |e| e.pid);
+    let pid = s.entries.get(&id).map_or(pid, |e| e.pid);
     if let Ended::Failed(how) = &ended {
         let msg = format!("instance {id} (pid {pid}) {how}");
         report(&format!("dmi: node {rank}: {msg}"));
@@ -725,7 +667,7 @@ pub(crate) fn due(s: &State) -> Due {
 
 /// The node's part of an instance barrier: the last running instance to
 /// arrive takes the node into the barrier of all nodes.
-fn barrier(reg: &Registry, caller: &Caller) -> Result<(), DmiError> {
+pub(crate) fn barrier(reg: &Registry, caller: &Caller) -> Result<(), DmiError> {
     let mut s = locked(reg);
     while s.releasing {
         s = reg.changed.wait(s).unwrap_or_else(|e| e.into_inner());

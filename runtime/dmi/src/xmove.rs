@@ -5,7 +5,7 @@
 //! ```text
 //!  source node S (instance's receiver)          target node T (inbox thread)
 //!  parked? (dmread HOME) -> freeze and dump
-//!  Image(token, id, yields, home, manifest, pages) --> restore as own child,
+//!  Image(token, id, origin, yields, home, manifest, pages) --> restore as own child,
 //!                                                     Member::adopt, new mailbox,
 //!                                                     dmwrite HOME.mailbox/node_pid
 //!                                                     (the copy stays parked)
@@ -17,14 +17,16 @@
 //! ```
 //!
 //! The source kills its original only once the target confirmed, so any
-//! failure before that leaves the instance running where it was.
+//! failure before that leaves the instance running where it was. The
+//! instances are a movable run's ranks (`host.rs`) or, in other runs,
+//! `DMI_create`'s (`guest.rs`): one kind per run, chosen by [`start`].
 
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use halfproc::{Member, Set};
+use halfproc::Member;
 use halfproc_migrate::{freeze_and_dump_member, image::Manifest};
 
 use crate::addr::NodeId;
@@ -57,21 +59,36 @@ struct Arrived {
 const WORD_LIMIT: Duration = Duration::from_secs(60);
 
 /// What the node's host does with the rest (`host.rs`).
+/// `origin` is the node whose `DMI_create` made the instance (`None`: a
+/// movable run's rank).
 pub(crate) trait Host: Send + Sync {
     /// Whether this node takes instance `id` now (else why not).
-    fn accepts(&self, id: i64) -> Result<(), String>;
+    fn accepts(&self, id: i64, origin: Option<NodeId>) -> Result<(), String>;
     /// A copy of instance `id` runs here now: serve it in this thread
     /// (its parent) until it ends or moves on.
-    fn arrived(&self, id: i64, member: Member, mailbox: &'static Mailbox, yields: u64);
+    fn arrived(&self, a: Arrival);
     /// Prepares an arriving copy's mailbox (its next move) before it runs.
     fn arm(&self, id: i64, mailbox: &'static Mailbox, yields: u64);
-    /// Plans, reports and the end of the run.
+    /// Plans, reports, barriers and ends of instances, the end of the run.
     fn message(&self, from: NodeId, m: InstMsg);
+    /// Node `node` failed (after moves to it were called off).
+    fn peer_dead(&self, _node: NodeId) {}
+}
+
+/// A copy that runs here now, after `yields` yields.
+pub(crate) struct Arrival {
+    pub id: i64,
+    pub origin: Option<NodeId>,
+    pub member: Member,
+    pub mailbox: &'static Mailbox,
+    pub yields: u64,
 }
 
 struct Mover {
     me: NodeId,
-    set: &'static Set,
+    /// Node processes of the run (members and spares): a move elsewhere
+    /// is refused at the source.
+    nodes: u32,
     caller: Caller,
     host: Box<dyn Host>,
     /// Sources waiting for an answer: token -> (target, channel).
@@ -86,13 +103,13 @@ static MOVER: OnceLock<Mover> = OnceLock::new();
 /// Starts taking messages about instances (once per node process).
 pub(crate) fn start(
     me: NodeId,
-    set: &'static Set,
+    nodes: u32,
     caller: Caller,
     host: Box<dyn Host>,
 ) -> Result<(), DmiError> {
     let m = Mover {
         me,
-        set,
+        nodes,
         caller,
         host,
         waiting: Mutex::new(HashMap::new()),
@@ -131,6 +148,7 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
         InstMsg::Image {
             token,
             id,
+            origin,
             yields,
             home,
             manifest,
@@ -138,33 +156,42 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
         } => {
             let spawned = std::thread::Builder::new()
                 .name(format!("dmi-arrive-{id}"))
-                .spawn(move || match take_in(mv, id, home, &manifest, &pages) {
-                    Ok((member, mailbox)) => {
-                        let (tx, rx) = mpsc::channel();
-                        let arrived = Arrived { from, word: tx };
-                        locked(&mv.arrived).insert(token, arrived);
-                        let pid = member.pid();
-                        let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
-                        let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
-                        locked(&mv.arrived).remove(&token);
-                        if go {
-                            run_copy(mv, from, id, yields, home as usize, member, mailbox);
-                        } else {
-                            end_copy(member, mailbox);
+                .spawn(
+                    move || match take_in(mv, id, origin, home, &manifest, &pages) {
+                        Ok((member, mailbox)) => {
+                            let (tx, rx) = mpsc::channel();
+                            let arrived = Arrived { from, word: tx };
+                            locked(&mv.arrived).insert(token, arrived);
+                            let pid = member.pid();
+                            let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
+                            let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
+                            locked(&mv.arrived).remove(&token);
+                            if go {
+                                let a = Arrival {
+                                    id,
+                                    origin,
+                                    member,
+                                    mailbox,
+                                    yields,
+                                };
+                                run_copy(mv, from, home as usize, a);
+                            } else {
+                                end_copy(member, mailbox);
+                            }
                         }
-                    }
-                    Err(e) => {
-                        let why = match e {
-                            DmiError::Setup(s) => s,
-                            e => e.to_string(),
-                        };
-                        report(&format!(
-                            "dmi: node {}: refusing instance {id} from node {from}: {why}",
-                            mv.me
-                        ));
-                        let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
-                    }
-                });
+                        Err(e) => {
+                            let why = match e {
+                                DmiError::Setup(s) => s,
+                                e => e.to_string(),
+                            };
+                            report(&format!(
+                                "dmi: node {}: refusing instance {id} from node {from}: {why}",
+                                mv.me
+                            ));
+                            let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
+                        }
+                    },
+                );
             if let Err(e) = spawned {
                 let why = format!("no thread to restore with: {e}");
                 let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
@@ -195,6 +222,7 @@ pub(crate) fn peer_dead(node: NodeId) {
             let _ = a.word.send(false);
         }
     }
+    mv.host.peer_dead(node);
 }
 
 fn word(mv: &Mover, token: u64, go: bool) {
@@ -221,6 +249,7 @@ fn end_copy(member: Member, mailbox: &'static Mailbox) {
 fn take_in(
     mv: &Mover,
     id: i64,
+    origin: Option<NodeId>,
     home: u64,
     manifest: &[u8],
     pages: &[u8],
@@ -236,7 +265,7 @@ fn take_in(
         ));
         std::thread::sleep(Duration::from_millis(ms));
     }
-    mv.host.accepts(id).map_err(DmiError::Setup)?;
+    mv.host.accepts(id, origin).map_err(DmiError::Setup)?;
     let m: Manifest = bincode::deserialize(manifest)
         .map_err(|e| DmiError::Setup(format!("undecodable image of instance {id}: {e}")))?;
     // The image's relayed stdio pipes become this node's own stdio (which
@@ -247,7 +276,8 @@ fn take_in(
         .filter(|f| f.relayed.is_some())
         .map(|f| (f.fd, f.fd))
         .collect();
-    let (member, mailbox) = restore_adopted(mv.set, &m, pages, inherit, &format!("instance {id}"))?;
+    let set = crate::serve::node_set()?;
+    let (member, mailbox) = restore_adopted(set, &m, pages, inherit, &format!("instance {id}"))?;
     let home = home as usize;
     let words = [mailbox as *const Mailbox as u64, std::process::id() as u64];
     if let Err(e) = set_home(
@@ -263,34 +293,28 @@ fn take_in(
 
 /// Target: the source killed its original; the copy runs on here, served
 /// by this thread.
-fn run_copy(
-    mv: &Mover,
-    from: NodeId,
-    id: i64,
-    yields: u64,
-    home: usize,
-    member: Member,
-    mailbox: &'static Mailbox,
-) {
+fn run_copy(mv: &Mover, from: NodeId, home: usize, a: Arrival) {
     let state = home + std::mem::offset_of!(Home, state);
+    let id = a.id;
     // Before the copy runs on: it may reach its next yield without calling
     // this node (hits from the frames).
-    mv.host.arm(id, mailbox, yields);
-    if let Err(e) = set_home(member.pid(), state, &[HOME_MOVED]) {
+    mv.host.arm(id, a.mailbox, a.yields);
+    if let Err(e) = set_home(a.member.pid(), state, &[HOME_MOVED]) {
         // The original is gone already: the instance is lost.
         report(&format!(
             "dmi: node {}: instance {id} from node {from} is lost: {e}",
             mv.me
         ));
-        end_copy(member, mailbox);
+        end_copy(a.member, a.mailbox);
         std::process::exit(crate::runtime::PEER_FAILED_EXIT);
     }
+    let of = a.origin.map_or(String::new(), |o| format!(" (node {o}'s)"));
     report(&format!(
-        "dmi: node {}: instance {id} arrived from node {from}: pid {}",
+        "dmi: node {}: instance {id}{of} arrived from node {from}: pid {}",
         mv.me,
-        member.pid()
+        a.member.pid()
     ));
-    mv.host.arrived(id, member, mailbox, yields);
+    mv.host.arrived(a);
 }
 
 /// A done move away from this node.
@@ -309,22 +333,32 @@ pub struct Sent {
 pub(crate) fn send_away(
     old: Member,
     id: i64,
+    origin: Option<NodeId>,
     yields: u64,
     home: usize,
     to: NodeId,
 ) -> Result<Sent, DmiError> {
     let t0 = Instant::now();
-    let mv = mover().ok_or(DmiError::NotInitialized)?;
     let pid = old.pid();
-    wait_parked(pid, home)?;
     let state = home + std::mem::offset_of!(Home, state);
+    // Whatever fails, the instance (told to move, so parking) is told to
+    // run on here: one that parks later sees STAYED and goes on.
     let stay = |e: DmiError| {
         let _ = set_home(pid, state, &[HOME_STAYED]);
         e
     };
-    if let Some(n) = crate::host::nodes().filter(|&n| to >= n) {
+    wait_parked(pid, home).map_err(stay)?;
+    let mv = mover().ok_or_else(|| {
+        stay(DmiError::Setup(
+            "this node moves no instances between nodes (only a program started with \
+             DMI_init, or a movable run, does)"
+                .into(),
+        ))
+    })?;
+    if to >= mv.nodes {
         return Err(stay(DmiError::BadArgument(format!(
-            "there is no node {to} (the run has {n})"
+            "there is no node {to} (the run has {})",
+            mv.nodes
         ))));
     }
     if to == mv.me {
@@ -332,7 +366,8 @@ pub(crate) fn send_away(
             "node {to} is this node (a move within it takes no @NODE)"
         ))));
     }
-    let range = (mv.set.base() as u64, mv.set.base() as u64 + mv.set.size());
+    let set = crate::serve::node_set().map_err(stay)?;
+    let range = (set.base() as u64, set.base() as u64 + set.size());
     let inos: Vec<u64> = stdio_pipes(pid).iter().map(|&(_, i)| i).collect();
     let dumped = freeze_and_dump_member(pid, &inos, Some(range)).map_err(|e| {
         stay(DmiError::Setup(format!(
@@ -358,6 +393,7 @@ pub(crate) fn send_away(
     let image = InstMsg::Image {
         token,
         id,
+        origin,
         yields,
         home: home as u64,
         manifest,

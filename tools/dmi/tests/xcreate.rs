@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+//! `DMI_create`'s instances move between nodes at `DMI_yield`
+//! (`DMI_MOVE_AT=N:ID@NODE`, `examples/yield.c barrier`): every instance
+//! passes a `DMI_barrier` after each yield and mixes in its neighbour's
+//! checksum, and returns `G % 3` to its creator's `DMI_join`. Moved to
+//! other nodes and back (and on to a third), the instances compute the
+//! checksums of the run without moves and their creators' `DMI_join`s say
+//! the same; a move to a node that does not exist is refused and the
+//! instance stays; a target that dies before it answered leaves the
+//! instance running at home.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+mod common;
+use common::{build_example, libdmi, text, Link};
+
+fn program() -> PathBuf {
+    static PROG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROG.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("dmi-xcreate-test-{}", std::process::id()));
+        build_example(&libdmi(), "yield", &dir, "yield", &[], Link::Direct)
+    })
+    .clone()
+}
+
+/// `dmi run -n N yield ARGS` with `env` set (and no inherited DMI_MOVE_AT).
+fn command(n: u32, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dmi"));
+    c.args(["run", "-n", &n.to_string(), "--grace", "2", "--"])
+        .arg(program())
+        .args(args)
+        .env_remove("DMI_ERRORS")
+        .env_remove("DMI_MOVE_AT")
+        .env_remove("DMI_TEST_ARRIVE_DELAY_MS");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    // SAFETY: close_range is async-signal-safe; it drops the test harness's
+    // descriptors (cargo's jobserver pipe), which would keep an instance
+    // from being moved.
+    unsafe {
+        c.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        })
+    };
+    c
+}
+
+fn run(n: u32, args: &[&str], moves: Option<&str>) -> Output {
+    let env: Vec<(&str, &str)> = moves.map(|m| ("DMI_MOVE_AT", m)).into_iter().collect();
+    command(n, args, &env).output().unwrap()
+}
+
+/// What the run printed: per instance (global index) its checksum, moves,
+/// first and last pid; per instance what its creator's `DMI_join` said.
+#[derive(Debug, Default)]
+struct Printed {
+    sums: BTreeMap<u32, (String, u32, i32, i32)>,
+    joins: BTreeMap<u32, String>,
+}
+
+fn printed(o: &Output) -> Printed {
+    let mut p = Printed::default();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        if let Some(rest) = l.strip_prefix("instance ") {
+            // "G: sum HEX moves M pid P0 -> P1"
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            assert_eq!(w.len(), 9, "bad line {l:?}");
+            let g = w[0].trim_end_matches(':').parse().unwrap();
+            let line = (
+                w[2].to_string(),
+                w[4].parse().unwrap(),
+                w[6].parse().unwrap(),
+                w[8].parse().unwrap(),
+            );
+            p.sums.insert(g, line);
+        } else if let Some(rest) = l.strip_prefix("join ") {
+            let (g, what) = rest.split_once(": ").unwrap();
+            p.joins.insert(g.parse().unwrap(), what.trim().to_string());
+        }
+    }
+    p
+}
+
+/// The run without moves on `n` nodes x `k` instances.
+fn reference(n: u32, k: u32) -> Printed {
+    let o = run(n, &[&k.to_string(), "barrier"], None);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = printed(&o);
+    assert_eq!(r.sums.len() as u32, n * k, "{}", text(&o));
+    assert_eq!(r.joins.len() as u32, n * k, "{}", text(&o));
+    for (sum, moves, first, last) in r.sums.values() {
+        assert!(
+            !sum.is_empty() && *moves == 0 && first == last,
+            "{}",
+            text(&o)
+        );
+    }
+    // Instance G returns G % 3: DMI_join says so for the others.
+    assert_eq!(r.joins[&0], "0", "{}", text(&o));
+    assert!(r.joins[&1].contains("returned 1"), "{}", text(&o));
+    r
+}
+
+/// The move reports: (bytes, checkpoint us, stopped us, whole move us).
+fn costs(stderr: &str, cross: bool) -> Vec<[u64; 4]> {
+    stderr
+        .lines()
+        .filter(|l| l.contains(" moved at yield ") && l.contains(" to node ") == cross)
+        .map(|l| {
+            let n = |after: &str| -> u64 {
+                let r = l.split(after).nth(1).unwrap();
+                r.split(' ')
+                    .next()
+                    .unwrap()
+                    .trim_start_matches('(')
+                    .parse()
+                    .unwrap()
+            };
+            let bytes = l.split(" (").last().unwrap().split(' ').next().unwrap();
+            [
+                bytes.parse().unwrap(),
+                n("checkpoint "),
+                n("stopped "),
+                n("move "),
+            ]
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+#[test]
+fn create_instances_move_to_other_nodes_and_back() {
+    let want = reference(3, 2);
+    // Instance ID of every node: 0 to node 1 at yield 3 and to node 0 at
+    // 7; 1 to node 2 at 5 and to node 0 at 9. Node 0's go away and come
+    // back; node 1's instance 0 moves within its node, then to node 0;
+    // node 2's instance 0 goes on from node 1 to a third node, 0.
+    let o = run(3, &["2", "barrier"], Some("3:0@1,5:1@2,7:0@0,9:1@0"));
+    assert!(o.status.success(), "{}", text(&o));
+    let got = printed(&o);
+    assert_eq!(got.joins, want.joins, "{}", text(&o));
+    assert_eq!(got.sums.len(), 6, "{}", text(&o));
+    for (g, (sum, moves, first, last)) in &got.sums {
+        assert_eq!(sum, &want.sums[g].0, "instance {g}: {}", text(&o));
+        assert_eq!(*moves, 2, "instance {g}: {}", text(&o));
+        assert_ne!(first, last, "instance {g} kept its pid");
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    let cross = costs(&err, true);
+    let within = costs(&err, false);
+    assert_eq!((cross.len(), within.len()), (10, 2), "{}", text(&o));
+    assert_eq!(
+        err.matches(" arrived from node ").count(),
+        10,
+        "{}",
+        text(&o)
+    );
+    assert!(
+        err.contains("dmi: node 0: instance 0 (node 2's) arrived from node 1"),
+        "{}",
+        text(&o)
+    );
+    eprintln!(
+        "cross-node moves: {} (bytes {}-{}; median checkpoint {} us, stopped {} us, move {} us)",
+        cross.len(),
+        cross.iter().map(|c| c[0]).min().unwrap(),
+        cross.iter().map(|c| c[0]).max().unwrap(),
+        median(cross.iter().map(|c| c[1]).collect()),
+        median(cross.iter().map(|c| c[2]).collect()),
+        median(cross.iter().map(|c| c[3]).collect()),
+    );
+}
+
+#[test]
+fn a_move_to_a_node_that_does_not_exist_stays() {
+    let want = reference(2, 2);
+    // Instance 0 of each node to node 5 (no such node): it stays; instance
+    // 1 to node 1 (node 0's moves, node 1's moves within its node).
+    let o = run(2, &["2", "barrier"], Some("3:0@5,5:1@1"));
+    assert!(o.status.success(), "{}", text(&o));
+    let got = printed(&o);
+    assert_eq!(got.joins, want.joins, "{}", text(&o));
+    for (g, (sum, moves, first, last)) in &got.sums {
+        assert_eq!(sum, &want.sums[g].0, "instance {g}: {}", text(&o));
+        let moved = g % 2 == 1;
+        assert_eq!(*moves, u32::from(moved), "instance {g}: {}", text(&o));
+        assert_eq!(first != last, moved, "instance {g}: {}", text(&o));
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    let stays = err
+        .lines()
+        .filter(|l| l.contains(" stays: ") && l.contains("there is no node 5 (the run has 2)"))
+        .count();
+    assert_eq!(stays, 2, "{}", text(&o));
+    assert_eq!(
+        err.matches(" arrived from node ").count(),
+        1,
+        "{}",
+        text(&o)
+    );
+}
+
+/// The node processes `dmi run` (pid `run`) started: rank -> pid.
+fn nodes_of(run: u32) -> BTreeMap<u32, i32> {
+    let mut m = BTreeMap::new();
+    for t in std::fs::read_dir(format!("/proc/{run}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for pid in kids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let rank = env
+                .split(|&b| b == 0)
+                .filter_map(|v| std::str::from_utf8(v).ok())
+                .find_map(|v| v.strip_prefix("DMI_RANK="))
+                .and_then(|r| r.parse().ok());
+            if let Some(r) = rank {
+                m.insert(r, pid);
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn a_target_that_dies_before_it_answers_leaves_the_instance_at_home() {
+    // Node 0's instance 0 moves to node 1 at yield 3; node 1 waits 5 s
+    // before it restores the image, and is killed then. Node 0 (errors
+    // returned, not fatal) resumes its instance.
+    let env = [
+        ("DMI_MOVE_AT", "3:0@1"),
+        ("DMI_TEST_ARRIVE_DELAY_MS", "5000"),
+        ("DMI_ERRORS", "return"),
+    ];
+    let mut child = command(2, &["1"], &env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "no restore: {seen}");
+        seen.push_str(&l);
+        if l.contains("dmi: node 1: restoring instance 0 (test delay") {
+            break;
+        }
+    }
+    let pid = nodes_of(child.id())[&1];
+    // SAFETY: kill(2) of node 1, a process of the run this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    seen.push_str(&rest);
+    let o = child.wait_with_output().unwrap();
+    let all = format!("{}\nstderr:\n{seen}", text(&o));
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("dmi: node 0: instance 0 (pid ")
+                && l.contains(" stays: ")
+                && l.contains("it failed (node 1)")),
+        "{all}"
+    );
+    assert!(!seen.contains("arrived from node 0"), "{all}");
+    // The original ran on after its yield: its next call (a round trip)
+    // sees node 1's failure and it returns 4, which its creator's
+    // DMI_join reports.
+    assert!(
+        seen.contains("instance 0: round trip after yield 3: node 1 failed"),
+        "{all}"
+    );
+    assert!(seen.contains("DMI_join: instance 0 returned 4"), "{all}");
+}
+
+#[test]
+fn an_instance_killed_on_another_node_fails_its_creators_join() {
+    // Node 0's instance 0 moves to node 1 at yield 2 and sleeps there 5 s
+    // ("linger"); killed meanwhile, node 1 reports its death to node 0,
+    // whose DMI_join says how it ended (errors returned, not fatal).
+    let env = [("DMI_MOVE_AT", "2:0@1"), ("DMI_ERRORS", "return")];
+    let mut child = command(2, &["1", "linger"], &env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let pid: i32 = loop {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "no arrival: {seen}");
+        seen.push_str(&l);
+        if let Some(p) = l
+            .strip_prefix("dmi: node 1: instance 0 (node 0's) arrived from node 0: pid ")
+            .and_then(|p| p.trim().parse().ok())
+        {
+            break p;
+        }
+    };
+    // SAFETY: kill(2) of the moved instance, a process of this test's run.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // Without the report DMI_join would wait for ever: give it 60 s.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+        let _ = tx.send(rest);
+    });
+    let rest = rx.recv_timeout(std::time::Duration::from_secs(60));
+    if rest.is_err() {
+        for (_, node) in nodes_of(child.id()) {
+            // SAFETY: kill(2) of a node of the run this test started.
+            unsafe { libc::kill(node, libc::SIGKILL) };
+        }
+    }
+    let _ = child.kill();
+    let st = child.wait().unwrap();
+    let rest = rest.unwrap_or_else(|_| panic!("the run did not end within 60 s: {seen}"));
+    seen.push_str(&rest);
+    assert!(
+        seen.contains(&format!(
+            "dmi: node 1: node 0's instance 0 (pid {pid}) was killed by signal 9"
+        )),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("DMI_join: instance 0 was killed by signal 9 (on node 1)"),
+        "{seen}"
+    );
+    assert!(!st.success(), "{seen}");
+}
+
+#[test]
+fn a_reconfigurable_programs_instance_stays_on_its_node() {
+    // DMI_main programs do not start the mover: a move to another node is
+    // refused at the yield and the instance runs on (it used to stay
+    // parked for ever).
+    let dir = std::env::temp_dir().join(format!("dmi-xcreate-main-{}", std::process::id()));
+    let prog = build_example(
+        &libdmi(),
+        "yield_main",
+        &dir,
+        "yield_main",
+        &[],
+        Link::Direct,
+    );
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dmi"));
+    c.args(["run", "-n", "2", "--grace", "2", "--"])
+        .arg(prog)
+        .env_remove("DMI_ERRORS")
+        .env("DMI_MOVE_AT", "2:0@1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            for (_, node) in nodes_of(child.id()) {
+                // SAFETY: kill(2) of a node of the run this test started.
+                unsafe { libc::kill(node, libc::SIGKILL) };
+            }
+            let _ = child.kill();
+            panic!("the run did not end within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("instance: 3 yields, moved 0"), "{}", text(&o));
+    assert!(out.contains("join 0"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .any(|l| l.contains(" stays: ") && l.contains("this node moves no instances")),
+        "{}",
+        text(&o)
+    );
+}
