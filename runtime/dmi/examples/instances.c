@@ -172,14 +172,16 @@ int main(int argc, char **argv)
 {
 	int ninst = argc > 1 ? atoi(argv[1]) : 0;
 	DMI_instance_t h[64];
-	int rank, size, bad = 0;
+	int rank, size, bad = 0, linger;
 
 	if (ninst < 1 || ninst > 64) {
-		fprintf(stderr, "usage: instances NINST(1-64) [slow | crash G | bench]\n");
+		fprintf(stderr, "usage: instances NINST(1-64) [slow | crash G [linger] | bench]\n");
 		return 2;
 	}
 	if (argc > 3 && !strcmp(argv[2], "crash"))
 		crash = atoi(argv[3]);
+	/* "crash G linger": the node whose instance died goes on for 30 s */
+	linger = argc > 4 && !strcmp(argv[4], "linger");
 	bench = argc > 2 && !strcmp(argv[2], "bench");
 	slow = argc > 2 && !strcmp(argv[2], "slow");
 	/* Bad input: clear errors, nothing created. */
@@ -230,6 +232,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "node %d: DMI_join: %s\n", rank, DMI_errmsg());
 			bad = 1;
 		}
+	if (bad && linger && rank == crash / ninst)
+		sleep(30);
 	if (bad)
 		return 1;
 	if (rank == 0 && !bench) {

@@ -176,6 +176,16 @@ impl Node {
         Ok(())
     }
 
+    /// Tells node 0 that this node's barriers cannot complete (one of its
+    /// instances failed); the call itself completes at once.
+    pub(crate) fn poison_barriers(&mut self, why: String, fx: &mut Effects) {
+        if self.me == 0 {
+            self.handle_control(0, Msg::BarrierPoison { why }, fx);
+        } else {
+            fx.sends.push((0, Msg::BarrierPoison { why }));
+        }
+    }
+
     /// Messages of regions, mutexes and the barrier.
     pub(crate) fn handle_control(&mut self, from: NodeId, msg: Msg, fx: &mut Effects) {
         match msg {
@@ -226,9 +236,26 @@ impl Node {
                 }
                 self.reply(from, op, Reply::Done, fx);
             }
+            Msg::Barrier { op, .. } if self.barrier_poison.is_some() => {
+                let why = self.barrier_poison.clone().unwrap_or_default();
+                self.reply(from, op, Reply::Err(DmiError::Instance(why)), fx);
+            }
             Msg::Barrier { op, count } => {
                 self.barrier.entry(count).or_default().push((from, op));
                 self.maybe_release_barrier(fx);
+            }
+            Msg::BarrierPoison { why } => {
+                let why = self
+                    .barrier_poison
+                    .get_or_insert(format!("node {from}: {why}"))
+                    .clone();
+                let waiting: Vec<(NodeId, OpId)> = std::mem::take(&mut self.barrier)
+                    .into_values()
+                    .flatten()
+                    .collect();
+                for (n, o) in waiting {
+                    self.reply(n, o, Reply::Err(DmiError::Instance(why.clone())), fx);
+                }
             }
             _ => {}
         }

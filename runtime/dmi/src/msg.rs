@@ -197,6 +197,12 @@ pub enum Msg {
         op: OpId,
         count: u32,
     },
+    /// To node 0: a compute instance of the sender failed and its node
+    /// goes on (`DMI_ERRORS=return`): its barriers can no longer complete,
+    /// so every waiting and every later barrier arrival fails with `why`.
+    BarrierPoison {
+        why: String,
+    },
     /// A change of membership (`epoch.rs`).
     Epoch(EpochMsg),
     /// For the program's runtime, not the protocol core (`reconf.rs`): the

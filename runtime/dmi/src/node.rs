@@ -62,6 +62,10 @@ pub enum CallReq {
     Barrier,
     /// A barrier of `count` participants (the threads of an itergroup).
     BarrierOf(u32),
+    /// One of this node's instances failed and the node goes on
+    /// (`DMI_ERRORS=return`): every node's barriers fail from now on,
+    /// naming it (`Msg::BarrierPoison`).
+    PoisonBarriers(String),
     /// Change the membership (node 0 only): `join` become members, `leave`
     /// hand over everything they hold and stop being members. The result
     /// is [`crate::epoch::RescaleStats`] as bytes.
@@ -108,6 +112,9 @@ pub struct Node {
     pub(crate) locks: HashMap<i64, (bool, VecDeque<(NodeId, OpId)>)>,
     /// Barrier arrivals at node 0, by participant count (0: all members).
     pub(crate) barrier: BTreeMap<u32, Vec<(NodeId, OpId)>>,
+    /// At node 0, once a node's instance failed (`Msg::BarrierPoison`):
+    /// why every barrier fails from then on.
+    pub(crate) barrier_poison: Option<String>,
     pub(crate) next_region: u32,
     failed: Option<DmiError>,
     /// The pool's capacity in pages (None: unlimited) and its state.
@@ -151,6 +158,7 @@ impl Node {
             rmw,
             locks: HashMap::new(),
             barrier: BTreeMap::new(),
+            barrier_poison: None,
             next_region: crate::addr::ROOT.id + 1,
             failed: None,
             pool: None,
@@ -276,6 +284,10 @@ impl Node {
             CallReq::Unlock { addr } => self.start_lock(call, addr, true, fx),
             CallReq::Barrier => self.start_barrier(call, 0, fx),
             CallReq::BarrierOf(count) => self.start_barrier(call, count.max(1), fx),
+            CallReq::PoisonBarriers(why) => {
+                self.poison_barriers(why, fx);
+                Ok(())
+            }
             CallReq::Rescale { join, leave } => self.start_rescale(call, join, leave, fx),
             CallReq::Members => {
                 if let Some(c) = self.calls.get_mut(&call) {

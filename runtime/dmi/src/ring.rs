@@ -151,7 +151,10 @@ impl TryFrom<CallReq> for Req {
             CallReq::Lock { addr } => Req::Lock { addr },
             CallReq::Unlock { addr } => Req::Unlock { addr },
             CallReq::Barrier => Req::Barrier,
-            CallReq::BarrierOf(_) | CallReq::Rescale { .. } | CallReq::Members => {
+            CallReq::BarrierOf(_)
+            | CallReq::Rescale { .. }
+            | CallReq::Members
+            | CallReq::PoisonBarriers(_) => {
                 return Err(DmiError::BadArgument(
                     "reconfiguration calls are not available in a compute instance".into(),
                 ))

@@ -568,6 +568,7 @@ pub(crate) fn record(reg: &Registry, id: i64, pid: i32, rank: NodeId, fatal: boo
     let mut s = locked(reg);
     s.running -= 1;
     let pid = s.entries.get(&id).map_or(pid, |e| e.pid);
+    let mut poison = None;
     if let Ended::Failed(how) = &ended {
         let msg = format!("instance {id} (pid {pid}) {how}");
         report(&format!("dmi: node {rank}: {msg}"));
@@ -577,7 +578,11 @@ pub(crate) fn record(reg: &Registry, id: i64, pid: i32, rank: NodeId, fatal: boo
             ));
             std::process::exit(PEER_FAILED_EXIT);
         }
-        // Waiting arrivals see it and fail their round.
+        // Waiting arrivals see it and fail their round; every other
+        // node's barriers fail too (they would wait for this node).
+        if s.failed.is_none() {
+            poison = Some(msg.clone());
+        }
         s.failed.get_or_insert(DmiError::Instance(msg));
     }
     // Either way the barrier's waiters look again (one fewer to wait for).
@@ -590,6 +595,9 @@ pub(crate) fn record(reg: &Registry, id: i64, pid: i32, rank: NodeId, fatal: boo
     }
     drop(s);
     reg.changed.notify_all();
+    if let Some(why) = poison {
+        crate::xmove::poison_barriers(&why);
+    }
 }
 
 fn describe(st: ExitStatus) -> String {

@@ -82,7 +82,7 @@ pub enum Frame {
 /// another version with a message naming both. Changed with any message.
 /// 2: `ReqKind::GetMany` (a read's ranges of one page in one request) and
 /// `Msg::Replies` (the answers of one step to one node in one message).
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// Why a peer speaking protocol `theirs` is refused.
 pub(crate) fn wrong_protocol(theirs: u32) -> String {

@@ -135,6 +135,18 @@ pub(crate) fn send(to: NodeId, m: InstMsg) -> Result<(), DmiError> {
     mv.caller.send_inst(to, m)
 }
 
+/// Makes every node's barriers fail with `why` (an instance of this node
+/// failed and the node goes on); see [`crate::node::CallReq::PoisonBarriers`].
+pub(crate) fn poison_barriers(why: &str) {
+    let Some(mv) = mover() else { return };
+    if let Err(e) = mv
+        .caller
+        .call(crate::node::CallReq::PoisonBarriers(why.to_string()))
+    {
+        report(&format!("dmi: cannot tell node 0 that {why}: {e}"));
+    }
+}
+
 /// From the engine: a message about instances from node `from`. It must
 /// not block: restoring runs on a thread of its own.
 pub(crate) fn inbox(from: NodeId, m: InstMsg) {

@@ -180,6 +180,32 @@ fn a_killed_instance_fails_the_barrier_and_join_when_errors_return() {
     }
 }
 
+/// With `DMI_ERRORS=return` the node of a killed instance goes on, so
+/// its barriers cannot complete; every other node's barrier then fails at
+/// once, naming the instance (`Msg::BarrierPoison`), instead of waiting
+/// for that node: here node 1 lingers 30 s after its `DMI_join` failed,
+/// and node 0's instances used to wait in their barrier until it exited.
+#[test]
+fn a_killed_instance_fails_the_other_nodes_barriers_when_errors_return() {
+    let env = [("DMI_ERRORS", "return")];
+    let (o, took) = run(2, &["3", "crash", "4", "linger"], &env);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{}", text(&o));
+    for want in [
+        "dmi: node 1: instance 1 (pid ",
+        "instance 0: barrier: node 1: instance 1 (pid ",
+        "instance 2: barrier: node 1: instance 1 (pid ",
+        "node 0: DMI_join: instance 0 returned 4",
+    ] {
+        assert!(err.contains(want), "missing {want:?}: {}", text(&o));
+    }
+    assert!(
+        took < Duration::from_secs(15),
+        "took {took:?}: {}",
+        text(&o)
+    );
+}
+
 fn killed_with_errors_returned(model: &str) {
     let env = [("DMI_ERRORS", "return"), ("DMI_RECEIVERS", model)];
     let (o, took) = run(1, &["3", "crash", "1"], &env);
