@@ -12,6 +12,7 @@
 //! - [`image`]: the on-disk format (manifest + pages); [`PageBuf`]: page contents in memory;
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
+//! - [`restore_need`]: the address space a restore needs (for `RLIMIT_AS`);
 //! - `restore`, `restore_plan`, `restore_moves`, `restorer`, `sigframe`: [`restore`],
 //!   the blob's op table, which runs it moves rather than copies, the blob, the
 //!   `rt_sigreturn` frame.
@@ -37,6 +38,7 @@ mod dump_read;
 mod restore;
 mod restore_check;
 mod restore_moves;
+pub mod restore_need;
 mod restore_plan;
 
 pub use creds::Creds;
