@@ -33,7 +33,7 @@ pub fn unix_path(addr: &str) -> Option<&str> {
 }
 
 /// Protocol version; both ends of a connection must speak the same.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -215,6 +215,9 @@ pub enum Msg {
         origin: Origin,
         /// Estimated bytes of page contents.
         image_bytes: u64,
+        /// What the restorer would map for the program (read from /proc):
+        /// with `image_bytes`, the address space the restore needs.
+        mapped: halfproc_migrate::restore_need::Mapped,
         /// Pre-copy rounds will come (`PreCopy`) before `MigrateIn`.
         precopy: bool,
     },
