@@ -191,10 +191,11 @@ mod tests {
             .unwrap();
         let pid = c.id() as i32;
         let mut m = Mapped::default();
-        for _ in 0..200 {
-            // Until it runs `sleep` (not the test binary between fork and exec).
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-            if exe.to_string_lossy().ends_with("sleep") {
+        for _ in 0..2000 {
+            // Until it sleeps (clock_nanosleep, 230): past its exec and
+            // start-up, which map and unmap.
+            let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            if call.starts_with("230 ") {
                 m = mapped(pid, None).unwrap();
                 break;
             }

@@ -26,6 +26,13 @@ fn vm_peak(pid: i32) -> u64 {
     l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
+/// `VmSize` of `pid`, in bytes.
+fn vm_size(pid: i32) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let l = st.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
 fn set_rlimit_as(bytes: u64) {
     let r = libc::rlimit {
         rlim_cur: bytes,
@@ -52,18 +59,19 @@ struct Measured {
     caller: u64,
 }
 
-/// Runs `cmd`, dumps it 300 ms in, restores it stopped from memory and
-/// compares; `then` gets the dump before the original is killed.
+/// Runs `cmd`, dumps it once `ready` says it has mapped what it maps,
+/// restores it stopped from memory and compares; `then` gets the dump
+/// before the original is killed.
 fn measure(
     name: &str,
-    cmd: &Path,
-    args: &[&str],
-    stdin: Option<&Path>,
+    (cmd, args, stdin): (&Path, &[&str], Option<&Path>),
+    ready: impl FnOnce(i32, &Path),
     then: impl FnOnce(&halfproc_migrate::Dumped),
 ) -> Measured {
     let tmp = tempfile::tempdir().unwrap();
-    let pid = spawn(cmd, args, stdin, &tmp.path().join("out"));
-    sleep_ms(300);
+    let out = tmp.path().join("out");
+    let pid = spawn(cmd, args, stdin, &out);
+    ready(pid, &out);
     // What a source offers, read while the program runs.
     let offered = need::mapped(pid, None).unwrap();
     let d = freeze_and_dump(pid, &[]).expect("freeze_and_dump");
@@ -118,7 +126,14 @@ fn xz() -> &'static Path {
 fn the_estimate_bounds_the_restores_peak_and_the_limit_holds_at_it() {
     // Idle after mapping 21 MiB: the test process's own mappings, which
     // the fork holds, are the larger part.
-    let l = measure("layout", targets(), &["layout"], None, |_| ());
+    let l = measure(
+        "layout",
+        (targets(), &["layout"][..], None),
+        |_, out| {
+            wait_line(out, "full ");
+        },
+        |_| (),
+    );
     assert!(l.caller > l.mapped.bytes, "layout: not the case meant");
     // The peak right after the fork: this process, the new region. The
     // estimate's region has the data allowance (1 MiB) and a table bound.
@@ -129,7 +144,18 @@ fn the_estimate_bounds_the_restores_peak_and_the_limit_holds_at_it() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in");
     input_file(&input, 4 << 20);
-    let x = measure("xz -9", xz(), &["-9", "-T1", "-c"], Some(&input), |d| {
+    // Ready once its encoder is allocated (it maps nothing more after).
+    let encoder = |pid: i32, _: &Path| {
+        for _ in 0..3000 {
+            if vm_size(pid) > 600 * MIB {
+                return;
+            }
+            sleep_ms(10);
+        }
+        panic!("xz -9 did not map 600 MiB in 30 s");
+    };
+    let args: &[&str] = &["-9", "-T1", "-c"];
+    let x = measure("xz -9", (xz(), args, Some(&input)), encoder, |d| {
         let m = &d.manifest;
         let peak = {
             let c = restore_from_memory(m, &d.pages, &stopped()).expect("restore again");
