@@ -250,7 +250,7 @@ fn restore_out_of_memory_leaves_the_source_running() {
     let small = Daemon::start_wrapped(&["prlimit", &limit, "--"], &[], &[]);
     let (r, held) = run_held(&a, &argv, Some(&input), tmp.path(), "xz-oom");
     let pid = r.pid();
-    sleep_ms(300);
+    wait_vm_size(pid, 600 << 20);
     let e = migrate(&a.addr, pid, &small.addr).expect_err("restored beyond the memory limit");
     eprintln!("{e}");
     assert!(

@@ -319,22 +319,7 @@ fn a_restore_beyond_the_nodes_rlimit_as_never_stops_the_program() {
     // Offered once its encoder is allocated (on loaded cores 300 ms may
     // not be enough, and a program that maps after the offer is refused
     // only on MigrateIn, after the freeze).
-    let vm_size = || {
-        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        st.lines()
-            .find(|l| l.starts_with("VmSize:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
-    };
-    let t = Instant::now();
-    while vm_size() < 600 << 20 {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "xz -9 did not map 600 MiB in 30 s"
-        );
-        sleep_ms(10);
-    }
+    wait_vm_size(pid, 600 << 20);
     let (code, err, seen) = watched(pid, migrate_cmd(halfproc(), &a.addr, pid, &small.addr));
     eprintln!("{err}");
     assert_never_stopped(&seen, &err);
