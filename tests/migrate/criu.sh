@@ -12,7 +12,7 @@ d=/tmp/criu
 mkdir -p "$d"
 chmod 777 "$d"
 echo "TAP version 13"
-echo "1..12"
+echo "1..15"
 now() { cut -d' ' -f1 /proc/uptime; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%d", (b - a) * 1000 }'; }
 kib() { du -sk "$1" | cut -f1; }
@@ -99,6 +99,55 @@ ours_one() {
 	echo "# halfproc $name: checkpoint image $(kib "/tmp/mig/$name.img") KiB; migration frozen $1 ms, total $2 ms"
 }
 
+# ours_cr NAME FILTER CMD...: as the user, what criu_one does with
+# criu: `halfproc run` on node A, 2 s in `halfproc checkpoint --kill`
+# (stops the program, writes the image, kills it: what `criu dump` does by
+# default), then `halfproc restore` of the image on the same node; the
+# output before the checkpoint (run exits 75) and after it (from restore)
+# together must be the unstopped run's.  Input from a file argument, not
+# stdin: `run` relays stdin through the daemon, and what it had read past
+# the pipe would not be in the image.  restore's time: from its start until
+# it wrote the restored pid (after the restore; polled every 10 ms).
+ours_cr() {
+	what="$1" name="cr-$1" filter="$2"
+	shift 2
+	"$@" </dev/null >"/tmp/mig/$name.raw" 2>/dev/null
+	ref_rc=$?
+	sed "$filter" "/tmp/mig/$name.raw" >"/tmp/mig/$name.ref"
+	as_user "
+		export HALFPROC_NODE_SECRET_FILE=/tmp/mig/secret
+		d=/tmp/mig n=$name
+		now() { cut -d' ' -f1 /proc/uptime; }
+		rm -rf \$d/\$n.img \$d/\$n.pid \$d/\$n.rpid \$d/\$n.rc1 \$d/\$n.rc2
+		( halfproc run --node 127.0.0.1:7070 --pid-file \$d/\$n.pid -- $* </dev/null \
+			>\$d/\$n.out1 2>\$d/\$n.err1; echo \$? >\$d/\$n.rc1 ) &
+		i=0
+		while [ ! -s \$d/\$n.pid ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i + 1)); done
+		sleep 2
+		t0=\$(now)
+		halfproc checkpoint --node 127.0.0.1:7070 --kill \$(cat \$d/\$n.pid) -o \$d/\$n.img \
+			>\$d/\$n.cerr 2>&1 || exit 1
+		t1=\$(now)
+		wait
+		t2=\$(now)
+		( halfproc restore --node 127.0.0.1:7070 --pid-file \$d/\$n.rpid \$d/\$n.img </dev/null \
+			>\$d/\$n.out2 2>\$d/\$n.err2; echo \$? >\$d/\$n.rc2 ) &
+		while [ ! -s \$d/\$n.rpid ] && [ ! -s \$d/\$n.rc2 ]; do sleep 0.01; done
+		t3=\$(now)
+		wait
+		echo \$t0 \$t1 \$t2 \$t3 >\$d/\$n.times
+		[ -s \$d/\$n.rpid ]
+	"
+	r=$?
+	[ $r = 0 ] || sed 's/^/#   /' "/tmp/mig/$name.cerr" "/tmp/mig/$name.err2" 2>/dev/null | tail -n 5
+	tap $r "halfproc_checkpoints_and_restores_${what}_as_a_plain_user"
+	cat "/tmp/mig/$name.out1" "/tmp/mig/$name.out2" | sed "$filter" | cmp -s - "/tmp/mig/$name.ref" &&
+		[ "$(cat "/tmp/mig/$name.rc1")" = 75 ] && [ "$(cat "/tmp/mig/$name.rc2")" = "$ref_rc" ]
+	tap $? "halfproc_restored_${what}_ends_like_an_unstopped_run"
+	set -- $(cat "/tmp/mig/$name.times" 2>/dev/null) 0 0 0 0
+	echo "# halfproc $what checkpoint+restore: checkpoint --kill $(ms "$1" "$2") ms, restore $(ms "$3" "$4") ms, image $(kib "/tmp/mig/$name.img") KiB"
+}
+
 criu_one ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker 150
 criu_one xz "$d/data" "" /opt/deb/xz -T1 -6 -c
 
@@ -118,6 +167,9 @@ grep -q "members of this node's set" /tmp/mig/node-b.log
 tap $? halfproc_nodes_run_as_a_plain_user
 ours_one ticker "$d/empty" 's/ pid [0-9]*$//' /demo/ticker 150
 ours_one xz "$d/data" "" /opt/deb/xz -T1 -6 -c
+ours_cr ticker 's/ pid [0-9]*$//' /demo/ticker 150
+cp "$d/data" /tmp/mig/data
+ours_cr xz "" /opt/deb/xz -T1 -6 -c /tmp/mig/data
 
 # A plain user may not use criu at all.
 mkdir -p "$d/user"; chmod 777 "$d/user"

@@ -32,7 +32,7 @@ pub(crate) enum Sink<'a> {
 /// Largest piece read at once into the buffer of a [`Sink::Writer`].
 const CHUNK: u64 = 8 << 20;
 
-fn is_special(path: &str) -> bool {
+pub(crate) fn is_special(path: &str) -> bool {
     refuse::SPECIAL_MAPPINGS.contains(&path)
 }
 
@@ -270,7 +270,10 @@ fn plan(
 }
 
 /// Regions left behind by an earlier restore (see `restorer::REGION_MAGIC`).
-fn restorer_regions(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> Vec<(u64, u64)> {
+pub(crate) fn restorer_regions(
+    reader: &dyn MemoryReader,
+    maps: &[procfs::MapsEntry],
+) -> Vec<(u64, u64)> {
     use crate::restorer::{CODE_SIZE, REGION_MAGIC};
     let mut out = Vec::new();
     for m in maps

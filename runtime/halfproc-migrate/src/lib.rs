@@ -13,6 +13,7 @@
 //! - [`files_img`]: mapped files' contents, for a restore where a file differs;
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
+//! - [`restore_need`]: the address space a restore needs (for `RLIMIT_AS`);
 //! - `restore`, `restore_plan`, `restore_moves`, `restorer`, `sigframe`: [`restore`],
 //!   the blob's op table, which runs it moves rather than copies, the blob, the
 //!   `rt_sigreturn` frame.
@@ -39,6 +40,7 @@ pub mod files_img;
 mod restore;
 mod restore_check;
 mod restore_moves;
+pub mod restore_need;
 mod restore_plan;
 
 pub use creds::Creds;

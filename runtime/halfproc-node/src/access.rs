@@ -260,6 +260,7 @@ mod tests {
                 }),
                 origin: origin.clone(),
                 image_bytes: 0,
+                mapped: Default::default(),
                 precopy: false,
             },
             Msg::MigrateIn {

@@ -5,7 +5,8 @@
 //! (the program's owner, origin and an estimate of its image), sent before
 //! anything is stopped. The destination answers `Accept { ticket }`, or
 //! `Denied` (may not: the owner's ids) or `Error` (cannot now: full,
-//! memory, shutting down, the origin's session gone). The peer itself was
+//! memory, the restore's address space beyond this daemon's `RLIMIT_AS`,
+//! shutting down, the origin's session gone). The peer itself was
 //! admitted or refused on its first message ([`crate::access::admit`]).
 //! An accepted offer holds a reservation (a program slot, the estimated
 //! bytes) until the connection ends or its hold passes without the
@@ -15,11 +16,16 @@
 //! estimated) is counted anew.
 //!
 //! What only the image tells (its format and checksums, the memory its
-//! pages take, files that differ here, a restore step failing) is known
-//! after the freeze; those refusals still resume the original.
+//! pages take, files that differ here, a restore step failing for a
+//! reason the rules do not model, e.g. `RLIMIT_DATA`) is known after the
+//! freeze; those refusals still resume the original. The address space is
+//! checked with the source's reading of /proc in the offer and with the
+//! image's VMAs and runs on `MigrateIn`; the restore's own failure stays
+//! the last word.
 
 use crate::daemon::Node;
 use crate::proto::Origin;
+use halfproc_migrate::restore_need::{self as need, Mapped};
 use halfproc_migrate::Creds;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +37,12 @@ pub struct Proposal<'a> {
     pub origin: &'a Origin,
     /// Bytes of page contents: the offer's estimate, then the manifest's.
     pub image_bytes: u64,
+    /// What the restorer will map for the program: the source's reading of
+    /// /proc in the offer, then the manifest's.
+    pub mapped: Mapped,
+    /// Runs of pages in the image: unknown in the offer (at most one per
+    /// page is assumed), the manifest's then.
+    pub runs: Option<u64>,
 }
 
 /// The state of this node the rules look at.
@@ -47,6 +59,12 @@ pub struct Here {
     pub max_programs: Option<usize>,
     /// `MemAvailable` (bytes), if known.
     pub mem_available: Option<u64>,
+    /// The daemon's soft `RLIMIT_AS`, which the restorer it forks inherits
+    /// (`None`: unlimited).
+    pub rlimit_as: Option<u64>,
+    /// The daemon's address space now (`VmSize`, bytes): the forked
+    /// restorer holds all of it until it has mapped its region.
+    pub vm_size: u64,
     pub shutting_down: bool,
     /// When the origin is this node: whether its run session still exists.
     pub origin_session_here: bool,
@@ -170,6 +188,7 @@ pub fn check(here: &Here, others: Held, own: Option<u64>, p: &Proposal) -> Resul
             )));
         }
     }
+    address_space(here, p)?;
     let need = p.image_bytes.saturating_sub(own.unwrap_or(0));
     if let (true, Some(avail)) = (need > 0, here.mem_available) {
         if need.saturating_add(others.bytes) > avail {
@@ -187,6 +206,43 @@ pub fn check(here: &Here, others: Held, own: Option<u64>, p: &Proposal) -> Resul
         }
     }
     Ok(())
+}
+
+/// The restore's address space against the `RLIMIT_AS` its restorer
+/// inherits from this daemon (the program's own limits are set only after
+/// its memory is rebuilt): see `halfproc_migrate::restore_need`. Checked
+/// for every migration by itself (a limit is per process, nothing is held
+/// for a ticket).
+fn address_space(here: &Here, p: &Proposal) -> Result<(), Refusal> {
+    let Some(limit) = here.rlimit_as else {
+        return Ok(());
+    };
+    let runs = p.runs.unwrap_or_else(|| need::runs_at_most(p.image_bytes));
+    let region = need::region(&p.mapped, p.image_bytes, runs);
+    let caller = need::caller_at_fork(here.vm_size, p.image_bytes);
+    let peak = need::peak(&p.mapped, region, caller);
+    if peak <= limit {
+        return Ok(());
+    }
+    let larger = if p.mapped.bytes >= caller {
+        "the program's mappings".to_string()
+    } else {
+        format!(
+            "this daemon's {} with the page contents, which the forked restorer holds \
+             until it has mapped its region",
+            mib(caller)
+        )
+    };
+    Err(Refusal::Unable(format!(
+        "not enough address space: the program maps {} and this node's restorer runs under \
+         RLIMIT_AS {} (the restore needs about {}: {larger}, plus the restorer's region of {} \
+         with {} of page contents)",
+        mib(p.mapped.bytes),
+        mib(limit),
+        mib(peak),
+        mib(region),
+        mib(p.image_bytes)
+    )))
 }
 
 /// Limits of a node, from `halfproc node`'s flags.
@@ -260,6 +316,8 @@ impl Admission {
             programs: node.program_count(),
             max_programs: self.limits.max_programs,
             mem_available: mem_available(),
+            rlimit_as: need::own_rlimit_as(),
+            vm_size: need::own_vm_size().unwrap_or(0),
             shutting_down: node.shutting_down(),
             origin_session_here: node.session(origin.session).is_some(),
         }
@@ -344,6 +402,8 @@ mod tests {
             programs: 0,
             max_programs: None,
             mem_available: Some(1 << 30),
+            rlimit_as: None,
+            vm_size: 100 << 20,
             shutting_down: false,
             origin_session_here: true,
         }
@@ -368,6 +428,8 @@ mod tests {
             owner: o,
             origin: &ELSEWHERE,
             image_bytes: bytes,
+            mapped: Mapped::default(),
+            runs: None,
         }
     }
 
@@ -472,6 +534,8 @@ mod tests {
             owner: &o,
             origin: &mine,
             image_bytes: 0,
+            mapped: Mapped::default(),
+            runs: None,
         };
         assert!(refused(check(&h, Held::default(), None, &p)).contains("session 1 is gone"));
         // Another node's session is not looked for here.
@@ -481,6 +545,84 @@ mod tests {
             ..here()
         };
         assert!(refused(check(&h, Held::default(), None, &prop(&o, 0))).contains("shutting down"));
+    }
+
+    #[test]
+    fn a_restore_beyond_the_nodes_rlimit_as_is_refused() {
+        const MIB: u64 = 1 << 20;
+        let h = Here {
+            rlimit_as: Some(400 * MIB),
+            vm_size: 100 * MIB,
+            ..here()
+        };
+        let o = owner(0);
+        let p = |mapped: u64, pages: u64, runs: Option<u64>| Proposal {
+            mapped: Mapped {
+                bytes: mapped,
+                vmas: 30,
+            },
+            runs,
+            ..prop(&o, pages)
+        };
+        // xz -9: 674 MiB mapped, 100 MiB of contents.
+        let r = check(&h, Held::default(), None, &p(674 * MIB, 100 * MIB, None));
+        assert!(matches!(&r, Err(Refusal::Unable(_))), "{r:?}");
+        let e = refused(r);
+        assert!(
+            e.contains("the program maps 674.0 MiB and this node's restorer runs under RLIMIT_AS 400.0 MiB")
+                && e.contains("the program's mappings"),
+            "{e}"
+        );
+        // The region (at most one run per page) plus the mappings: 674 +
+        // 105.x MiB needed.
+        let need = need::peak(
+            &p(674 * MIB, 0, None).mapped,
+            need::region(&p(674 * MIB, 0, None).mapped, 100 * MIB, 25600),
+            0,
+        );
+        assert!(
+            e.contains(&format!("needs about {:.1} MiB", need as f64 / MIB as f64)),
+            "{e}"
+        );
+        // A small program fits; without a limit nothing is counted.
+        assert!(check(&h, Held::default(), None, &p(200 * MIB, 10 * MIB, None)).is_ok());
+        let free = Here {
+            rlimit_as: None,
+            ..h.clone()
+        };
+        assert!(check(&free, Held::default(), None, &p(674 * MIB, 100 * MIB, None)).is_ok());
+        // The daemon's own address space counts when it is the larger part:
+        // the fork holds it and the page contents beside the new region.
+        let big = Here {
+            vm_size: 300 * MIB,
+            ..h.clone()
+        };
+        let e = refused(check(
+            &big,
+            Held::default(),
+            None,
+            &p(50 * MIB, 60 * MIB, None),
+        ));
+        assert!(
+            e.contains("this daemon's 362.0 MiB with the page contents"),
+            "{e}"
+        );
+        // The migration of an accepted offer is checked again, with the
+        // image's runs: an estimate that passed can fail then.
+        assert!(check(
+            &h,
+            Held::default(),
+            Some(10 * MIB),
+            &p(200 * MIB, 10 * MIB, Some(10))
+        )
+        .is_ok());
+        let e = refused(check(
+            &h,
+            Held::default(),
+            Some(10 * MIB),
+            &p(390 * MIB, 10 * MIB, Some(10)),
+        ));
+        assert!(e.contains("the program maps 390.0 MiB"), "{e}");
     }
 
     #[test]

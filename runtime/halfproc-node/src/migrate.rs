@@ -72,13 +72,16 @@ async fn migrate_acquired(
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let image_bytes = crate::admission::image_estimate(pid)
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
+    let mapped = halfproc_migrate::restore_need::mapped(pid, None)
+        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, &node.ident))
         .await
         .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
         .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
     let mode = crate::precopy::mode();
     // Before anything is stopped (a yield included): may it come?
-    let ticket = match offer(&mut conn, prog, &owner, image_bytes, mode.on()).await {
+    let size = (image_bytes, mapped);
+    let ticket = match offer(&mut conn, prog, &owner, size, mode.on()).await {
         Ok(t) => t,
         Err(refused) => {
             let never = |w: &str| {
@@ -409,7 +412,7 @@ async fn offer(
     conn: &mut Conn,
     prog: &program::Program,
     owner: &halfproc_migrate::Creds,
-    image_bytes: u64,
+    (image_bytes, mapped): (u64, halfproc_migrate::restore_need::Mapped),
     precopy: bool,
 ) -> Result<u64, crate::admission::Refusal> {
     use crate::admission::Refusal;
@@ -418,6 +421,7 @@ async fn offer(
         owner: Box::new(owner.clone()),
         origin: prog.origin.clone(),
         image_bytes,
+        mapped,
         precopy,
     })
     .await

@@ -20,6 +20,7 @@ pub async fn offer(node: Arc<Node>, mut conn: Conn, first: Msg) {
         owner,
         origin,
         image_bytes,
+        mapped,
         precopy,
     } = first
     else {
@@ -35,6 +36,8 @@ pub async fn offer(node: Arc<Node>, mut conn: Conn, first: Msg) {
         owner: &owner,
         origin: &origin,
         image_bytes,
+        mapped,
+        runs: None,
     };
     let ticket = match node.admission.reserve(&node, &p) {
         Ok(t) => t,
@@ -205,6 +208,8 @@ async fn receive_and_restore(
         owner: &owner,
         origin: &origin,
         image_bytes: m.pages_len,
+        mapped: halfproc_migrate::restore_need::mapped_in(&m),
+        runs: Some(halfproc_migrate::restore_need::runs_in(&m)),
     };
     node.admission.confirm(node, ticket, &p)?;
     // Page-aligned and placed for the image (PageBuf::for_image), so the

@@ -217,6 +217,9 @@ pub enum Msg {
         origin: Origin,
         /// Estimated bytes of page contents.
         image_bytes: u64,
+        /// What the restorer would map for the program (read from /proc):
+        /// with `image_bytes`, the address space the restore needs.
+        mapped: halfproc_migrate::restore_need::Mapped,
         /// Pre-copy rounds will come (`PreCopy`) before `MigrateIn`.
         precopy: bool,
     },

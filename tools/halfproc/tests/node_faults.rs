@@ -230,11 +230,14 @@ fn failed_migrations_of_a_stdin_reader_lose_no_input() {
     assert_eq!(code, want_code, "gzip exit status ({err})");
 }
 
-/// The destination cannot restore for want of memory (its daemon runs
-/// under an address-space limit, `prlimit --as`, which the restored copy
-/// inherits; `xz -9` maps 674 MiB): the migration fails naming what
-/// could not be had, the destination keeps no copy, and the source runs
-/// on, its output and exit status those of an unmigrated run.
+/// The destination cannot restore for want of memory, by a limit the
+/// offer does not look at: its daemon runs under `prlimit --data`
+/// (`RLIMIT_DATA`, private writable memory; the restored copy's restorer
+/// inherits it) and `xz -9` maps 674 MiB of it. The offer checks
+/// `RLIMIT_AS` (`node_offer`), so this one is found by the restore after
+/// the freeze: the migration fails naming what could not be had, the
+/// destination keeps no copy, and the source runs on, its output and exit
+/// status those of an unmigrated run.
 #[test]
 fn restore_out_of_memory_leaves_the_source_running() {
     let tmp = tempfile::tempdir().unwrap();
@@ -242,12 +245,12 @@ fn restore_out_of_memory_leaves_the_source_running() {
     input_file(&input, 4 << 20);
     let argv = [tool("xz"), "-9", "-T1", "-c"];
     let (want, want_code) = reference(&argv, Some(&input));
-    let limit = format!("--as={}", 400 << 20);
+    let limit = format!("--data={}", 400 << 20);
     let a = Daemon::start();
     let small = Daemon::start_wrapped(&["prlimit", &limit, "--"], &[], &[]);
     let (r, held) = run_held(&a, &argv, Some(&input), tmp.path(), "xz-oom");
     let pid = r.pid();
-    sleep_ms(300);
+    wait_vm_size(pid, 600 << 20);
     let e = migrate(&a.addr, pid, &small.addr).expect_err("restored beyond the memory limit");
     eprintln!("{e}");
     assert!(

@@ -11,7 +11,10 @@
 //!   `Denied`, exit 77;
 //! - a full destination (`--max-programs 1`, its slot held by an accepted
 //!   offer): exit 1; the offer's ticket expires, and then the migration
-//!   goes through; a `PreCopy` without an offer is an error.
+//!   goes through; a `PreCopy` without an offer is an error;
+//! - a destination whose restorer would run past its `RLIMIT_AS`
+//!   (`prlimit --as`, inherited from its daemon) for `xz -9`'s mappings:
+//!   exit 1, naming the limit and both sizes.
 
 mod common;
 
@@ -227,6 +230,7 @@ fn offer() -> Msg {
             session: 1,
         },
         image_bytes: 4096,
+        mapped: Default::default(),
         precopy: false,
     }
 }
@@ -294,4 +298,47 @@ fn a_full_node_refuses_before_the_freeze_and_an_offer_holds_its_slot() {
     let (out, code, err) = r.finish();
     assert_same("full", &out, &want);
     assert_eq!(code, want_code, "{err}");
+}
+
+/// The destination's daemon runs under `prlimit --as=400MiB`, which the
+/// restorer it forks inherits (the program's own limits are set after its
+/// memory is rebuilt), and `xz -9` maps about 674 MiB: the restore could
+/// not map it, and the offer says so before anything is stopped.
+#[test]
+fn a_restore_beyond_the_nodes_rlimit_as_never_stops_the_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.txt");
+    input_file(&input, 4 << 20);
+    let argv = [tool("xz"), "-9", "-T1", "-c"];
+    let (want, want_code) = reference(&argv, Some(&input));
+    let limit = format!("--as={}", 400 << 20);
+    let a = Daemon::start();
+    let small = Daemon::start_wrapped(&["prlimit", &limit, "--"], &[], &[]);
+    let (r, held) = run_held(&a, &argv, Some(&input), tmp.path(), "xz-as");
+    let pid = r.pid();
+    // Offered once its encoder is allocated (on loaded cores 300 ms may
+    // not be enough, and a program that maps after the offer is refused
+    // only on MigrateIn, after the freeze).
+    wait_vm_size(pid, 600 << 20);
+    let (code, err, seen) = watched(pid, migrate_cmd(halfproc(), &a.addr, pid, &small.addr));
+    eprintln!("{err}");
+    assert_never_stopped(&seen, &err);
+    assert_eq!(code, Some(1), "{err}");
+    let maps = err
+        .split("the program maps ")
+        .nth(1)
+        .and_then(|t| {
+            t.split(" MiB and this node's restorer runs under RLIMIT_AS 400.0 MiB")
+                .next()
+        })
+        .and_then(|n| n.parse::<f64>().ok());
+    assert!(
+        maps.is_some_and(|m| m > 600.0) && err.contains("not enough address space"),
+        "the refusal does not name the limit and both sizes: {err}"
+    );
+    assert!(runs_nothing(&ps(&small)), "B runs something");
+    held.close();
+    let (out, code, err) = r.finish();
+    assert_same("xz refused by RLIMIT_AS", &out, &want);
+    assert_eq!(code, want_code, "xz exit status ({err})");
 }

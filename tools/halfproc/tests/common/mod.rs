@@ -443,6 +443,30 @@ pub fn proc_state(pid: i32) -> Option<char> {
         .next()
 }
 
+/// Waits (30 s at most) until `pid`'s address space (`VmSize`) reaches
+/// `bytes`: a program has mapped what a test means to move (xz's encoder
+/// is allocated some time after it starts, later on loaded cores).
+pub fn wait_vm_size(pid: i32, bytes: u64) {
+    let t = std::time::Instant::now();
+    loop {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let vm = st
+            .lines()
+            .find(|l| l.starts_with("VmSize:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024;
+        if vm >= bytes {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "pid {pid} did not map {bytes} bytes in 30 s (VmSize {vm})"
+        );
+        sleep_ms(10);
+    }
+}
+
 /// Pids of the live (not zombie) processes whose comm is `comm`.
 pub fn named(comm: &str) -> Vec<i32> {
     std::fs::read_dir("/proc")
