@@ -362,8 +362,8 @@ mod tests {
 
     /// A leaving node's pages (`Handed`) are byte strings like every other
     /// page's bytes: as a sequence, bincode visited each byte on both ends
-    /// (docs/apps.md, "Time against bytes moved": 4-73 ms to decode the
-    /// 5.9 MB a node received at Jacobi's edge 160, against 0.1-2 ms).
+    /// (docs/apps.md, "Where a leave's time went": 4-73 ms to decode the
+    /// 5.9 MB one node received at Jacobi's edge 160, 0.1-8 ms after).
     #[test]
     fn moved_pages_travel_as_byte_strings() {
         let m = Msg::Epoch(EpochMsg::Handed {
