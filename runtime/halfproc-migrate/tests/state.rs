@@ -36,16 +36,13 @@ fn handlers_mask_cwd_umask_survive() {
     assert_eq!(st, "exit 7");
 }
 
-/// The robust futex list, the `clear_child_tid` registration and libc's
-/// copy of the thread id follow the process: before they did, the
-/// restored process kept the restoring tool's registrations (pointing into
-/// memory it no longer had) and glibc's mutexes recorded the old pid as
-/// their owner. Three moves in a row, so a restored process is restored.
-#[test]
-fn robust_list_tid_address_and_libc_tid_survive() {
+/// Runs `targets ARGS`, checkpoints and restores it three times in a row
+/// (so a restored process is restored), lets it run 100 ms, sends SIGUSR1
+/// and returns its output and wait status.
+fn moved_three_times(args: &[&str]) -> (String, String) {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
-    let mut pid = spawn(targets(), &["threadstate"], None, &out);
+    let mut pid = spawn(targets(), args, None, &out);
     for i in 0..3 {
         sleep_ms(150);
         let img = tmp.path().join(format!("img{i}"));
@@ -56,8 +53,19 @@ fn robust_list_tid_address_and_libc_tid_survive() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGUSR1) };
     let st = describe(wait(pid));
+    (std::fs::read_to_string(&out).unwrap(), st)
+}
+
+/// The robust futex list, the `clear_child_tid` registration and libc's
+/// copy of the thread id follow the process: before they did, the
+/// restored process kept the restoring tool's registrations (pointing into
+/// memory it no longer had) and glibc's mutexes recorded the old pid as
+/// their owner. Three moves in a row, so a restored process is restored.
+#[test]
+fn robust_list_tid_address_and_libc_tid_survive() {
+    let (out, st) = moved_three_times(&["threadstate"]);
     assert_eq!(
-        std::fs::read_to_string(&out).unwrap(),
+        out,
         "ready\nrobust list same=1; tid address same=1; mutex owner is gettid=1; unlock=0\n"
     );
     assert_eq!(st, "exit 9");
@@ -67,21 +75,9 @@ fn robust_list_tid_address_and_libc_tid_survive() {
 /// moves in a row).
 #[test]
 fn rlimits_and_rseq_survive() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    let mut pid = spawn(targets(), &["limits"], None, &out);
-    for i in 0..3 {
-        sleep_ms(150);
-        let img = tmp.path().join(format!("img{i}"));
-        checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
-        pid = restore(&img).expect("restore").pid;
-    }
-    sleep_ms(100);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGUSR1) };
-    let st = describe(wait(pid));
+    let (out, st) = moved_three_times(&["limits"]);
     assert_eq!(
-        std::fs::read_to_string(&out).unwrap(),
+        out,
         "ready\nnofile 100/200; core 0/4096; rseq registered=1\n"
     );
     assert_eq!(st, "exit 10");
@@ -103,21 +99,9 @@ fn interval_timers_survive() {
 }
 
 fn interval_timers_survive_when(how: &str) {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    let mut pid = spawn(targets(), &["itimers", how], None, &out);
-    for i in 0..3 {
-        sleep_ms(150);
-        let img = tmp.path().join(format!("img{i}"));
-        checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
-        pid = restore(&img).expect("restore").pid;
-    }
-    sleep_ms(100);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGUSR1) };
-    let st = describe(wait(pid));
+    let (out, st) = moved_three_times(&["itimers", how]);
     assert_eq!(
-        std::fs::read_to_string(&out).unwrap(),
+        out,
         "ready\nalarm ticking=1; real interval us=20000; virtual left in (0,1000]=1; \
          prof interval s=7 left in (0,2000]=1\n",
         "{how}"

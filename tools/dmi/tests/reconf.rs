@@ -51,6 +51,27 @@ fn grow_shrink(prog: &str, late: bool) -> Output {
     c.output().unwrap()
 }
 
+/// Asserts that a run of `reconf_test` succeeded with `itergroups` (its
+/// line of threads per itergroup and what the judge saw) and every counter
+/// intact.
+fn assert_reconf_ok(o: &Output, round: usize, itergroups: &str) {
+    assert!(o.status.success(), "round {round}: {}", text(o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("itergroups {itergroups}")),
+        "round {round}: {}",
+        text(o)
+    );
+    assert!(out.contains("reconf ok: 24 counters at 10"), "{}", text(o));
+}
+
+/// Asserts that the run went 1 -> 3 -> 2 nodes.
+fn assert_1_3_2(o: &Output) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("nodes [0] -> [0, 1, 2]"), "{}", text(o));
+    assert!(err.contains("nodes [0, 1, 2] -> [0, 1]"), "{}", text(o));
+}
+
 /// The pages and bytes node 2 handed over when it left (3 -> 2 nodes),
 /// and the launcher's line saying so.
 fn leave_stats(o: &Output) -> (u64, u64, String) {
@@ -78,19 +99,14 @@ fn a_program_grows_from_1_to_3_nodes_and_shrinks_to_2_losing_nothing() {
         // The last round makes node 2 leave after itergroup 3 ended.
         let late = round == 3;
         let o = grow_shrink(p, late);
-        assert!(o.status.success(), "round {round}: {}", text(&o));
-        let out = String::from_utf8_lossy(&o.stdout);
         // Itergroups of 1, 3 and 2 threads; the judge saw 2 joining with
         // 1 running, then 1 leaving with 3 running.
-        assert!(
-            out.contains("itergroups 1(in 2 out 0 cur 1) 3(in 0 out 1 cur 3) 2(in 0 out 0 cur 0)"),
-            "round {round}: {}",
-            text(&o)
+        assert_reconf_ok(
+            &o,
+            round,
+            "1(in 2 out 0 cur 1) 3(in 0 out 1 cur 3) 2(in 0 out 0 cur 0)",
         );
-        assert!(out.contains("reconf ok: 24 counters at 10"), "{}", text(&o));
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("nodes [0] -> [0, 1, 2]"), "{}", text(&o));
-        assert!(err.contains("nodes [0, 1, 2] -> [0, 1]"), "{}", text(&o));
+        assert_1_3_2(&o);
         // When itergroup 2 ended, node 2 owned the 8 counters of rank 2
         // (64-byte pages) and one 8-byte page of the rescale state (the
         // $flags of thread 1, whose home it is; the state is only read,
@@ -126,14 +142,11 @@ fn a_program_grows_from_1_to_3_nodes_and_shrinks_to_2_losing_nothing() {
             "2:4",
             p,
         ]);
-        assert!(o.status.success(), "round {round}: {}", text(&o));
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            out.contains("itergroups 1(in 4 out 0 cur 1) 5(in 0 out 4 cur 5) 1(in 0 out 0 cur 0)"),
-            "round {round}: {}",
-            text(&o)
+        assert_reconf_ok(
+            &o,
+            round,
+            "1(in 4 out 0 cur 1) 5(in 0 out 4 cur 5) 1(in 0 out 0 cur 0)",
         );
-        assert!(out.contains("reconf ok"), "{}", text(&o));
     }
     // Without DMI_judge_rescale (a weak symbol in dmi_main.h), any join or
     // leave ends the itergroup.
@@ -190,17 +203,12 @@ fn two_itergroup_threads_per_node_grow_and_shrink_with_their_node() {
             "6:1",
             p,
         ]);
-        assert!(o.status.success(), "round {round}: {}", text(&o));
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            out.contains("itergroups 2(in 2 out 0 cur 1) 6(in 0 out 1 cur 3) 4(in 0 out 0 cur 0)"),
-            "round {round}: {}",
-            text(&o)
+        assert_reconf_ok(
+            &o,
+            round,
+            "2(in 2 out 0 cur 1) 6(in 0 out 1 cur 3) 4(in 0 out 0 cur 0)",
         );
-        assert!(out.contains("reconf ok: 24 counters at 10"), "{}", text(&o));
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("nodes [0] -> [0, 1, 2]"), "{}", text(&o));
-        assert!(err.contains("nodes [0, 1, 2] -> [0, 1]"), "{}", text(&o));
+        assert_1_3_2(&o);
     }
     let o = dmi(&["run", "-n", "1", "--threads-per-node", "17", p]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
