@@ -11,7 +11,7 @@
 
 use crate::addr::{NodeId, Region};
 use crate::error::DmiError;
-use crate::msg::{Msg, OpId, Reply};
+use crate::msg::{Msg, OpId, Reply, FINAL_BARRIER};
 use crate::node::{CallId, Effects, Node, Op};
 
 impl Node {
@@ -236,7 +236,9 @@ impl Node {
                 }
                 self.reply(from, op, Reply::Done, fx);
             }
-            Msg::Barrier { op, .. } if self.barrier_poison.is_some() => {
+            Msg::Barrier { op, count }
+                if self.barrier_poison.is_some() && count != FINAL_BARRIER =>
+            {
                 let why = self.barrier_poison.clone().unwrap_or_default();
                 self.reply(from, op, Reply::Err(DmiError::Instance(why)), fx);
             }
@@ -249,10 +251,15 @@ impl Node {
                     .barrier_poison
                     .get_or_insert(format!("node {from}: {why}"))
                     .clone();
+                // DMI_finalize's round is left waiting: see FINAL_BARRIER.
+                let fin = self.barrier.remove(&FINAL_BARRIER);
                 let waiting: Vec<(NodeId, OpId)> = std::mem::take(&mut self.barrier)
                     .into_values()
                     .flatten()
                     .collect();
+                if let Some(f) = fin {
+                    self.barrier.insert(FINAL_BARRIER, f);
+                }
                 for (n, o) in waiting {
                     self.reply(n, o, Reply::Err(DmiError::Instance(why.clone())), fx);
                 }
@@ -267,7 +274,13 @@ impl Node {
         let full: Vec<u32> = self
             .barrier
             .iter()
-            .filter(|(&c, w)| !w.is_empty() && w.len() >= if c == 0 { all } else { c as usize })
+            .filter(|(&c, w)| {
+                let needed = match c {
+                    0 | FINAL_BARRIER => all,
+                    c => c as usize,
+                };
+                !w.is_empty() && w.len() >= needed
+            })
             .map(|(&c, _)| c)
             .collect();
         for c in full {

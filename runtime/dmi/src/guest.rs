@@ -19,7 +19,7 @@
 //! Every node of a run that is not movable starts this (`DMI_init`), so a
 //! node that never created an instance can still host one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{mpsc, Mutex, OnceLock};
 
 use crate::addr::NodeId;
@@ -36,6 +36,10 @@ struct Guests {
     /// Barrier arrivals sent to origins, waiting for `Passed`: token ->
     /// (origin, channel).
     waiting: Mutex<HashMap<u64, (NodeId, Passed)>>,
+    /// Nodes known to have failed (lock order: `waiting`, then `dead`): an
+    /// arrival for one fails at once instead of waiting for an answer
+    /// that cannot come.
+    dead: Mutex<HashSet<NodeId>>,
     next: Mutex<u64>,
 }
 
@@ -56,6 +60,7 @@ pub(crate) fn start(d: &Dmi) -> Result<(), DmiError> {
         me: d.rank(),
         caller: d.caller()?,
         waiting: Mutex::new(HashMap::new()),
+        dead: Mutex::new(HashSet::new()),
         next: Mutex::new(0),
     };
     if GUESTS.set(g).is_err() {
@@ -74,7 +79,15 @@ pub(crate) fn barrier(origin: NodeId, id: i64) -> Result<(), DmiError> {
         *n
     };
     let (tx, rx) = mpsc::channel();
-    locked(&g.waiting).insert(token, (origin, tx));
+    {
+        let mut w = locked(&g.waiting);
+        if locked(&g.dead).contains(&origin) {
+            return Err(DmiError::Instance(format!(
+                "barrier of node {origin}'s instance {id}: node {origin} failed"
+            )));
+        }
+        w.insert(token, (origin, tx));
+    }
     let sent = xmove::send(origin, InstMsg::Arrive { id, token });
     // No time limit: a barrier waits as long as its slowest instance. A
     // failed origin answers through `peer_dead`.
@@ -177,6 +190,7 @@ impl xmove::Host for GuestHost {
         let Some(g) = GUESTS.get() else { return };
         // Barrier arrivals at it: an origin that failed answers nothing.
         let mut w = locked(&g.waiting);
+        locked(&g.dead).insert(node);
         for (_, (o, tx)) in w.iter() {
             if *o == node {
                 let _ = tx.send(Some(format!("node {node} failed")));

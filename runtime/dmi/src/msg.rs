@@ -100,6 +100,12 @@ pub enum Reply {
     Err(DmiError),
 }
 
+/// The participant count of `DMI_finalize`'s barrier: every member, a
+/// round of its own (it pairs only with other nodes' `DMI_finalize`), and
+/// never failed by a [`Msg::BarrierPoison`]: a node whose barrier failed
+/// still waits there until the others are done with its pages.
+pub const FINAL_BARRIER: u32 = u32::MAX;
+
 /// Messages between nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Msg {
@@ -192,7 +198,7 @@ pub enum Msg {
         addr: i64,
     },
     /// Barrier arrival at node 0, and its release: when `count` arrived,
-    /// or every member for 0.
+    /// or every member for 0 and for [`FINAL_BARRIER`].
     Barrier {
         op: OpId,
         count: u32,

@@ -60,6 +60,8 @@ pub enum CallReq {
         addr: i64,
     },
     Barrier,
+    /// `DMI_finalize`'s barrier ([`crate::msg::FINAL_BARRIER`]).
+    FinalBarrier,
     /// A barrier of `count` participants (the threads of an itergroup).
     BarrierOf(u32),
     /// One of this node's instances failed and the node goes on
@@ -283,7 +285,11 @@ impl Node {
             CallReq::Lock { addr } => self.start_lock(call, addr, false, fx),
             CallReq::Unlock { addr } => self.start_lock(call, addr, true, fx),
             CallReq::Barrier => self.start_barrier(call, 0, fx),
-            CallReq::BarrierOf(count) => self.start_barrier(call, count.max(1), fx),
+            CallReq::FinalBarrier => self.start_barrier(call, crate::msg::FINAL_BARRIER, fx),
+            CallReq::BarrierOf(count) => {
+                let count = count.clamp(1, crate::msg::FINAL_BARRIER - 1);
+                self.start_barrier(call, count, fx)
+            }
             CallReq::PoisonBarriers(why) => {
                 self.poison_barriers(why, fx);
                 Ok(())

@@ -152,6 +152,7 @@ impl TryFrom<CallReq> for Req {
             CallReq::Unlock { addr } => Req::Unlock { addr },
             CallReq::Barrier => Req::Barrier,
             CallReq::BarrierOf(_)
+            | CallReq::FinalBarrier
             | CallReq::Rescale { .. }
             | CallReq::Members
             | CallReq::PoisonBarriers(_) => {

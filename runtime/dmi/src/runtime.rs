@@ -571,7 +571,7 @@ impl Dmi {
                 "DMI_finalize in a compute instance (the node's program finalizes)".into(),
             ));
         }
-        let r = self.barrier();
+        let r = self.call(CallReq::FinalBarrier).map(drop);
         let (otx, orx) = oneshot::channel();
         if self.tx.send(Event::Finalize(otx)).is_ok() {
             let _ = orx.blocking_recv();

@@ -82,6 +82,10 @@ pub enum Frame {
 /// another version with a message naming both. Changed with any message.
 /// 2: `ReqKind::GetMany` (a read's ranges of one page in one request) and
 /// `Msg::Replies` (the answers of one step to one node in one message).
+/// 3: `InstMsg::Image.origin`, `At`, `Arrive`, `Passed`, `Ended` (instances
+/// made by `DMI_create` moving between nodes), `Msg::BarrierPoison` and
+/// `DMI_finalize`'s barrier round `FINAL_BARRIER`. (`MovedPage::data` as
+/// a byte string changed no byte on the wire: `msg.rs` tests it.)
 pub const PROTOCOL: u32 = 3;
 
 /// Why a peer speaking protocol `theirs` is refused.

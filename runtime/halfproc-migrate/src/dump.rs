@@ -74,10 +74,21 @@ pub fn checkpoint_relayed(
     let frozen = Frozen::seize(pid)?;
     let t0 = Instant::now();
     let mut files_bytes = 0;
-    let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut out)).and_then(|m| {
+    let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut out)).and_then(|mut m| {
         out.flush().map_err(|e| Error::io("write pages.img", e))?;
+        let files = dir.join(crate::files_img::FILES);
         if with_files {
-            files_bytes = crate::files_img::write(dir, pid, &m)?;
+            let (bytes, crc) = crate::files_img::write(dir, pid, &m)?;
+            files_bytes = bytes;
+            m.files_crc = Some(crc);
+        } else {
+            // One left by an earlier checkpoint into this directory.
+            match fs::remove_file(&files) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(format!("remove {}", files.display()), e))
+                }
+                _ => {}
+            }
         }
         image::write_manifest(dir, &m)?;
         Ok(m)
@@ -270,6 +281,7 @@ fn dump_frozen(
         set_range,
         pending,
         itimers,
+        files_crc: None,
     };
     crate::phases::add("fds+mm", t.elapsed());
     Ok(manifest)
@@ -590,9 +602,11 @@ fn query_signal_state(
             Ok(0) => {
                 // struct itimerval: it_interval, it_value (timeval each).
                 let mut b = [0u8; 32];
-                reader
-                    .read(scratch, &mut b)
-                    .map_err(|e| Error::io("read itimerval", e))?;
+                if let Err(e) = reader.read(scratch, &mut b) {
+                    // Not `?`: the scratch slot and registers are put back below.
+                    failure = Some(Error::io("read itimerval", e));
+                    break;
+                }
                 let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
                 let (interval_us, mut value_us) =
                     (w(0) * 1_000_000 + w(1), w(2) * 1_000_000 + w(3));

@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::image::{Backing, Manifest};
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -39,66 +39,89 @@ fn carried(m: &Manifest) -> impl Iterator<Item = (u64, u64)> + '_ {
 }
 
 /// Writes `dir/files.img` from the stopped process `pid` (which the caller
-/// traces: `/proc/PID/mem` reads its mappings whatever their protection).
-/// Returns the bytes of contents written.
-pub(crate) fn write(dir: &Path, pid: i32, m: &Manifest) -> Result<u64> {
+/// traces: `/proc/PID/mem` reads its mappings whatever their protection),
+/// a chunk at a time. Returns the bytes of contents written and the CRC-32
+/// of the whole file, which the manifest keeps (`Manifest::files_crc`): a
+/// `files.img` left from another checkpoint is refused.
+pub(crate) fn write(dir: &Path, pid: i32, m: &Manifest) -> Result<(u64, u32)> {
     let path = dir.join(FILES);
+    let werr = |e| Error::io(format!("write {}", path.display()), e);
     let mem = File::open(format!("/proc/{pid}/mem"))
         .map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
     let mut out = BufWriter::new(
         File::create(&path).map_err(|e| Error::io(format!("create {}", path.display()), e))?,
     );
-    let werr = |e| Error::io(format!("write {}", path.display()), e);
     out.write_all(MAGIC).map_err(werr)?;
     let mut total = 0;
     for (start, end) in carried(m) {
-        let data = read_mapping(&mem, start, end);
+        // The header's length and CRC are known at the end: patched in.
+        let header = out.stream_position().map_err(werr)?;
+        out.write_all(&[0u8; 20]).map_err(werr)?;
+        let (len, crc) = copy_mapping(&mem, start, end, &mut out).map_err(werr)?;
+        let after = out.stream_position().map_err(werr)?;
+        out.seek(SeekFrom::Start(header)).map_err(werr)?;
         out.write_all(&start.to_le_bytes()).map_err(werr)?;
-        out.write_all(&(data.len() as u64).to_le_bytes())
-            .map_err(werr)?;
-        out.write_all(&crc32fast::hash(&data).to_le_bytes())
-            .map_err(werr)?;
-        out.write_all(&data).map_err(werr)?;
-        total += data.len() as u64;
+        out.write_all(&len.to_le_bytes()).map_err(werr)?;
+        out.write_all(&crc.to_le_bytes()).map_err(werr)?;
+        out.seek(SeekFrom::Start(after)).map_err(werr)?;
+        total += len;
     }
     out.flush().map_err(werr)?;
-    Ok(total)
+    drop(out);
+    let mut whole = crc32fast::Hasher::new();
+    let mut f = File::open(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+    let mut buf = vec![0u8; CHUNK as usize];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+        if n == 0 {
+            break;
+        }
+        whole.update(&buf[..n]);
+    }
+    Ok((total, whole.finalize()))
 }
 
-/// `[start, end)` of the target up to the first page it cannot read (past
-/// the end of the mapped file: the process itself would get SIGBUS there).
-fn read_mapping(mem: &File, start: u64, end: u64) -> Vec<u8> {
-    let mut data = Vec::with_capacity((end - start) as usize);
+/// Copies `[start, end)` of the target into `out` up to the first page it
+/// cannot read (past the end of the mapped file: the process itself would
+/// get SIGBUS there). Returns the bytes copied and their CRC-32.
+fn copy_mapping(mem: &File, start: u64, end: u64, out: &mut impl Write) -> io::Result<(u64, u32)> {
+    let mut crc = crc32fast::Hasher::new();
     let mut at = start;
+    let mut buf = vec![0u8; CHUNK.min(end - start) as usize];
     while at < end {
-        let n = (end - at).min(CHUNK);
-        let mut buf = vec![0u8; n as usize];
-        if mem.read_exact_at(&mut buf, at).is_ok() {
-            data.extend_from_slice(&buf);
-            at += n;
+        let n = (end - at).min(CHUNK) as usize;
+        if mem.read_exact_at(&mut buf[..n], at).is_ok() {
+            crc.update(&buf[..n]);
+            out.write_all(&buf[..n])?;
+            at += n as u64;
             continue;
         }
         // Page by page up to the first that fails.
         let mut page = [0u8; PAGE as usize];
         while at < end && mem.read_exact_at(&mut page, at).is_ok() {
-            data.extend_from_slice(&page);
+            crc.update(&page);
+            out.write_all(&page)?;
             at += PAGE;
         }
         break;
     }
-    data
+    Ok((at - start, crc.finalize()))
 }
 
 /// The carried contents of the file mappings `idx` of `m` (from
 /// [`crate::differing_files`]), read from `files` (`dir/files.img`, opened
 /// by the caller with the restoring user's rights; `None`: the image has
-/// none). Each record's CRC is checked; a mapping the file does not carry
-/// is an error naming its file.
+/// none). The whole file's CRC must be the manifest's `files_crc` (an
+/// image written without `--with-files` has none: then there is nothing to
+/// load), each record's CRC is checked, and a mapping the file does not
+/// carry is an error naming its file.
 pub fn load(files: Option<File>, m: &Manifest, idx: &[usize]) -> Result<Vec<(u64, Vec<u8>)>> {
     if idx.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(mut f) = files else {
+    let (Some(mut f), Some(want)) = (files, m.files_crc) else {
         return Err(Error::Restore(format!(
             "mapped file {} changed since the checkpoint (or is missing here), and the image \
              does not carry mapped files (checkpoint with --with-files)",
@@ -108,6 +131,13 @@ pub fn load(files: Option<File>, m: &Manifest, idx: &[usize]) -> Result<Vec<(u64
     let mut raw = Vec::new();
     f.read_to_end(&mut raw)
         .map_err(|e| Error::io(format!("read {FILES}"), e))?;
+    if crc32fast::hash(&raw) != want {
+        return Err(Error::Image(format!(
+            "{FILES} is not the one this image's manifest was written with (CRC-32 {:#010x}, \
+             the manifest says {want:#010x}): damaged, or left from another checkpoint",
+            crc32fast::hash(&raw)
+        )));
+    }
     let records = parse(&raw)?;
     idx.iter()
         .map(|&i| {
@@ -194,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn read_mapping_stops_at_the_first_unreadable_page() {
+    fn copy_mapping_stops_at_the_first_unreadable_page() {
         // Our own memory: two readable pages, then a hole.
         // SAFETY: a fresh anonymous mapping of 3 pages, unmapped below.
         let base = unsafe {
@@ -216,8 +246,10 @@ mod tests {
         }
         let mem = File::open("/proc/self/mem").unwrap();
         let start = base as u64;
-        let data = read_mapping(&mem, start, start + 3 * PAGE);
-        assert_eq!(data.len() as u64, 2 * PAGE);
+        let mut data = Vec::new();
+        let (len, crc) = copy_mapping(&mem, start, start + 3 * PAGE, &mut data).unwrap();
+        assert_eq!((len, data.len() as u64), (2 * PAGE, 2 * PAGE));
+        assert_eq!(crc, crc32fast::hash(&data));
         assert_eq!(data[0], 7);
         // SAFETY: the two pages still mapped at `base`.
         unsafe { libc::munmap(base, 2 * PAGE as usize) };

@@ -101,6 +101,10 @@ pub struct Manifest {
     /// restorer as its last step, with what was left of them.
     #[serde(default)]
     pub itimers: Vec<Itimer>,
+    /// CRC-32 of `files.img` (`checkpoint --with-files`), which belongs to
+    /// this manifest only; `None`: the image carries no mapped files.
+    #[serde(default)]
+    pub files_crc: Option<u32>,
 }
 
 /// One armed interval timer (`getitimer` in the target).

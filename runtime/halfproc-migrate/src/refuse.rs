@@ -1,7 +1,7 @@
 //! The checks run before anything is stopped: a process this engine cannot
 //! carry faithfully is refused with the resource named.
 
-use crate::error::{Refusal, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::procfs;
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
@@ -217,11 +217,15 @@ pub fn check_member(pid: i32, relayed: &[u64], set_range: Option<(u64, u64)>) ->
     }
     // `/proc/pid/timers` exists with CONFIG_CHECKPOINT_RESTORE (Debian's
     // and the guest's kernels); without it a POSIX timer cannot be seen.
-    if let Ok(t) = std::fs::read_to_string(format!("/proc/{pid}/timers")) {
-        let count = t.lines().filter(|l| l.starts_with("ID:")).count();
-        if count > 0 {
-            return Err(Refusal::PosixTimers { count }.into());
+    match std::fs::read_to_string(format!("/proc/{pid}/timers")) {
+        Ok(t) => {
+            let count = t.lines().filter(|l| l.starts_with("ID:")).count();
+            if count > 0 {
+                return Err(Refusal::PosixTimers { count }.into());
+            }
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(format!("read /proc/{pid}/timers"), e)),
     }
     let tracer: i32 = procfs::field(&st, "TracerPid")?.parse().unwrap_or(0);
     if tracer != 0 {

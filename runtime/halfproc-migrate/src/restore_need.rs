@@ -103,30 +103,34 @@ pub fn runs_at_most(pages: u64) -> u64 {
     pages.div_ceil(4096)
 }
 
+/// `x` rounded up to whole pages, saturating (the numbers may come from a
+/// peer: an absurd one must refuse, not wrap to a small one).
+fn pages_of(x: u64) -> u64 {
+    x.saturating_add(4095) & !4095
+}
+
 /// Size of the restorer region for a restore from memory of `pages` bytes
-/// of contents in `runs` runs, for a program with `m`'s VMAs.
+/// of contents in `runs` runs, for a program with `m`'s VMAs (saturating).
 pub fn region(m: &Mapped, pages: u64, runs: u64) -> u64 {
-    let table = OP_SIZE * (OPS_PER_VMA * m.vmas + OPS_PER_RUN * runs);
-    CODE_SIZE
-        + STACK_SIZE
-        + DATA_ALLOWANCE
-        + table.next_multiple_of(4096)
-        + SPAN_SLACK
-        + pages.next_multiple_of(4096)
+    let ops = (OPS_PER_VMA.saturating_mul(m.vmas)).saturating_add(OPS_PER_RUN.saturating_mul(runs));
+    let table = OP_SIZE.saturating_mul(ops);
+    (CODE_SIZE + STACK_SIZE + DATA_ALLOWANCE + SPAN_SLACK)
+        .saturating_add(pages_of(table))
+        .saturating_add(pages_of(pages))
 }
 
 /// The restoring process's own address space at the fork, when it holds
 /// the page contents of a restore from memory (a `PageBuf`, at most a
-/// huge page of placement beyond them) besides `now` bytes.
+/// huge page of placement beyond them) besides `now` bytes (saturating).
 pub fn caller_at_fork(now: u64, pages: u64) -> u64 {
-    now + pages.next_multiple_of(4096) + (2 << 20)
+    now.saturating_add(pages_of(pages)).saturating_add(2 << 20)
 }
 
 /// At most this much address space is in use at once while the restore
 /// runs: the region and the larger of the two peaks' other parts (the
 /// caller's mappings right after the fork, `caller`; the program's VMAs).
 pub fn peak(m: &Mapped, region: u64, caller: u64) -> u64 {
-    region + m.bytes.max(caller)
+    region.saturating_add(m.bytes.max(caller))
 }
 
 /// This process's address space now (`VmSize`), in bytes.
@@ -180,6 +184,20 @@ mod tests {
             (50 << 20) + 8192 + (2 << 20)
         );
         assert_eq!(runs_at_most(4097), 2);
+    }
+
+    /// The numbers come from a peer's offer: absurd ones saturate (and so
+    /// refuse) instead of wrapping to a small peak that a limit lets pass.
+    #[test]
+    fn absurd_numbers_saturate() {
+        let m = Mapped {
+            bytes: u64::MAX - 5,
+            vmas: u64::MAX / 3,
+        };
+        let r = region(&m, u64::MAX - 100, u64::MAX);
+        assert_eq!(r, u64::MAX);
+        assert_eq!(peak(&m, r, caller_at_fork(u64::MAX, u64::MAX)), u64::MAX);
+        assert_eq!(caller_at_fork(1 << 20, u64::MAX - 1), u64::MAX);
     }
 
     #[test]

@@ -131,6 +131,19 @@ fn pipe_lines(
 pub fn run(a: RunArgs) -> i32 {
     let spares: u32 = a.grow_at.iter().map(|g| g.1).sum::<u32>() + a.spares;
     let total = a.nodes + spares;
+    // Itergroup thread ids are not reused: every node that ever joins
+    // takes K of them. (With K = 1 a run that is not reconfigurable may
+    // have more nodes; a reconfigurable one finds out at the join.)
+    if a.threads_per_node > 1 && total * a.threads_per_node > dmi::reconf::MAX_THREADS as u32 {
+        say!(
+            "dmi run: --threads-per-node {} on {total} node(s) (with spares) needs up to {} \
+             itergroup threads; a run has at most {}",
+            a.threads_per_node,
+            total * a.threads_per_node,
+            dmi::reconf::MAX_THREADS
+        );
+        return 2;
+    }
     let schedule: Vec<String> = a
         .grow_at
         .iter()
@@ -182,9 +195,8 @@ pub fn run(a: RunArgs) -> i32 {
         if a.accept_joins {
             cmd.env("DMI_ACCEPT_JOINS", "1");
         }
-        if a.threads_per_node > 1 {
-            cmd.env("DMI_THREADS_PER_NODE", a.threads_per_node.to_string());
-        }
+        // Always: a value in the caller's environment must not win.
+        cmd.env("DMI_THREADS_PER_NODE", a.threads_per_node.to_string());
         if a.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }

@@ -210,11 +210,31 @@ fn two_itergroup_threads_per_node_grow_and_shrink_with_their_node() {
         );
         assert_1_3_2(&o);
     }
+    let o = dmi(&[
+        "run",
+        "-n",
+        "1",
+        "--threads-per-node",
+        "16",
+        "--grow-at",
+        "3:4",
+        p,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("needs up to 80 itergroup threads; a run has at most 64"),
+        "{}",
+        text(&o)
+    );
     let o = dmi(&["run", "-n", "1", "--threads-per-node", "17", p]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("17 is not in 1..=16"), "{}", text(&o));
-    let o = Command::new(env!("CARGO_BIN_EXE_dmi"))
-        .args(["run", "-n", "1", p])
+    // `dmi run` sets the variable whatever the caller's environment holds:
+    // a node started by hand (as a launcher of another cluster would).
+    let o = Command::new(p)
+        .env("DMI_RANK", "0")
+        .env("DMI_SIZE", "1")
+        .env("DMI_PEERS", "127.0.0.1:0")
         .env("DMI_THREADS_PER_NODE", "zero")
         .output()
         .unwrap();

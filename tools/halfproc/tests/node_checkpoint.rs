@@ -157,9 +157,17 @@ fn with_files_an_image_restores_where_its_binary_changed() {
     sleep_ms(300);
     let with = tmp.path().join("img-with");
     let without = tmp.path().join("img-without");
+    // Into `without` twice, with the files first: the second checkpoint
+    // must not leave the first one's files.img beside its own manifest
+    // (restored, it would overwrite the new pages with the old ones).
+    checkpoint_with(&a, pid, &without, &["--with-files"]).expect("checkpoint");
+    assert!(without.join("files.img").exists());
     let s = checkpoint_with(&a, pid, &without, &[]).expect("checkpoint");
     assert!(!s.contains("mapped files"), "{s}");
-    assert!(!without.join("files.img").exists());
+    assert!(
+        !without.join("files.img").exists(),
+        "a stale files.img stayed"
+    );
     let s = checkpoint_with(&a, pid, &with, &["--kill", "--with-files"]).expect("checkpoint");
     assert!(s.contains("MiB of mapped files"), "{s}");
     eprintln!("{s}");
@@ -183,6 +191,12 @@ fn with_files_an_image_restores_where_its_binary_changed() {
         "{err}"
     );
 
+    // Another image's files.img beside a manifest written without: refused.
+    std::fs::copy(with.join("files.img"), without.join("files.img")).unwrap();
+    let (out, code, err) = restore_err(&a, &without, tmp.path());
+    assert_ne!(code, 0, "restored with another image's files: {err}");
+    assert!(out.is_empty() && err.contains("--with-files"), "{err}");
+
     let (after, code, err) = restore_err(&a, &with, tmp.path());
     assert_eq!(code, want_code, "restored program's exit status ({err})");
     assert!(!after.is_empty(), "nothing after the checkpoint");
@@ -195,5 +209,8 @@ fn with_files_an_image_restores_where_its_binary_changed() {
     std::fs::write(&img, raw).unwrap();
     let (out, code, err) = restore_err(&a, &with, tmp.path());
     assert_ne!(code, 0, "restored a damaged files.img: {err}");
-    assert!(out.is_empty() && err.contains("fails its CRC"), "{err}");
+    assert!(
+        out.is_empty() && err.contains("is not the one this image's manifest was written with"),
+        "{err}"
+    );
 }
