@@ -121,16 +121,20 @@ bench_apps() {	# bench_apps FLAVOUR [OPTIONS]: the apps across two guests
 	local RT="$HALFPROC_ROOT/target/x86_64-unknown-linux-gnu/release" p
 	for p in "-p dmi -p dmi-cli" "-p halfproc-cli --bin halfproc"; do
 		# shellcheck disable=SC2086
-		RUSTFLAGS="-C target-feature=+crt-static" cargo build -q -j2 --release \
+		RUSTFLAGS="-C target-feature=+crt-static" cargo build -q -j"${CARGO_BUILD_JOBS:-2}" --release \
 			--manifest-path "$HALFPROC_ROOT/Cargo.toml" --target x86_64-unknown-linux-gnu $p 2>&1 |
 			grep -v "dropping unsupported crate type .cdylib." >&2 || true
 	done
 	[ -f "$RT/libdmi.a" ] && [ -x "$RT/halfproc" ] || die "static cargo build of dmi/halfproc failed"
 	cargo build -q --release -p halfproc-harness --manifest-path "$HALFPROC_ROOT/Cargo.toml"
-	# DMI programs static (the kernel backend's runtime inside), MPI ones
-	# against Debian's Open MPI, copied in with its libraries.
+	# DMI programs static (the kernel backend's runtime inside), the normal
+	# and the one-line half-process forms (APP_yield, for --yield yes); MPI
+	# ones against Debian's Open MPI, copied in with its libraries.
 	local S="$OUT/guest/apps-static" D="$OUT/guest/apps-mpi" app dmi=() mpi=()
-	for app in jacobi nbody pagerank cg; do dmi+=("$S/dmi/$app"); mpi+=("$D/mpi/$app"); done
+	for app in jacobi nbody pagerank cg; do
+		dmi+=("$S/dmi/$app" "$S/dmi/${app}_yield")
+		mpi+=("$D/mpi/$app")
+	done
 	# glibc warns about getaddrinfo in static programs (guest.sh build says why).
 	mkdir -p "$S"
 	make -s -C "$HALFPROC_ROOT/apps" O="$S" CFLAGS="-O2 -static -s" DMI_LIBDIR="$RT" \
@@ -148,7 +152,8 @@ bench_apps() {	# bench_apps FLAVOUR [OPTIONS]: the apps across two guests
 	local files=(--file "$ko:/lib/modules/halfproc.ko" --file "$RT/halfproc:/bin/halfproc"
 		--file "$S/cks-cmp:/apps/cks-cmp" --file "$OUT/bench-apps.args:/etc/bench-apps.args") f
 	for app in jacobi nbody pagerank cg; do
-		files+=(--file "$S/dmi/$app:/apps/dmi/$app" --file "$D/mpi/$app:/apps/mpi/$app")
+		files+=(--file "$S/dmi/$app:/apps/dmi/$app" --file "$S/dmi/${app}_yield:/apps/dmi/${app}_yield"
+			--file "$D/mpi/$app:/apps/mpi/$app")
 	done
 	for f in "$HALFPROC_ROOT"/apps/guest/*.sh; do files+=(--file "$f:/apps/guest/${f##*/}"); done
 	while read -r f; do files+=(--file "$f"); done < <({ mpi_files; with_libs "$D/mpi/cg" /apps/mpi/cg; } | sort -u)

@@ -32,7 +32,10 @@ if [ "$role" = b ]; then
 	echo "ok 1 served_guest_a_until_quit"
 	exit 0
 fi
-echo "1..3"
+# With --yield yes (the half-process form, movable runs) a probe first.
+yield_form=""
+[ "$(sed -n '/^--yield$/{n;p}' /etc/bench-apps.args | tail -n 1)" = yes ] && yield_form=1
+echo "1..$((3 + ${yield_form:-0}))"
 halfproc info >/tmp/info.txt 2>&1
 sed -n '1,2s/^/# /p' /tmp/info.txt
 grep -q "^backend: kernel" /tmp/info.txt
@@ -47,6 +50,27 @@ out=/tmp/bench-apps
 mkdir -p /mnt "$out"
 mount -t 9p -o trans=virtio,version=9p2000.L hostshare /mnt 2>/dev/null && out=/mnt
 echo "# guest B answers; results to $out"
+if [ -n "$yield_form" ]; then
+	# A movable run of Jacobi's one-line form on both guests (medium: some
+	# seconds of iterations to look at): on each, a process jacobi_yield
+	# forked by its node process, seeing its set's mappings, on the kernel
+	# backend (apps/guest/members.sh). Counted as a launch to B like the rest.
+	/apps/guest/dmi-two.sh run -n 2 --movable /apps/dmi/jacobi_yield medium >/tmp/hp-probe.out 2>&1 &
+	probe=$!
+	echo "exec /apps/guest/members.sh jacobi_yield 120; echo members-rc=\$?" | nc "$peer" 7300 >/tmp/members-b.txt &
+	mb=$!
+	/apps/guest/members.sh jacobi_yield 120 >/tmp/members-a.txt
+	ra=$?
+	wait "$mb"
+	wait "$probe"
+	rp=$?
+	sed 's/^/# hp probe, guest A: /' /tmp/members-a.txt
+	sed 's/^/# hp probe, guest B: /' /tmp/members-b.txt
+	grep -e '^checksum' -e '^iterations' -e 'time_per_iter' /tmp/hp-probe.out | sed 's/^/# hp probe: /'
+	[ "$rp" = 0 ] || sed 's/^/# hp probe: /' /tmp/hp-probe.out
+	[ "$ra" = 0 ] && [ "$rp" = 0 ] && grep -q '^members-rc=0$' /tmp/members-b.txt
+	tap $? hp_instances_are_members_on_both_guests
+fi
 # The options, one a line (scripts/guest.sh bench-apps writes them).
 set --
 while IFS= read -r a; do set -- "$@" "$a"; done </etc/bench-apps.args
