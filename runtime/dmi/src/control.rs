@@ -177,7 +177,7 @@ impl Node {
     }
 
     /// Tells node 0 that this node's barriers cannot complete (one of its
-    /// instances failed); the call itself completes at once.
+    /// instances failed; `Event::Poison`).
     pub(crate) fn poison_barriers(&mut self, why: String, fx: &mut Effects) {
         if self.me == 0 {
             self.handle_control(0, Msg::BarrierPoison { why }, fx);
@@ -253,14 +253,9 @@ impl Node {
                     .clone();
                 // DMI_finalize's round is left waiting: see FINAL_BARRIER.
                 let fin = self.barrier.remove(&FINAL_BARRIER);
-                let waiting: Vec<(NodeId, OpId)> = std::mem::take(&mut self.barrier)
-                    .into_values()
-                    .flatten()
-                    .collect();
-                if let Some(f) = fin {
-                    self.barrier.insert(FINAL_BARRIER, f);
-                }
-                for (n, o) in waiting {
+                let kept = fin.map(|f| (FINAL_BARRIER, f)).into_iter().collect();
+                let waiting = std::mem::replace(&mut self.barrier, kept);
+                for (n, o) in waiting.into_values().flatten() {
                     self.reply(n, o, Reply::Err(DmiError::Instance(why.clone())), fx);
                 }
             }

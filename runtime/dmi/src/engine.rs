@@ -135,6 +135,7 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 }
                 None => crate::xmove::peer_dead(to),
             },
+            Event::Poison(why) => node.poison_barriers(why, &mut fx),
             Event::Net(NetEvent::Msg(from, m), _) => node.handle(from, m, &mut fx),
             Event::App(to, m) => {
                 if let Some(p) = peers.get(to as usize).and_then(Option::as_ref) {

@@ -64,10 +64,6 @@ pub enum CallReq {
     FinalBarrier,
     /// A barrier of `count` participants (the threads of an itergroup).
     BarrierOf(u32),
-    /// One of this node's instances failed and the node goes on
-    /// (`DMI_ERRORS=return`): every node's barriers fail from now on,
-    /// naming it (`Msg::BarrierPoison`).
-    PoisonBarriers(String),
     /// Change the membership (node 0 only): `join` become members, `leave`
     /// hand over everything they hold and stop being members. The result
     /// is [`crate::epoch::RescaleStats`] as bytes.
@@ -289,10 +285,6 @@ impl Node {
             CallReq::BarrierOf(count) => {
                 let count = count.clamp(1, crate::msg::FINAL_BARRIER - 1);
                 self.start_barrier(call, count, fx)
-            }
-            CallReq::PoisonBarriers(why) => {
-                self.poison_barriers(why, fx);
-                Ok(())
             }
             CallReq::Rescale { join, leave } => self.start_rescale(call, join, leave, fx),
             CallReq::Members => {

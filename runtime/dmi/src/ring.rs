@@ -154,8 +154,7 @@ impl TryFrom<CallReq> for Req {
             CallReq::BarrierOf(_)
             | CallReq::FinalBarrier
             | CallReq::Rescale { .. }
-            | CallReq::Members
-            | CallReq::PoisonBarriers(_) => {
+            | CallReq::Members => {
                 return Err(DmiError::BadArgument(
                     "reconfiguration calls are not available in a compute instance".into(),
                 ))

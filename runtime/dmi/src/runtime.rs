@@ -49,6 +49,10 @@ pub(crate) enum Event {
     App(NodeId, AppMsg),
     /// Send a message about instances to a node (itself too).
     Inst(NodeId, InstMsg),
+    /// One of this node's instances failed and the node goes on
+    /// (`DMI_ERRORS=return`): every node's barriers fail from now on,
+    /// naming it (`Msg::BarrierPoison`).
+    Poison(String),
     /// A connection accepted after start-up (a joining node).
     Late(Late),
     /// Node 0: open (true) or close joins from outside.
@@ -145,6 +149,14 @@ impl Caller {
     pub fn send_inst(&self, to: NodeId, m: InstMsg) -> Result<(), DmiError> {
         self.tx
             .send(Event::Inst(to, m))
+            .map_err(|_| DmiError::NotInitialized)
+    }
+
+    /// Makes every node's barriers fail with `why` ([`Event::Poison`]).
+    /// Does not wait for the engine: it may be called on its thread.
+    pub fn poison_barriers(&self, why: String) -> Result<(), DmiError> {
+        self.tx
+            .send(Event::Poison(why))
             .map_err(|_| DmiError::NotInitialized)
     }
 }

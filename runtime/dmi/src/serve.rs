@@ -596,17 +596,10 @@ pub(crate) fn record(reg: &Registry, id: i64, pid: i32, rank: NodeId, fatal: boo
     drop(s);
     reg.changed.notify_all();
     if let Some(why) = poison {
-        // On a thread of its own: `record` also runs on the engine's thread
+        // An event, not a call: `record` also runs on the engine's thread
         // (an instance that ended on another node, `guest.rs`), where a
         // call into the engine would wait for itself.
-        let spawned = std::thread::Builder::new()
-            .name("dmi-poison".into())
-            .spawn(move || crate::xmove::poison_barriers(&why));
-        if let Err(e) = spawned {
-            report(&format!(
-                "dmi: node {rank}: cannot tell node 0 of the failure: {e}"
-            ));
-        }
+        crate::xmove::poison_barriers(&why);
     }
 }
 

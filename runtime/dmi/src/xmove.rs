@@ -136,13 +136,10 @@ pub(crate) fn send(to: NodeId, m: InstMsg) -> Result<(), DmiError> {
 }
 
 /// Makes every node's barriers fail with `why` (an instance of this node
-/// failed and the node goes on); see [`crate::node::CallReq::PoisonBarriers`].
+/// failed and the node goes on); see [`crate::runtime::Caller::poison_barriers`].
 pub(crate) fn poison_barriers(why: &str) {
     let Some(mv) = mover() else { return };
-    if let Err(e) = mv
-        .caller
-        .call(crate::node::CallReq::PoisonBarriers(why.to_string()))
-    {
+    if let Err(e) = mv.caller.poison_barriers(why.to_string()) {
         report(&format!("dmi: cannot tell node 0 that {why}: {e}"));
     }
 }
