@@ -226,6 +226,9 @@ int main(void)
 	}
 	CHECK(DMI_finalize());
 	uninitialised();
+	/* One run per process: a second DMI_init is refused, not half started. */
+	EXPECT_ERR(DMI_init(), EINVAL, "DMI_init after DMI_finalize");
+	EXPECT_ERR(DMI_barrier(), ENOTCONN, NOT_INIT);
 	if (failures) {
 		fprintf(stderr, "bad_input: node %d: %d of %d checks failed\n", rank, failures, checks);
 		return 1;

@@ -4,8 +4,9 @@
  * (Suzuki and Taura, "dmi-reconfiguration", sec. 3; docs/dmi.md).
  *
  * Start a program on N nodes with `dmi run -n N ./prog args`; every node
- * runs main(), calls DMI_init() and ends with DMI_finalize(). Link with
- * `pkg-config --cflags --libs dmi`.
+ * runs main(), calls DMI_init() and ends with DMI_finalize(), once: a
+ * process takes part in one run (DMI_init after DMI_finalize returns -1,
+ * EINVAL). Link with `pkg-config --cflags --libs dmi`.
  *
  * Every call returns 0 (or a value) on success and -1 on error; the reason
  * is in DMI_errmsg() (a per-thread buffer whose address stays valid; the

@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 
 use crate::addr::{REGION_MAX, REGION_SHIFT};
@@ -15,6 +16,10 @@ use crate::rmw::{RmwFn, RmwTable};
 use crate::runtime::{Dmi, Handle};
 
 pub(crate) static NODE: RwLock<Option<Arc<Dmi>>> = RwLock::new(None);
+/// `DMI_finalize` ended this process's run: a process takes part in one
+/// run (its instance mover, instance registry and node set are set up
+/// once), so a later `DMI_init` is refused.
+static FINALIZED: AtomicBool = AtomicBool::new(false);
 pub(crate) static RMW: LazyLock<Arc<RmwTable>> = LazyLock::new(|| Arc::new(RmwTable::default()));
 
 /// Room for the last error message (longer ones are cut at a character).
@@ -170,6 +175,14 @@ pub extern "C" fn DMI_init() -> c_int {
     if g.is_some() {
         return 0;
     }
+    if FINALIZED.load(Ordering::SeqCst) {
+        set_err(&DmiError::BadArgument(
+            "DMI_init after DMI_finalize: a process takes part in one DMI run (its instance \
+             mover and instance registry are set up once); start a new process for another run"
+                .into(),
+        ));
+        return -1;
+    }
     match Dmi::from_env(RMW.clone()).and_then(|d| crate::guest::start(&d).map(|_| d)) {
         Ok(d) => {
             *g = Some(Arc::new(d));
@@ -198,7 +211,11 @@ pub extern "C" fn DMI_finalize() -> c_int {
         None => None,
     };
     match d {
-        Some(d) => status(d.finalize()).unwrap_or_else(|e| {
+        Some(d) => status({
+            FINALIZED.store(true, Ordering::SeqCst);
+            d.finalize()
+        })
+        .unwrap_or_else(|e| {
             set_err(&e);
             -1
         }),

@@ -15,7 +15,7 @@ use crate::epoch::Phase;
 use crate::error::DmiError;
 use crate::flow::{Flow, SendQ, Wire};
 use crate::join::Accepting;
-use crate::msg::Msg;
+use crate::msg::{InstMsg, Msg};
 use crate::node::{CallId, Effects, Node, Outcome};
 use crate::rmw::RmwTable;
 use crate::runtime::{Addrs, AppEvent, Config, Event, Started, PEER_FAILED_EXIT};
@@ -133,7 +133,7 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 Some(p) => {
                     let _ = p.send(Frame::Msg(Msg::Inst(m)));
                 }
-                None => crate::xmove::peer_dead(to),
+                None => send_inst(&peers, crate::xmove::peer_dead(to)),
             },
             Event::Poison(why) => node.poison_barriers(why, &mut fx),
             Event::Net(NetEvent::Msg(from, m), _) => node.handle(from, m, &mut fx),
@@ -207,7 +207,9 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 byes.insert(from);
             }
             Event::Net(NetEvent::Dead(from, reason), _) => {
-                crate::xmove::peer_dead(from);
+                // Before the Abort below: a node stops reading this one
+                // once it hears of the failure from it.
+                send_inst(&peers, crate::xmove::peer_dead(from));
                 if !byes.contains(&from) {
                     let peer = addrs.lock().unwrap_or_else(|e| e.into_inner())[from as usize]
                         .map_or("?".to_string(), |a| a.to_string());
@@ -264,6 +266,15 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 let _ = f.send(());
             }
             return;
+        }
+    }
+}
+
+/// Sends messages about instances at once (not through the event queue).
+fn send_inst(peers: &[Option<SendQ>], msgs: Vec<(NodeId, InstMsg)>) {
+    for (to, m) in msgs {
+        if let Some(p) = peers.get(to as usize).and_then(Option::as_ref) {
+            let _ = p.send(Frame::Msg(Msg::Inst(m)));
         }
     }
 }

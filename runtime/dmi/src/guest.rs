@@ -12,9 +12,12 @@
 //! * its end goes to the origin (`Ended`: the value its function returned
 //!   or how its process ended), which records it for `DMI_join` as its own
 //!   receiver would have;
-//! * each node it arrives on tells the origin (`At`, with the yield of the
-//!   move), so the origin knows where it is: if that node fails, the
-//!   instance is lost and the origin reports it as failed.
+//! * the source of each move tells the origin where it goes once the
+//!   move commits (`Moving`, before the target can run it), and the node it
+//!   arrives on confirms it (`At`, with the yield of the move), so the
+//!   origin knows where it is: if that node fails, the instance is lost and
+//!   the origin reports it as failed; a target whose source failed before
+//!   its word came ends its copy and tells the origin (`Lost`).
 //!
 //! Every node of a run that is not movable starts this (`DMI_init`), so a
 //! node that never created an instance can still host one.
@@ -53,8 +56,8 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// `DMI_init` outside a movable run: this node hosts `DMI_create`'s
-/// instances that move here, and moves its own away. A second `DMI_init`
-/// in one process (after `DMI_finalize`) keeps the first's.
+/// instances that move here, and moves its own away. Once per process
+/// (`DMI_init` after `DMI_finalize` is refused: `capi.rs`).
 pub(crate) fn start(d: &Dmi) -> Result<(), DmiError> {
     let g = Guests {
         me: d.rank(),
@@ -64,7 +67,9 @@ pub(crate) fn start(d: &Dmi) -> Result<(), DmiError> {
         next: Mutex::new(0),
     };
     if GUESTS.set(g).is_err() {
-        return Ok(());
+        return Err(DmiError::Setup(
+            "the instance mover of this process started already (one DMI run per process)".into(),
+        ));
     }
     xmove::start(d.rank(), d.size(), d.caller()?, Box::new(GuestHost))
 }
@@ -133,6 +138,11 @@ impl xmove::Host for GuestHost {
         let Some(g) = GUESTS.get() else { return };
         let origin = a.origin.unwrap_or(g.me);
         if origin != g.me {
+            xmove::test_hold(
+                "DMI_TEST_AT_DELAY",
+                g.me,
+                &format!("node {origin}'s instance {} arrived; At held back", a.id),
+            );
             let at = InstMsg::At {
                 id: a.id,
                 node: g.me,
@@ -150,7 +160,9 @@ impl xmove::Host for GuestHost {
     fn message(&self, from: NodeId, m: InstMsg) {
         let Some(g) = GUESTS.get() else { return };
         match m {
-            InstMsg::At { id, node, yields } => away_at(id, node, yields),
+            InstMsg::At { id, node, yields } => away_at(g, id, node, yields, true),
+            InstMsg::Moving { id, node, yields } => away_at(g, id, node, yields, false),
+            InstMsg::Lost { id, yields, why } => lost_moving(g.me, id, yields, why),
             InstMsg::Arrive { id, token } => {
                 let caller = g.caller.clone();
                 let spawned = std::thread::Builder::new()
@@ -198,7 +210,54 @@ impl xmove::Host for GuestHost {
         }
         w.retain(|_, (o, _)| *o != node);
         drop(w);
+        // After `dead` has it: a report of a move to it that comes later
+        // (`away_at`) sees it there.
         lost_with(g.me, node);
+    }
+
+    fn committed(&self, id: i64, origin: Option<NodeId>, to: NodeId, yields: u64) {
+        let (Some(g), Some(o)) = (GUESTS.get(), origin) else {
+            return;
+        };
+        if o == g.me {
+            return away_at(g, id, to, yields, false);
+        }
+        let m = InstMsg::Moving {
+            id,
+            node: to,
+            yields,
+        };
+        if let Err(e) = xmove::send(o, m) {
+            report(&format!(
+                "dmi: node {}: cannot tell node {o} that its instance {id} moves to node {to}: {e}",
+                g.me
+            ));
+        }
+    }
+
+    fn source_failed(
+        &self,
+        id: i64,
+        origin: Option<NodeId>,
+        from: NodeId,
+        yields: u64,
+    ) -> Option<(NodeId, InstMsg)> {
+        let (g, o) = (GUESTS.get()?, origin?);
+        let why = format!(
+            "was lost with node {from}, which was moving it to node {}",
+            g.me
+        );
+        if o == g.me {
+            // Coming home: this node records it (and says so).
+            lost_moving(g.me, id, yields, why);
+            return None;
+        }
+        report(&format!(
+            "dmi: node {}: node {o}'s instance {id} {why} (its copy here is ended)",
+            g.me
+        ));
+        // A failed origin hears nothing: it is gone with its instances.
+        (o != from).then_some((o, InstMsg::Lost { id, yields, why }))
     }
 }
 
@@ -260,59 +319,80 @@ fn serve_arrived(caller: Caller, me: NodeId, origin: NodeId, a: Arrival) {
     serve::serve(&reg, s);
 }
 
-/// Origin: its instance `id` arrived on node `node` at its yield `yields`
-/// (a report older than what this node knows is dropped).
-fn away_at(id: i64, node: NodeId, yields: u64) {
+/// Origin: its instance `id` moved to node `to` at its yield `yields`, as
+/// `to` says (`confirmed`: `At`) or its source (`Moving`, or this node's
+/// own move's commit). A report older than what this node knows is
+/// dropped (the target's `At` of a move replaces the source's word, not
+/// the other way round). A node already known to have failed loses it.
+fn away_at(g: &Guests, id: i64, to: NodeId, yields: u64, confirmed: bool) {
     let Ok(reg) = serve::registry() else { return };
-    let mut st = reg_locked(&reg);
-    if let Some(e) = st.entries.get_mut(&id) {
+    {
+        let mut st = reg_locked(&reg);
+        let Some(e) = st.entries.get_mut(&id) else {
+            return;
+        };
         let newer = match e.at {
             Where::Here => false,
             Where::Going(_) => true,
-            Where::At(_, y) => y <= yields,
+            Where::Moving(_, y) if confirmed => y <= yields,
+            Where::Moving(_, y) | Where::At(_, y) => y < yields,
         };
-        if newer && e.ended.is_none() {
-            e.at = Where::At(node, yields);
+        if !newer || e.ended.is_some() {
+            return;
         }
+        e.at = if confirmed {
+            Where::At(to, yields)
+        } else {
+            Where::Moving(to, yields)
+        };
+    }
+    // After the entry says where (`peer_dead` marks the node dead before it
+    // looks at the entries): one of the two sees the other.
+    if locked(&g.dead).contains(&to) {
+        lost_with(g.me, to);
     }
 }
 
 /// Origin: its instance `id` ended on node `from` as `ended` says.
 fn ended_away(me: NodeId, id: i64, from: NodeId, ended: Ended) {
     let Ok(reg) = serve::registry() else { return };
-    let st = reg_locked(&reg);
-    let Some(e) = st
-        .entries
-        .get(&id)
-        .filter(|e| e.ended.is_none() && e.at != Where::Here)
-    else {
-        drop(st);
+    let ended = match ended {
+        Ended::Failed(how) => Ended::Failed(format!("{how} (on node {from})")),
+        e => e,
+    };
+    if !serve::record_away(&reg, id, me, |_| true, |_| ended) {
         report(&format!(
             "dmi: node {me}: node {from} says instance {id} ended, but it does not run there"
         ));
-        return;
-    };
-    let (pid, fatal) = (e.pid, e.fatal);
-    drop(st);
-    if let Ended::Failed(how) = &ended {
-        let how = format!("{how} (on node {from})");
-        serve::record(&reg, id, pid, me, fatal, Ended::Failed(how));
-    } else {
-        serve::record(&reg, id, pid, me, fatal, ended);
     }
 }
 
-/// Origin: node `node` failed; this node's instances running there are lost.
+/// Origin: node `node` failed; this node's instances running there, or
+/// moving there, are lost.
 fn lost_with(me: NodeId, node: NodeId) {
     let Ok(reg) = serve::registry() else { return };
-    let lost: Vec<(i64, i32, bool)> = reg_locked(&reg)
+    let there = move |w: Where| matches!(w, Where::At(n, _) | Where::Moving(n, _) if n == node);
+    let lost: Vec<i64> = reg_locked(&reg)
         .entries
         .iter()
-        .filter(|(_, e)| e.ended.is_none() && matches!(e.at, Where::At(n, _) if n == node))
-        .map(|(&id, e)| (id, e.pid, e.fatal))
+        .filter(|(_, e)| e.ended.is_none() && there(e.at))
+        .map(|(&id, _)| id)
         .collect();
-    for (id, pid, fatal) in lost {
-        let how = format!("was lost with node {node}, where it ran");
-        serve::record(&reg, id, pid, me, fatal, Ended::Failed(how));
+    for id in lost {
+        serve::record_away(&reg, id, me, there, |w| {
+            Ended::Failed(match w {
+                Where::Moving(..) => format!("was lost with node {node}, to which it was moving"),
+                _ => format!("was lost with node {node}, where it ran"),
+            })
+        });
     }
+}
+
+/// Origin: its instance `id`, moved at its yield `yields`, is lost (`why`:
+/// its source failed before the move committed at the target). Dropped if
+/// this node knows of a later move (or its end).
+fn lost_moving(me: NodeId, id: i64, yields: u64, why: String) {
+    let Ok(reg) = serve::registry() else { return };
+    let older = |w: Where| w.since().is_none_or(|y| y <= yields);
+    serve::record_away(&reg, id, me, older, |_| Ended::Failed(why));
 }

@@ -265,6 +265,14 @@ pub enum InstMsg {
     /// To a `DMI_create` instance's origin: its instance `id` now runs on
     /// node `node` (moved there at its yield number `yields`).
     At { id: i64, node: NodeId, yields: u64 },
+    /// Source to the origin, before `Commit`: the original of its instance
+    /// `id` is gone and the copy on node `node` (moved at its yield number
+    /// `yields`) is the instance now; `node`'s own `At` may come later.
+    Moving { id: i64, node: NodeId, yields: u64 },
+    /// Target to the origin: the copy of its instance `id` (moved at its
+    /// yield number `yields`) was ended because its source failed before
+    /// it committed: the instance is lost (`why`).
+    Lost { id: i64, yields: u64, why: String },
     /// To the origin: its instance `id`, running here, arrived at a
     /// barrier; the answer is `Passed` with the same token.
     Arrive { id: i64, token: u64 },

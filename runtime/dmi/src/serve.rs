@@ -57,6 +57,20 @@ pub(crate) enum Where {
     Going(NodeId),
     /// On that node since its yield number `.1` (`guest.rs`).
     At(NodeId, u64),
+    /// Moved to that node at its yield number `.1`: the source committed
+    /// (its original is gone), the node's own `At` is not in yet.
+    Moving(NodeId, u64),
+}
+
+impl Where {
+    /// The yield at which it moved to where it is now (`None`: here, or
+    /// not moved yet).
+    pub(crate) fn since(self) -> Option<u64> {
+        match self {
+            Where::At(_, y) | Where::Moving(_, y) => Some(y),
+            Where::Here | Where::Going(_) => None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -565,7 +579,42 @@ pub(crate) fn finish(reg: &Registry, s: Served, status: Result<ExitStatus, Strin
 /// `guest.rs`): one fewer running, a failure reported (and the node ended
 /// if `fatal`), the end kept for `join`.
 pub(crate) fn record(reg: &Registry, id: i64, pid: i32, rank: NodeId, fatal: bool, ended: Ended) {
-    let mut s = locked(reg);
+    record_locked(reg, locked(reg), id, pid, rank, fatal, ended);
+}
+
+/// Records how this node's instance `id`, away on another node, ended, if
+/// its entry still says it runs where `away` accepts (and has not ended):
+/// the check and the record are one step, so an end reported twice (a
+/// node's failure seen twice, a loss reported by two nodes) counts once.
+/// Whether it recorded.
+pub(crate) fn record_away(
+    reg: &Registry,
+    id: i64,
+    rank: NodeId,
+    away: impl FnOnce(Where) -> bool,
+    ended: impl FnOnce(Where) -> Ended,
+) -> bool {
+    let s = locked(reg);
+    let Some(e) = s.entries.get(&id) else {
+        return false;
+    };
+    if e.ended.is_some() || e.at == Where::Here || !away(e.at) {
+        return false;
+    }
+    let (pid, fatal, ended) = (e.pid, e.fatal, ended(e.at));
+    record_locked(reg, s, id, pid, rank, fatal, ended);
+    true
+}
+
+fn record_locked(
+    reg: &Registry,
+    mut s: MutexGuard<'_, State>,
+    id: i64,
+    pid: i32,
+    rank: NodeId,
+    fatal: bool,
+    ended: Ended,
+) {
     s.running -= 1;
     let pid = s.entries.get(&id).map_or(pid, |e| e.pid);
     let mut poison = None;

@@ -122,27 +122,25 @@ fn away(reg: &Registry, s: &mut Served, home: usize, yields: u64, to: NodeId) ->
             // SAFETY: the original is dead (killed by the move); its
             // mailbox is not used any more.
             unsafe { s.mb.release() };
-            let mut st = locked(reg);
-            if mine {
-                // Still running, as this node counts: only elsewhere.
-                if let Some(e) = st.entries.get_mut(&id) {
-                    if e.at == Where::Going(to) {
-                        e.at = Where::At(to, yields);
-                    }
-                }
-            } else if s.movable {
+            // This node's own instance is still running, as this node
+            // counts it, only elsewhere: where, the move's commit recorded
+            // (`GuestHost::committed`, `guest.rs`).
+            if s.movable {
+                let mut st = locked(reg);
                 st.running -= 1;
                 st.entries.remove(&id);
             }
-            drop(st);
             crate::host::gone(id, true);
             reg.changed.notify_all();
             Step::Gone
         }
         Err(e) => {
             if mine {
+                // An error comes before the commit only: the original runs on.
                 if let Some(e) = locked(reg).entries.get_mut(&id) {
-                    e.at = Where::Here;
+                    if e.at == Where::Going(to) {
+                        e.at = Where::Here;
+                    }
                 }
             }
             report(&format!(

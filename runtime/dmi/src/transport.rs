@@ -86,7 +86,10 @@ pub enum Frame {
 /// made by `DMI_create` moving between nodes), `Msg::BarrierPoison` and
 /// `DMI_finalize`'s barrier round `FINAL_BARRIER`. (`MovedPage::data` as
 /// a byte string changed no byte on the wire: `msg.rs` tests it.)
-pub const PROTOCOL: u32 = 3;
+/// 4: `InstMsg::Moving` and `InstMsg::Lost` (the origin knows where a
+/// moved instance is from the commit on, and that it is lost if its source
+/// failed before the commit reached the target).
+pub const PROTOCOL: u32 = 4;
 
 /// Why a peer speaking protocol `theirs` is refused.
 pub(crate) fn wrong_protocol(theirs: u32) -> String {

@@ -10,10 +10,12 @@
 //!                                                     dmwrite HOME.mailbox/node_pid
 //!                                                     (the copy stays parked)
 //!  kill the original  <-------------------------------- Ready(token, pid)
+//!  (a DMI_create instance: Moving to its origin)
 //!  Commit(token) -------------------------------------> dmwrite HOME.state = MOVED,
 //!                                                     serve the copy
 //!  (Refused, a timeout or T failing before Ready: resume the original,
-//!   HOME.state = STAYED, Abort(token) to T, which ends its copy)
+//!   HOME.state = STAYED, Abort(token) to T, which ends its copy; S failing
+//!   before its word came: T ends the copy and tells the origin it is Lost)
 //! ```
 //!
 //! The source kills its original only once the target confirmed, so any
@@ -52,7 +54,21 @@ enum Answer {
 /// `PR_SET_PDEATHSIG` is killed when its parent *thread* exits.
 struct Arrived {
     from: NodeId,
-    word: mpsc::Sender<bool>,
+    word: mpsc::Sender<Word>,
+    /// The instance, whose node made it, the yield it moved at.
+    id: i64,
+    origin: Option<NodeId>,
+    yields: u64,
+}
+
+/// The source's word to a parked copy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Word {
+    Commit,
+    Abort,
+    /// The source failed before its word came: the original is gone (or
+    /// failed with it), the copy is not the instance.
+    SourceFailed,
 }
 
 /// How long a restored copy waits for the source's word.
@@ -73,6 +89,22 @@ pub(crate) trait Host: Send + Sync {
     fn message(&self, from: NodeId, m: InstMsg);
     /// Node `node` failed (after moves to it were called off).
     fn peer_dead(&self, _node: NodeId) {}
+    /// Source: instance `id`'s original is gone, its copy on node `to`
+    /// (moved at its yield number `yields`) is the instance now; `Commit`
+    /// goes out next.
+    fn committed(&self, _id: i64, _origin: Option<NodeId>, _to: NodeId, _yields: u64) {}
+    /// Target: the copy of instance `id` (moved at `yields`) is ended
+    /// because its source, node `from`, failed before its word came; what
+    /// to tell another node about it (its origin), if anything.
+    fn source_failed(
+        &self,
+        _id: i64,
+        _origin: Option<NodeId>,
+        _from: NodeId,
+        _yields: u64,
+    ) -> Option<(NodeId, InstMsg)> {
+        None
+    }
 }
 
 /// A copy that runs here now, after `yields` yields.
@@ -169,13 +201,19 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
                     move || match take_in(mv, id, origin, home, &manifest, &pages) {
                         Ok((member, mailbox)) => {
                             let (tx, rx) = mpsc::channel();
-                            let arrived = Arrived { from, word: tx };
+                            let arrived = Arrived {
+                                from,
+                                word: tx,
+                                id,
+                                origin,
+                                yields,
+                            };
                             locked(&mv.arrived).insert(token, arrived);
                             let pid = member.pid();
                             let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
-                            let go = rx.recv_timeout(WORD_LIMIT).unwrap_or(false);
+                            let word = rx.recv_timeout(WORD_LIMIT).unwrap_or(Word::Abort);
                             locked(&mv.arrived).remove(&token);
-                            if go {
+                            if word == Word::Commit {
                                 let a = Arrival {
                                     id,
                                     origin,
@@ -208,15 +246,20 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
         }
         InstMsg::Ready { token, pid } => answer(mv, token, Answer::Ready(pid)),
         InstMsg::Refused { token, why } => answer(mv, token, Answer::Refused(why)),
-        InstMsg::Commit { token } => word(mv, token, true),
-        InstMsg::Abort { token } => word(mv, token, false),
+        InstMsg::Commit { token } => word(mv, token, Word::Commit),
+        InstMsg::Abort { token } => word(mv, token, Word::Abort),
         other => mv.host.message(from, other),
     }
 }
 
-/// From the engine: node `node` failed; moves to it are off.
-pub(crate) fn peer_dead(node: NodeId) {
-    let Some(mv) = mover() else { return };
+/// From the engine: node `node` failed; moves to it are off. Returns what
+/// the engine sends before it reports the failure to the other nodes
+/// (which stop reading this node then): the losses of copies from `node`.
+#[must_use]
+pub(crate) fn peer_dead(node: NodeId) -> Vec<(NodeId, InstMsg)> {
+    let Some(mv) = mover() else {
+        return Vec::new();
+    };
     let mut w = locked(&mv.waiting);
     for (_, (to, tx)) in w.iter() {
         if *to == node {
@@ -226,17 +269,20 @@ pub(crate) fn peer_dead(node: NodeId) {
     w.retain(|_, (to, _)| *to != node);
     drop(w);
     // Copies from it: the source can no longer commit.
+    let mut tell = Vec::new();
     for a in locked(&mv.arrived).values() {
-        if a.from == node {
-            let _ = a.word.send(false);
+        if a.from == node && a.word.send(Word::SourceFailed).is_ok() {
+            tell.extend(mv.host.source_failed(a.id, a.origin, node, a.yields));
         }
     }
+    locked(&mv.arrived).retain(|_, a| a.from != node);
     mv.host.peer_dead(node);
+    tell
 }
 
-fn word(mv: &Mover, token: u64, go: bool) {
+fn word(mv: &Mover, token: u64, w: Word) {
     if let Some(a) = locked(&mv.arrived).remove(&token) {
-        let _ = a.word.send(go);
+        let _ = a.word.send(w);
     }
 }
 
@@ -420,7 +466,28 @@ pub(crate) fn send_away(
             let frozen = dumped.kill();
             // The original's slot: its exit (SIGKILL) is recorded by the reaper.
             let _ = old.join();
-            mv.caller.send_inst(to, InstMsg::Commit { token })?;
+            // The copy is the instance from here on: its origin learns
+            // where it is before the target can run it (or fail).
+            mv.host.committed(id, origin, to, yields);
+            test_hold(
+                "DMI_TEST_COMMIT_DELAY",
+                mv.me,
+                &format!(
+                    "instance {id}{} committed to node {to}; Commit held back",
+                    origin
+                        .filter(|&o| o != mv.me)
+                        .map_or(String::new(), |o| format!(" (node {o}'s)"))
+                ),
+            );
+            if let Err(e) = mv.caller.send_inst(to, InstMsg::Commit { token }) {
+                // Not an error of the move: the original is gone and there
+                // is no going back. A failed node ends its copy (and the
+                // origin records the instance lost with it).
+                report(&format!(
+                    "dmi: node {}: instance {id}: the commit to node {to} was not sent: {e}",
+                    mv.me
+                ));
+            }
             Ok(Sent {
                 pid: new,
                 bytes,
@@ -434,5 +501,28 @@ pub(crate) fn send_away(
             let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
             Err(stay(DmiError::Setup(format!("node {to} refused: {why}"))))
         }
+    }
+}
+
+/// Tests only: with `VAR=NODE:MS`, node `NODE` waits `MS` ms here (saying
+/// `what`), a window to kill a node in at that point of a move
+/// (`DMI_TEST_COMMIT_DELAY`: the source, after the commit and before its
+/// `Commit`; `DMI_TEST_AT_DELAY`: the target, before its `At`).
+pub(crate) fn test_hold(var: &str, me: NodeId, what: &str) {
+    let Ok(v) = std::env::var(var) else {
+        return;
+    };
+    let parsed = v
+        .split_once(':')
+        .and_then(|(n, ms)| Some((n.parse::<NodeId>().ok()?, ms.parse::<u64>().ok()?)));
+    match parsed {
+        Some((n, ms)) if n == me => {
+            report(&format!("dmi: node {me}: {what} (test delay {ms} ms)"));
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        Some(_) => {}
+        None => report(&format!(
+            "dmi: node {me}: {var}={v:?} ignored (want NODE:MS)"
+        )),
     }
 }

@@ -7,7 +7,9 @@
 //! checksums of the run without moves and their creators' `DMI_join`s say
 //! the same; a move to a node that does not exist is refused and the
 //! instance stays; a target that dies before it answered leaves the
-//! instance running at home.
+//! instance running at home; an instance whose move committed is reported
+//! lost by its creator when its target dies before its `At`, or its
+//! source before its `Commit` (`DMI_join` returns instead of waiting).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -29,13 +31,28 @@ fn program() -> PathBuf {
 
 /// `dmi run -n N yield ARGS` with `env` set (and no inherited DMI_MOVE_AT).
 fn command(n: u32, args: &[&str], env: &[(&str, &str)]) -> Command {
+    command_grace(n, 2, args, env)
+}
+
+/// [`command`] with `dmi run --grace GRACE` (how long the other nodes may
+/// go on after one failed).
+fn command_grace(n: u32, grace: u32, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dmi"));
-    c.args(["run", "-n", &n.to_string(), "--grace", "2", "--"])
-        .arg(program())
-        .args(args)
-        .env_remove("DMI_ERRORS")
-        .env_remove("DMI_MOVE_AT")
-        .env_remove("DMI_TEST_ARRIVE_DELAY_MS");
+    c.args([
+        "run",
+        "-n",
+        &n.to_string(),
+        "--grace",
+        &grace.to_string(),
+        "--",
+    ])
+    .arg(program())
+    .args(args)
+    .env_remove("DMI_ERRORS")
+    .env_remove("DMI_MOVE_AT")
+    .env_remove("DMI_TEST_ARRIVE_DELAY_MS")
+    .env_remove("DMI_TEST_AT_DELAY")
+    .env_remove("DMI_TEST_COMMIT_DELAY");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -394,5 +411,163 @@ fn a_reconfigurable_programs_instance_stays_on_its_node() {
             .any(|l| l.contains(" stays: ") && l.contains("this node moves no instances")),
         "{}",
         text(&o)
+    );
+}
+
+/// A run of `yield 1` on 3 nodes in which node `hold`'s test delay (`env`)
+/// holds a move of node 0's instance 0 from node 1 to node 2 (the
+/// schedule `2:0@1,4:0@2`: node 0's instance goes to node 1 at yield 2 and
+/// on to node 2 at yield 4) and node `victim` is killed once the delay
+/// line `held` of node 0's instance (and `also`, if any) is seen, and 2 s
+/// more. Returns all of stderr; panics if the run did not end within 90 s
+/// of the kill (the nodes killed then).
+fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim: u32) -> String {
+    let mut all = vec![("DMI_MOVE_AT", "2:0@1,4:0@2"), ("DMI_ERRORS", "return")];
+    all.extend_from_slice(env);
+    // A long grace: node 0 must end by itself, not by `dmi run`'s kill.
+    let mut child = command_grace(3, 60, &["1"], &all)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in err.lines() {
+            if tx.send(l.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let stop = |child: &mut std::process::Child| {
+        for (_, node) in nodes_of(child.id()) {
+            // SAFETY: kill(2) of a node of the run this test started.
+            unsafe { libc::kill(node, libc::SIGKILL) };
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    let mut seen = String::new();
+    let mut want: Vec<&str> = std::iter::once(held).chain(also).collect();
+    let t0 = std::time::Instant::now();
+    while !want.is_empty() {
+        match rx.recv_timeout(std::time::Duration::from_secs(120).saturating_sub(t0.elapsed())) {
+            Ok(l) => {
+                want.retain(|w| !l.contains(w));
+                seen.push_str(&l);
+                seen.push('\n');
+            }
+            Err(_) => {
+                stop(&mut child);
+                panic!("the delay lines {want:?} did not come within 120 s: {seen}");
+            }
+        }
+    }
+    // The messages the line follows (a source's Moving) reach the others.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = nodes_of(child.id())[&victim];
+    // SAFETY: kill(2) of a node process of the run this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // Until `dmi run` ended (instances it left may keep stderr open).
+    let t1 = std::time::Instant::now();
+    let mut ended: Option<(std::process::ExitStatus, std::time::Instant)> = None;
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) if ended.is_some() => break,
+            Err(_) => {}
+        }
+        if ended.is_none() {
+            ended = child
+                .try_wait()
+                .unwrap()
+                .map(|st| (st, std::time::Instant::now()));
+        }
+        match ended {
+            Some((_, at)) if at.elapsed() > std::time::Duration::from_secs(2) => break,
+            None if t1.elapsed() > std::time::Duration::from_secs(90) => {
+                stop(&mut child);
+                panic!("the run did not end within 90 s of killing node {victim}: {seen}");
+            }
+            _ => {}
+        }
+    }
+    let (st, _) = ended.unwrap();
+    assert!(!st.success(), "{seen}");
+    for l in seen.lines().filter(|l| l.contains(" lost with ")) {
+        eprintln!("{l}");
+    }
+    seen
+}
+
+/// Node `n`'s report that its instance 0 `how`.
+fn lost_line(seen: &str, n: u32, how: &str) -> bool {
+    seen.lines().any(|l| {
+        l.starts_with(&format!("dmi: node {n}: instance 0 (pid "))
+            && l.ends_with(&format!(") {how}"))
+    })
+}
+
+#[test]
+fn an_instance_whose_target_dies_before_its_at_is_lost_at_its_origin() {
+    // Node 2 holds back its At (to node 0) of node 0's instance 0, which
+    // node 1 moved there at yield 4 (and of node 1's own instance 0, moved
+    // there by node 1 at the same yield), and is killed then. Node 0 hears
+    // of the move from node 1 (Moving) and records its instance lost when
+    // node 2 fails; its DMI_join returns (errors returned, not fatal)
+    // instead of waiting for ever.
+    let seen = kill_during_move(
+        &[("DMI_TEST_AT_DELAY", "2:20000")],
+        "dmi: node 2: node 0's instance 0 arrived; At held back (test delay",
+        Some("dmi: node 2: node 1's instance 0 arrived; At held back (test delay"),
+        2,
+    );
+    let how = "was lost with node 2, to which it was moving";
+    assert!(lost_line(&seen, 0, how), "node 0 did not say so: {seen}");
+    // Node 1 moved its own: the commit recorded where it went.
+    assert!(lost_line(&seen, 1, how), "node 1 did not say so: {seen}");
+    assert_eq!(
+        seen.matches(&format!("DMI_join: instance 0 {how}")).count(),
+        2,
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("still running 60 s after a failure"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn an_instance_whose_source_dies_before_its_commit_is_lost_at_its_origin() {
+    // Node 1 moves node 0's instance 0 on to node 2 at yield 4 and holds
+    // back its Commit, after it told node 0 (Moving); killed then, node 2
+    // ends its parked copy and tells node 0 (Lost), whose DMI_join fails.
+    let seen = kill_during_move(
+        &[("DMI_TEST_COMMIT_DELAY", "1:20000")],
+        "dmi: node 1: instance 0 (node 0's) committed to node 2; Commit held back (test delay",
+        None,
+        1,
+    );
+    let how = "was lost with node 1, which was moving it to node 2";
+    assert!(
+        seen.contains(&format!(
+            "dmi: node 2: node 0's instance 0 {how} (its copy here is ended)"
+        )),
+        "{seen}"
+    );
+    // Node 1's Moving reached node 0 before node 1 died (2 s after its
+    // delay line), so only node 2's Lost tells node 0.
+    assert!(lost_line(&seen, 0, how), "node 0 did not say so: {seen}");
+    assert!(
+        seen.contains(&format!("DMI_join: instance 0 {how}")),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("still running 60 s after a failure"),
+        "{seen}"
     );
 }
