@@ -7,6 +7,7 @@
 # user; times, image sizes, and whether a plain user may run each.  Both
 # restored runs must end with the output of a run that never stopped.
 # TAP on stdout; the numbers are `#` lines.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . /migrate/lib.sh
 d=/tmp/criu
 mkdir -p "$d"
@@ -66,8 +67,14 @@ criu_one() {
 	fi
 	t3=$(now)
 	[ $r = 0 ] || tail -n 5 "$d/$name.img/restore.log" 2>/dev/null | sed 's/^/#   /'
+	# The restored process (criu keeps the pid) has 120 s to end.
 	i=0
 	while ! exited "$pid" && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+	if ! exited "$pid"; then
+		echo "# criu $name: restored pid $pid did not exit within 120 s; killed"
+		kill -9 "$pid" 2>/dev/null
+		r=1
+	fi
 	[ $r = 0 ] && sed "$filter" "$d/$name.out" | cmp -s - "$d/$name.ref"
 	tap $? "criu_restored_${name}_ends_like_an_unstopped_run"
 	echo "# criu $name: dump $(ms "$t0" "$t1") ms, restore $(ms "$t2" "$t3") ms, image $(kib "$d/$name.img") KiB (logs included)"
@@ -95,6 +102,7 @@ ours_one() {
 	sed "$filter" "/tmp/mig/$name.out" | cmp -s - "/tmp/mig/$name.ref" &&
 		[ "$(cat "/tmp/mig/$name.rc")" = "$ref_rc" ]
 	tap $? "halfproc_migrated_${name}_ends_like_an_unstopped_run"
+	# shellcheck disable=SC2046 # split on purpose: frozen and total ms
 	set -- $(cat "/tmp/mig/$name.moves")
 	echo "# halfproc $name: checkpoint image $(kib "/tmp/mig/$name.img") KiB; migration frozen $1 ms, total $2 ms"
 }
@@ -108,6 +116,9 @@ ours_one() {
 # stdin: `run` relays stdin through the daemon, and what it had read past
 # the pipe would not be in the image.  restore's time: from its start until
 # it wrote the restored pid (after the restore; polled every 10 ms).
+# Bounded: 60 s for restore to write the pid (or exit), then 120 s for the
+# restored program to end; past either, what did not happen is said on a
+# `#` line and the restored program and the restore client are killed.
 ours_cr() {
 	what="$1" name="cr-$1" filter="$2"
 	shift 2
@@ -118,7 +129,7 @@ ours_cr() {
 		export HALFPROC_NODE_SECRET_FILE=/tmp/mig/secret
 		d=/tmp/mig n=$name
 		now() { cut -d' ' -f1 /proc/uptime; }
-		rm -rf \$d/\$n.img \$d/\$n.pid \$d/\$n.rpid \$d/\$n.rc1 \$d/\$n.rc2
+		rm -rf \$d/\$n.img \$d/\$n.pid \$d/\$n.rpid \$d/\$n.cpid \$d/\$n.rc1 \$d/\$n.rc2
 		( halfproc run --node 127.0.0.1:7070 --pid-file \$d/\$n.pid -- $* </dev/null \
 			>\$d/\$n.out1 2>\$d/\$n.err1; echo \$? >\$d/\$n.rc1 ) &
 		i=0
@@ -131,9 +142,27 @@ ours_cr() {
 		wait
 		t2=\$(now)
 		( halfproc restore --node 127.0.0.1:7070 --pid-file \$d/\$n.rpid \$d/\$n.img </dev/null \
-			>\$d/\$n.out2 2>\$d/\$n.err2; echo \$? >\$d/\$n.rc2 ) &
-		while [ ! -s \$d/\$n.rpid ] && [ ! -s \$d/\$n.rc2 ]; do sleep 0.01; done
+			>\$d/\$n.out2 2>\$d/\$n.err2 &
+		  echo \$! >\$d/\$n.cpid; wait \$!; echo \$? >\$d/\$n.rc2 ) &
+		i=0
+		while [ ! -s \$d/\$n.rpid ] && [ ! -s \$d/\$n.rc2 ] && [ \$i -lt 6000 ]; do
+			sleep 0.01; i=\$((i + 1))
+		done
 		t3=\$(now)
+		[ -s \$d/\$n.rpid ] || [ -s \$d/\$n.rc2 ] ||
+			echo \"# $what: halfproc restore neither wrote the restored pid nor exited within 60 s\"
+		i=0
+		while [ -s \$d/\$n.rpid ] && [ ! -s \$d/\$n.rc2 ] && [ \$i -lt 1200 ]; do
+			sleep 0.1; i=\$((i + 1))
+		done
+		[ -s \$d/\$n.rpid ] && [ ! -s \$d/\$n.rc2 ] &&
+			echo \"# $what: restored pid \$(cat \$d/\$n.rpid) did not end within 120 s\"
+		if [ ! -s \$d/\$n.rc2 ]; then
+			echo \"# $what: killing the restored program and halfproc restore\"
+			[ -s \$d/\$n.rpid ] && kill -9 \$(cat \$d/\$n.rpid) 2>/dev/null
+			sleep 1
+			kill -9 \$(cat \$d/\$n.cpid) 2>/dev/null
+		fi
 		wait
 		echo \$t0 \$t1 \$t2 \$t3 >\$d/\$n.times
 		[ -s \$d/\$n.rpid ]
@@ -144,6 +173,7 @@ ours_cr() {
 	cat "/tmp/mig/$name.out1" "/tmp/mig/$name.out2" | sed "$filter" | cmp -s - "/tmp/mig/$name.ref" &&
 		[ "$(cat "/tmp/mig/$name.rc1")" = 75 ] && [ "$(cat "/tmp/mig/$name.rc2")" = "$ref_rc" ]
 	tap $? "halfproc_restored_${what}_ends_like_an_unstopped_run"
+	# shellcheck disable=SC2046 # split on purpose: the four times
 	set -- $(cat "/tmp/mig/$name.times" 2>/dev/null) 0 0 0 0
 	echo "# halfproc $what checkpoint+restore: checkpoint --kill $(ms "$1" "$2") ms, restore $(ms "$3" "$4") ms, image $(kib "/tmp/mig/$name.img") KiB"
 }

@@ -4,9 +4,10 @@ use crate::dump_mem::{dump_memory, reserve_for, Sink};
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::{restart_fixup, Frozen};
 use crate::image::{
-    self, reg, AltStack, FdEntry, Itimer, Manifest, MmFields, PipeEnd, RelayedEnd, Rlimit,
-    SigAction, TidAddress,
+    self, reg, AltStack, FdEntry, Manifest, MmFields, PipeEnd, RelayedEnd, Rlimit, SigAction,
+    TidAddress,
 };
+use crate::itimers;
 use crate::mem::{self, MemoryReader};
 use crate::pagebuf::PageBuf;
 use crate::phases::time;
@@ -201,20 +202,18 @@ fn dump_frozen(
     crate::phases::add("procfs+regs", t.elapsed());
     // The mask the program runs with (inside `sigsuspend` and the like, the
     // one the call restores on return: its restart applies the temporary
-    // one again). All signals are blocked while system calls are injected:
-    // an unblocked pending one would end a single-step in a signal-delivery
-    // stop, taken off its queue. Put back, also when the queries fail.
+    // one again). Put back after the queries (see `injecting`).
     let blocked = f.sigmask()?;
-    f.set_sigmask(u64::MAX)?;
-    let queried = time("signals", || query_signal_state(f, reader, &maps, &saved));
-    let unblocked = f.set_sigmask(blocked);
     let Queried {
         sigactions,
         altstack,
         tid_address: tid_addr,
-        itimers,
-    } = queried?;
-    unblocked?;
+        itimers: first_timers,
+    } = time("signals", || {
+        injecting(f, reader, &maps, &saved, blocked, |insn, scratch| {
+            query_signal_state(f, reader, &saved, insn, scratch)
+        })
+    })?;
     let tid_address = tid_addr.map(|addr| tid_address(pid, reader, &maps, addr));
     let mut regs = saved.clone();
     restart_fixup(&mut regs);
@@ -252,8 +251,20 @@ fn dump_frozen(
         .into_owned();
     let umask = u32::from_str_radix(procfs::field(&st, "Umask")?, 8).unwrap_or(0o022);
     // Last: the queues as late as possible (a signal sent after this is
-    // the original's, lost if it is killed).
-    let pending = signals::read_pending(f, blocked, &sigactions)?;
+    // the original's, lost if it is killed); then the timers again, and
+    // the queues once more if ITIMER_REAL expired meanwhile (see
+    // `itimers::expired_between`).
+    let mut pending = signals::read_pending(f, blocked, &sigactions)?;
+    let last_timers = time("itimers", || {
+        injecting(f, reader, &maps, &saved, blocked, |insn, scratch| {
+            itimers::read(f, reader, &saved, insn, scratch)
+        })
+    })?;
+    if itimers::expired_between(&first_timers, &last_timers) {
+        itimers::wait_for_queued_sigalrm(pid)?;
+        pending = signals::read_pending(f, blocked, &sigactions)?;
+    }
+    let itimers = itimers::carried(&last_timers, &pending, blocked, &sigactions);
     let manifest = Manifest {
         version: image::VERSION,
         pid,
@@ -439,10 +450,6 @@ fn find_syscall_insn(reader: &dyn MemoryReader, maps: &[procfs::MapsEntry]) -> R
     ))
 }
 
-/// Reads every signal disposition and the alternate stack by executing
-/// `rt_sigaction(sig, NULL, &old, 8)` and `sigaltstack(NULL, &old)` in the
-/// target, into a scratch slot of its own stack below the red zone whose
-/// bytes are put back afterwards.
 /// Whether the word at `addr` (the target's `clear_child_tid`) is the C
 /// library's copy of the thread id: it holds the target's id (single
 /// threaded: its pid), in a private writable mapping the restore rebuilds.
@@ -467,18 +474,24 @@ struct Queried {
     altstack: AltStack,
     /// `None` without `CONFIG_CHECKPOINT_RESTORE`.
     tid_address: Option<u64>,
-    itimers: Vec<Itimer>,
+    itimers: Vec<itimers::Reading>,
 }
 
-/// Signal dispositions, the alternate stack, the `set_tid_address`
-/// registration (`PR_GET_TID_ADDRESS`) and the armed interval timers, each
-/// asked by a system call executed in the target.
-fn query_signal_state(
+/// Runs `body(insn, scratch)` with the frozen target ready for system
+/// calls executed in it ([`Frozen::inject`]): `insn` a `syscall`
+/// instruction, `scratch` 32 bytes of its own stack below the red zone.
+/// All signals are blocked meanwhile: an unblocked pending one would end a
+/// single-step in a signal-delivery stop, taken off its queue. Afterwards
+/// (also when `body` failed) its registers `regs`, the scratch bytes and
+/// its mask `blocked` are put back.
+fn injecting<T>(
     f: &Frozen,
     reader: &dyn MemoryReader,
     maps: &[procfs::MapsEntry],
     regs: &[u64],
-) -> Result<Queried> {
+    blocked: u64,
+    body: impl FnOnce(u64, u64) -> Result<T>,
+) -> Result<T> {
     let pid = f.pid();
     let insn = find_syscall_insn(reader, maps)?;
     let scratch = (regs[reg::RSP] - 128 - 64) & !15;
@@ -495,8 +508,31 @@ fn query_signal_state(
     reader
         .read(scratch, &mut original)
         .map_err(|e| Error::io("read scratch slot", e))?;
+    let out = f.set_sigmask(u64::MAX).and_then(|()| body(insn, scratch));
+    let mem = fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/mem"));
+    let put_back = mem.and_then(|m| m.write_all_at(&original, scratch));
+    let regs_back = f.set_regs(regs);
+    let unblocked = f.set_sigmask(blocked);
+    let out = out?;
+    regs_back?;
+    put_back.map_err(|e| Error::io("restore scratch slot", e))?;
+    unblocked?;
+    Ok(out)
+}
+
+/// Signal dispositions, the alternate stack, the `set_tid_address`
+/// registration (`PR_GET_TID_ADDRESS`) and the interval timers, each
+/// asked by a system call executed in the target (see [`injecting`]).
+fn query_signal_state(
+    f: &Frozen,
+    reader: &dyn MemoryReader,
+    regs: &[u64],
+    insn: u64,
+    scratch: u64,
+) -> Result<Queried> {
     let mut out = Vec::new();
-    let mut failure = None;
     for sig in 1..=64 {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
@@ -506,19 +542,11 @@ fn query_signal_state(
             insn,
             libc::SYS_rt_sigaction as u64,
             &[sig as u64, 0, scratch, 8],
-        );
-        match r {
-            Ok(0) => {}
-            Ok(e) => {
-                failure = Some(Error::Restore(format!(
-                    "rt_sigaction({sig}) in target returned {e}"
-                )));
-                break;
-            }
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
+        )?;
+        if r != 0 {
+            return Err(Error::Restore(format!(
+                "rt_sigaction({sig}) in target returned {r}"
+            )));
         }
         let mut b = [0u8; 32];
         reader
@@ -533,115 +561,50 @@ fn query_signal_state(
             mask: w(3),
         });
     }
-    let mut alt = AltStack {
-        sp: 0,
-        flags: libc::SS_DISABLE,
-        size: 0,
+    let r = f.inject(regs, insn, libc::SYS_sigaltstack as u64, &[0, scratch])?;
+    if r != 0 {
+        return Err(Error::Restore(format!(
+            "sigaltstack in target returned {r}"
+        )));
+    }
+    let mut b = [0u8; 24];
+    reader
+        .read(scratch, &mut b)
+        .map_err(|e| Error::io("read stack_t", e))?;
+    let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    // SS_ONSTACK is a report, not a setting.
+    let flags = (w(8) as u32 as i32) & !libc::SS_ONSTACK;
+    let altstack = AltStack {
+        sp: w(0),
+        flags,
+        size: w(16),
     };
-    if failure.is_none() {
-        match f.inject(regs, insn, libc::SYS_sigaltstack as u64, &[0, scratch]) {
-            Ok(0) => {
-                let mut b = [0u8; 24];
-                reader
-                    .read(scratch, &mut b)
-                    .map_err(|e| Error::io("read stack_t", e))?;
-                let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
-                // SS_ONSTACK is a report, not a setting.
-                let flags = (w(8) as u32 as i32) & !libc::SS_ONSTACK;
-                alt = AltStack {
-                    sp: w(0),
-                    flags,
-                    size: w(16),
-                };
-            }
-            Ok(e) => {
-                failure = Some(Error::Restore(format!(
-                    "sigaltstack in target returned {e}"
-                )))
-            }
-            Err(e) => failure = Some(e),
+    const PR_GET_TID_ADDRESS: u64 = 40;
+    let tid_address = match f.inject(
+        regs,
+        insn,
+        libc::SYS_prctl as u64,
+        &[PR_GET_TID_ADDRESS, scratch],
+    )? {
+        0 => {
+            let mut b = [0u8; 8];
+            reader
+                .read(scratch, &mut b)
+                .map_err(|e| Error::io("read the tid address", e))?;
+            Some(u64::from_le_bytes(b))
         }
-    }
-    let mut tid_address = None;
-    if failure.is_none() {
-        const PR_GET_TID_ADDRESS: u64 = 40;
-        match f.inject(
-            regs,
-            insn,
-            libc::SYS_prctl as u64,
-            &[PR_GET_TID_ADDRESS, scratch],
-        ) {
-            Ok(0) => {
-                let mut b = [0u8; 8];
-                reader
-                    .read(scratch, &mut b)
-                    .map_err(|e| Error::io("read the tid address", e))?;
-                tid_address = Some(u64::from_le_bytes(b));
-            }
-            // No CONFIG_CHECKPOINT_RESTORE: nothing to ask the kernel.
-            Ok(e) if e == -(libc::EINVAL as i64) => {}
-            Ok(e) => {
-                failure = Some(Error::Restore(format!(
-                    "prctl(PR_GET_TID_ADDRESS) in target returned {e}"
-                )))
-            }
-            Err(e) => failure = Some(e),
+        // No CONFIG_CHECKPOINT_RESTORE: nothing to ask the kernel.
+        e if e == -(libc::EINVAL as i64) => None,
+        e => {
+            return Err(Error::Restore(format!(
+                "prctl(PR_GET_TID_ADDRESS) in target returned {e}"
+            )))
         }
-    }
-    let mut itimers = Vec::new();
-    for which in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF] {
-        if failure.is_some() {
-            break;
-        }
-        match f.inject(
-            regs,
-            insn,
-            libc::SYS_getitimer as u64,
-            &[which as u64, scratch],
-        ) {
-            Ok(0) => {
-                // struct itimerval: it_interval, it_value (timeval each).
-                let mut b = [0u8; 32];
-                if let Err(e) = reader.read(scratch, &mut b) {
-                    // Not `?`: the scratch slot and registers are put back below.
-                    failure = Some(Error::io("read itimerval", e));
-                    break;
-                }
-                let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
-                let (interval_us, mut value_us) =
-                    (w(0) * 1_000_000 + w(1), w(2) * 1_000_000 + w(3));
-                // A periodic ITIMER_REAL that expired is re-armed by the
-                // kernel only when its SIGALRM is dequeued: until then (the
-                // signal pending, here carried with the others) it reads
-                // as disarmed. It runs again one interval from now.
-                if value_us == 0 && which == libc::ITIMER_REAL {
-                    value_us = interval_us;
-                }
-                if value_us > 0 {
-                    itimers.push(Itimer {
-                        which,
-                        value_us,
-                        interval_us,
-                    });
-                }
-            }
-            Ok(e) => failure = Some(Error::Restore(format!("getitimer in target returned {e}"))),
-            Err(e) => failure = Some(e),
-        }
-    }
-    let mem = fs::OpenOptions::new()
-        .write(true)
-        .open(format!("/proc/{pid}/mem"));
-    let put_back = mem.and_then(|m| m.write_all_at(&original, scratch));
-    f.set_regs(regs)?;
-    put_back.map_err(|e| Error::io("restore scratch slot", e))?;
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(Queried {
-            sigactions: out,
-            altstack: alt,
-            tid_address: tid_address.filter(|&a| a != 0),
-            itimers,
-        }),
-    }
+    };
+    Ok(Queried {
+        sigactions: out,
+        altstack,
+        tid_address: tid_address.filter(|&a| a != 0),
+        itimers: itimers::read(f, reader, regs, insn, scratch)?,
+    })
 }

@@ -9,8 +9,10 @@ use std::path::Path;
 
 /// Format version written by this crate. 2 added `pending` (queued
 /// signals): a reader of version 1 would drop them without a word; 3
-/// added `itimers` (the same).
-pub const VERSION: u32 = 3;
+/// added `itimers` (the same); 4 added stopped timers (`Itimer::value_us`
+/// 0: a periodic `ITIMER_REAL` whose SIGALRM the kernel discarded, which a
+/// reader of 3 would set disarmed and without its interval).
+pub const VERSION: u32 = 4;
 /// Oldest version `read` accepts (refusing older and newer ones). A version
 /// 1 image has no `pending`: its writer refused processes with pending
 /// signals, so "none" is exact.
@@ -98,7 +100,8 @@ pub struct Manifest {
     #[serde(default)]
     pub pending: Vec<PendingSignal>,
     /// The armed interval timers (`setitimer`, `alarm`): set again by the
-    /// restorer as its last step, with what was left of them.
+    /// restorer as its last step, with what was left of them; and a
+    /// stopped `ITIMER_REAL` (see [`Itimer::value_us`]), stopped again.
     #[serde(default)]
     pub itimers: Vec<Itimer>,
     /// CRC-32 of `files.img` (`checkpoint --with-files`), which belongs to
@@ -112,7 +115,10 @@ pub struct Manifest {
 pub struct Itimer {
     /// `ITIMER_REAL`, `ITIMER_VIRTUAL` or `ITIMER_PROF`.
     pub which: i32,
-    /// Microseconds to the next expiry (never 0: a timer at 0 is disarmed).
+    /// Microseconds to the next expiry. 0 (version 4 on): a stopped
+    /// periodic `ITIMER_REAL` (expired, its SIGALRM discarded, so never
+    /// re-armed; `getitimer` reads 0 and the interval), carried only with
+    /// SIGALRM ignored and not blocked (see `crate::itimers`).
     pub value_us: u64,
     /// Microseconds between expiries (0: fires once).
     pub interval_us: u64,
@@ -377,7 +383,8 @@ fn check_manifest(m: &Manifest) -> Result<()> {
     if crc32fast::hash(&m.xstate) != m.xstate_crc {
         return Err(Error::Image("xsave area checksum mismatch".into()));
     }
-    m.pending.iter().try_for_each(PendingSignal::check)
+    m.pending.iter().try_for_each(PendingSignal::check)?;
+    crate::itimers::check(m)
 }
 
 /// Checks the page contents against the manifest: size, CRC-32, and every

@@ -22,6 +22,7 @@ pub mod creds;
 pub mod error;
 mod freeze;
 pub mod image;
+mod itimers;
 mod mem;
 mod pagebuf;
 mod pagescan;

@@ -609,6 +609,23 @@ pub(crate) fn plan(
             format!("rt_sigaction({})", s.sig),
         );
     }
+    // A stopped ITIMER_REAL (SIGALRM ignored): see `itimers::stopped_real`.
+    if let Some(t) = crate::itimers::stopped_real(m) {
+        let alrm = b.push(&(1u64 << (SIGALRM - 1)).to_le_bytes(), 8);
+        let at = b.push(&crate::itimers::itimerval(1, t.interval_us), 8);
+        let what = "unblock SIGALRM (ignored) to stop ITIMER_REAL".into();
+        op(
+            SYS_rt_sigprocmask,
+            &[SIG_UNBLOCK as u64, alrm, 0, 8],
+            0,
+            what,
+        );
+        let what = format!(
+            "setitimer(ITIMER_REAL, 1 us, {} us), to stop",
+            t.interval_us
+        );
+        op(SYS_setitimer, &[ITIMER_REAL as u64, at, 0], 0, what);
+    }
     for l in &m.rlimits {
         let a = b.push(&[l.cur.to_le_bytes(), l.max.to_le_bytes()].concat(), 8);
         op(
@@ -725,15 +742,10 @@ pub(crate) fn plan(
     }
 
     // The interval timers last, so that a copy held stopped does not spend
-    // them: what was left at the freeze runs from here on.
-    for t in &m.itimers {
-        let tv = |us: u64| [us / 1_000_000, us % 1_000_000];
-        let val: Vec<u8> = [tv(t.interval_us), tv(t.value_us)]
-            .concat()
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
-        let at = b.push(&val, 8);
+    // them: what was left at the freeze runs from here on. A stopped one
+    // is stopped above.
+    for t in m.itimers.iter().filter(|t| t.value_us > 0) {
+        let at = b.push(&crate::itimers::itimerval(t.value_us, t.interval_us), 8);
         op(
             SYS_setitimer,
             &[t.which as u64, at, 0],

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use halfproc_migrate::{checkpoint, restore, Error, Leave};
+use halfproc_migrate::{checkpoint, image, restore, Error, Leave};
 
 /// Checkpoints `pid` (killing it), restores it, lets it run 100 ms, sends
 /// SIGUSR1 and returns its wait status.
@@ -107,6 +107,114 @@ fn interval_timers_survive_when(how: &str) {
         "{how}"
     );
     assert_eq!(st, "exit 11", "{how}");
+}
+
+/// A periodic ITIMER_REAL the kernel stopped (it re-arms one only when
+/// its SIGALRM is dequeued, and that one was discarded: "ignored", SIGALRM
+/// ignored when it expired; "flushed", pending while blocked and discarded
+/// by setting SIG_IGN, the handler back since) stays stopped across three
+/// moves, as it does in a run that is not moved (checked first): getitimer
+/// never reads it armed, a handler installed after the moves sees no
+/// SIGALRM, and where SIGALRM is still ignored its interval still reads.
+/// Before (the review finding of 2026-11-28), every move armed it again
+/// with its interval: "rearmed=1", and "ticks" above 0 with the handler.
+#[test]
+fn interval_timers_survive_a_discarded_sigalrm_stopped() {
+    for (how, interval) in [("ignored", 100_000), ("flushed", 0)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let pid = spawn(targets(), &["deadtimer", how], None, &out);
+        sleep_ms(150);
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+        let st = describe(wait(pid));
+        let unmoved = "ready\nrearmed=0; ticks=0; interval us=100000\n";
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), unmoved, "{how}");
+        assert_eq!(st, "exit 12", "{how}");
+
+        let (moved, st) = moved_three_times(&["deadtimer", how]);
+        let want = format!("ready\nrearmed=0; ticks=0; interval us={interval}\n");
+        assert_eq!(moved, want, "{how}");
+        assert_eq!(st, "exit 12", "{how}");
+    }
+}
+
+/// The stopped timer of `deadtimer ignored` is carried as such (value 0,
+/// its interval; image version 4); a version 3 image with one (whose
+/// readers would set it disarmed, losing its interval) and one whose
+/// SIGALRM is not ignored (which the restorer cannot stop the same way)
+/// are refused, naming the timer; a version 3 image without one is read.
+#[test]
+fn a_stopped_interval_timer_is_image_version_4() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pid = spawn(
+        targets(),
+        &["deadtimer", "ignored"],
+        None,
+        &tmp.path().join("out"),
+    );
+    sleep_ms(150);
+    let img = tmp.path().join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    let m = image::read(&img).expect("read");
+    assert_eq!(m.version, 4);
+    let stopped = image::Itimer {
+        which: libc::ITIMER_REAL,
+        value_us: 0,
+        interval_us: 100_000,
+    };
+    assert_eq!(m.itimers, [stopped]);
+    let path = img.join(image::MANIFEST);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        f(&mut v);
+        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        image::read(&img)
+    };
+    let refused = |r: halfproc_migrate::Result<image::Manifest>, why: &str| match r {
+        Err(Error::Image(m)) => assert!(
+            m.contains("interval timer 0 carried with nothing left"),
+            "{m}"
+        ),
+        other => panic!("{why}: read {:?}", other.map(|m| m.itimers)),
+    };
+    refused(edit(&|v| v["version"] = 3.into()), "version 3");
+    // Signals 1..=64 without SIGKILL: SIGALRM (14) is the 13th.
+    let alrm = libc::SIGALRM as usize - 1;
+    assert_eq!(m.sigactions[alrm - 1].sig, libc::SIGALRM);
+    refused(
+        edit(&|v| v["sigactions"][alrm - 1]["handler"] = 0x401000.into()),
+        "SIGALRM caught",
+    );
+    let old = edit(&|v| {
+        v["version"] = 3.into();
+        v["itimers"] = serde_json::json!([]);
+    })
+    .expect("version 3 without a stopped timer");
+    assert!(old.itimers.is_empty());
+}
+
+/// A one-shot ITIMER_REAL that expires while the process is being dumped,
+/// after the timers were first read and before the queues were: the copy
+/// gets its SIGALRM once. Before, the timer was carried armed (as first
+/// read) beside its SIGALRM, already queued: "alarms=2". (Where the
+/// checkpoint starts late, after the expiry, the test passes without
+/// reaching that window.)
+#[test]
+fn an_alarm_expiring_during_the_dump_arrives_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let pid = spawn(targets(), &["alarmrace"], None, &out);
+    wait_line(&out, "ready");
+    let img = tmp.path().join("img");
+    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+    let pid = restore(&img).expect("restore").pid;
+    sleep_ms(100);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    assert_eq!(describe(wait(pid)), "exit 13");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ready\nalarms=1\n");
 }
 
 #[test]

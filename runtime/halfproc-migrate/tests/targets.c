@@ -266,6 +266,100 @@ int main(int argc, char **argv)
 		       (long)p.it_interval.tv_sec,
 		       p.it_value.tv_sec + p.it_value.tv_usec > 0 && p.it_value.tv_sec < 2000);
 		return 11;
+	} else if (!strcmp(mode, "deadtimer")) {
+		/*
+		 * A periodic ITIMER_REAL the kernel stopped: it is re-armed only
+		 * when its SIGALRM is dequeued, and that one was discarded.
+		 * "ignored": SIGALRM ignored when it expired (never queued);
+		 * "flushed": pending while blocked, discarded by setting SIG_IGN,
+		 * then the handler back and unblocked. getitimer reads it as
+		 * { 0, its interval } and it must stay stopped: "rearmed" is
+		 * whether getitimer ever read it armed again, "ticks" the SIGALRMs
+		 * a handler saw until 300 ms after SIGUSR1.
+		 */
+		struct itimerval real = { { 0, 100000 }, { 0, 10000 } };
+		struct itimerval r;
+		struct sigaction sa, ign;
+		sigset_t alrm, pend;
+		int flushed = argc > 2 && !strcmp(argv[2], "flushed");
+		int rearmed = 0;
+
+		sigemptyset(&alrm);
+		sigaddset(&alrm, SIGALRM);
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		sa.sa_handler = on_alrm;
+		memset(&ign, 0, sizeof(ign));
+		ign.sa_handler = SIG_IGN;
+		if (flushed) {
+			sigprocmask(SIG_BLOCK, &alrm, NULL);
+			sigaction(SIGALRM, &sa, NULL);
+		} else {
+			sigaction(SIGALRM, &ign, NULL);
+		}
+		if (setitimer(ITIMER_REAL, &real, NULL))
+			return 1;
+		do
+			getitimer(ITIMER_REAL, &r);
+		while (r.it_value.tv_sec || r.it_value.tv_usec);
+		if (flushed) {
+			do
+				sigpending(&pend);
+			while (!sigismember(&pend, SIGALRM));
+			sigaction(SIGALRM, &ign, NULL);
+			sigaction(SIGALRM, &sa, NULL);
+			sigprocmask(SIG_UNBLOCK, &alrm, NULL);
+		}
+		printf("ready\n");
+		fflush(stdout);
+		double end = 0;
+
+		while (!end || now_s() < end) {
+			if (got && !end) {
+				sigaction(SIGALRM, &sa, NULL);
+				end = now_s() + 0.3;
+			}
+			getitimer(ITIMER_REAL, &r);
+			if (r.it_value.tv_sec || r.it_value.tv_usec)
+				rearmed = 1;
+		}
+		printf("rearmed=%d; ticks=%d; interval us=%ld\n", rearmed, (int)ticks,
+		       (long)r.it_interval.tv_usec);
+		return 12;
+	} else if (!strcmp(mode, "alarmrace")) {
+		/*
+		 * A one-shot ITIMER_REAL of 40 ms armed just before "ready": the
+		 * test checkpoints at once, so it expires while the 128 MiB below
+		 * are being dumped, after the timers were first read and before
+		 * the queues were. Its SIGALRM must arrive once ("alarms").
+		 */
+		size_t len = 128 << 20;
+		char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct itimerval once = { { 0, 0 }, { 0, 40000 } };
+		struct sigaction sa;
+
+		if (mem == MAP_FAILED)
+			return 1;
+		for (size_t i = 0; i < len; i += 4096)
+			mem[i] = (char)i | 1;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		sa.sa_handler = on_alrm;
+		sigaction(SIGALRM, &sa, NULL);
+		if (setitimer(ITIMER_REAL, &once, NULL))
+			return 1;
+		printf("ready\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		double end = now_s() + 0.2;
+
+		while (now_s() < end)
+			spin++;
+		printf("alarms=%d\n", (int)ticks);
+		return 13;
 	} else if (!strcmp(mode, "posixtimer")) {
 		timer_t id;
 		struct sigevent ev;

@@ -1,0 +1,347 @@
+//! Interval timers (`setitimer`, `alarm`): read with `getitimer` executed in
+//! the frozen target, and which of them the copy arms again (the restorer's
+//! last `setitimer`s, `restore_plan`).
+//!
+//! `ITIMER_REAL` is an hrtimer whose expiry sends SIGALRM to the
+//! process-wide queue and stops. A periodic one is re-armed only when a
+//! SIGALRM is dequeued from that queue (`dequeue_signal`): until then its
+//! value reads 0 and its interval still reads. A SIGALRM the kernel never
+//! queues (ignored and not blocked when sent, to an untraced process) or
+//! flushes (`SIG_IGN` set while it was pending) is never dequeued: the
+//! periodic timer has stopped for good (until `setitimer`, or a SIGALRM
+//! from someone else dequeued from that queue). So a periodic
+//! `ITIMER_REAL` reading 0 runs again in the copy only with a SIGALRM
+//! carried in the process-wide queue. Without one it is stopped: with
+//! SIGALRM ignored and not blocked, carried as stopped (`value_us` 0) and
+//! stopped the same way in the copy (set to expire in 1 µs while SIGALRM
+//! is ignored and unblocked: the kernel discards that SIGALRM), so that it
+//! keeps its interval; otherwise (a handler installed or SIGALRM blocked
+//! since) carried as disarmed: its interval reads 0 in the copy.
+//!
+//! While we trace the target every signal sent to it is queued, ignored
+//! ones too (`sig_ignored` is false for a traced task): a SIGALRM that
+//! expires during the freeze is queued, and `signals::read_pending` leaves
+//! it out when delivery would drop it (ignored, not blocked), which is what
+//! sending it untraced would have done.
+//!
+//! `getitimer` truncates to microseconds: an `ITIMER_REAL` with less than
+//! 1 µs left reads 0 too; it expires within microseconds, so a reading
+//! taken long before the queues (the first, before the memory is dumped)
+//! is followed by its SIGALRM in them.
+
+use crate::error::{Error, Result};
+use crate::freeze::Frozen;
+use crate::image::{Itimer, Manifest, PendingSignal, SigAction};
+use crate::mem::MemoryReader;
+use crate::procfs;
+use std::time::{Duration, Instant};
+
+/// One `getitimer` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reading {
+    /// `ITIMER_REAL`, `ITIMER_VIRTUAL` or `ITIMER_PROF`.
+    pub which: i32,
+    /// Microseconds to the next expiry as read (0: expired, disarmed, or
+    /// less than 1 µs left).
+    pub value_us: u64,
+    /// Microseconds between expiries (0: fires once).
+    pub interval_us: u64,
+}
+
+/// The three timers, read by `getitimer` executed in `f` at the `syscall`
+/// instruction `insn` into the writable `scratch` (32 bytes). The caller
+/// blocks every signal first and puts back the registers `regs` and the
+/// scratch bytes afterwards.
+pub(crate) fn read(
+    f: &Frozen,
+    reader: &dyn MemoryReader,
+    regs: &[u64],
+    insn: u64,
+    scratch: u64,
+) -> Result<Vec<Reading>> {
+    let mut out = Vec::new();
+    for which in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF] {
+        let r = f.inject(
+            regs,
+            insn,
+            libc::SYS_getitimer as u64,
+            &[which as u64, scratch],
+        )?;
+        if r != 0 {
+            return Err(Error::Restore(format!(
+                "getitimer({which}) in target returned {r}"
+            )));
+        }
+        // struct itimerval: it_interval, it_value (timeval each).
+        let mut b = [0u8; 32];
+        reader
+            .read(scratch, &mut b)
+            .map_err(|e| Error::io("read itimerval", e))?;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        out.push(Reading {
+            which,
+            value_us: w(2) * 1_000_000 + w(3),
+            interval_us: w(0) * 1_000_000 + w(1),
+        });
+    }
+    Ok(out)
+}
+
+fn real(readings: &[Reading]) -> Option<&Reading> {
+    readings.iter().find(|r| r.which == libc::ITIMER_REAL)
+}
+
+/// Whether `ITIMER_REAL` was armed at the `first` reading and not at the
+/// `last`: it expired in between (nothing re-arms it while the target is
+/// frozen: no signal is dequeued), so its SIGALRM may have come after the
+/// queues were read between the two; they are read again once it is there
+/// ([`wait_for_queued_sigalrm`]). Without this, a timer armed at the first
+/// reading and expired before the queues were read was carried armed
+/// beside its own SIGALRM: the copy got the signal twice.
+pub(crate) fn expired_between(first: &[Reading], last: &[Reading]) -> bool {
+    matches!((real(first), real(last)), (Some(a), Some(b)) if a.value_us > 0 && b.value_us == 0)
+}
+
+/// Waits until SIGALRM is in the process-wide queue of the frozen `pid`
+/// (`ShdPnd`), where an `ITIMER_REAL` that expired (or had less than 1 µs
+/// left) puts it: while traced, an ignored one too. One second at most.
+pub(crate) fn wait_for_queued_sigalrm(pid: i32) -> Result<()> {
+    let limit = Duration::from_secs(1);
+    let start = Instant::now();
+    loop {
+        let st = procfs::status(pid)?;
+        if procfs::sigmask_field(&st, "ShdPnd")? & (1 << (libc::SIGALRM - 1)) != 0 {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            return Err(Error::Restore(format!(
+                "pid {pid}: its ITIMER_REAL expired while it was frozen but no SIGALRM \
+                 was queued within {limit:?}; its timer and signals cannot be read consistently"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+const ALRM: u64 = 1 << (libc::SIGALRM - 1);
+
+/// Whether SIGALRM is ignored and not blocked under the mask `blocked`
+/// and the dispositions `actions`: the kernel discards it when sent (to an
+/// untraced process).
+fn alrm_discarded(blocked: u64, actions: &[SigAction]) -> bool {
+    blocked & ALRM == 0
+        && actions
+            .iter()
+            .any(|a| a.sig == libc::SIGALRM && a.handler == libc::SIG_IGN as u64)
+}
+
+/// The timers carried, from the `last` reading (taken after the queues
+/// were read), the pending signals carried (`pending`: those delivery
+/// would drop already left out), the mask `blocked` and the dispositions
+/// `actions`. An armed timer keeps what was left and its interval. A
+/// periodic `ITIMER_REAL` reading 0 runs again one interval from the
+/// restore if a SIGALRM is carried in the process-wide queue (the kernel
+/// would re-arm it when dequeuing that signal); otherwise its SIGALRM was
+/// discarded and it never runs again: carried stopped (`value_us` 0) with
+/// SIGALRM ignored and unblocked, not at all otherwise. The others reading
+/// 0 are disarmed.
+pub(crate) fn carried(
+    last: &[Reading],
+    pending: &[PendingSignal],
+    blocked: u64,
+    actions: &[SigAction],
+) -> Vec<Itimer> {
+    let alrm_queued = pending.iter().any(|s| s.shared && s.signo == libc::SIGALRM);
+    last.iter()
+        .filter_map(|r| {
+            let value_us = if r.value_us > 0 {
+                r.value_us
+            } else if r.which != libc::ITIMER_REAL || r.interval_us == 0 {
+                return None;
+            } else if alrm_queued {
+                r.interval_us
+            } else if alrm_discarded(blocked, actions) {
+                0
+            } else {
+                return None;
+            };
+            Some(Itimer {
+                which: r.which,
+                value_us,
+                interval_us: r.interval_us,
+            })
+        })
+        .collect()
+}
+
+/// Checks the timers of an image: each at most once, and a stopped one
+/// (`value_us` 0, version 4 on) only for a periodic `ITIMER_REAL` with
+/// SIGALRM ignored, not blocked and not pending (what the restorer's way
+/// of stopping it, [`stopped_real`], needs).
+pub(crate) fn check(m: &Manifest) -> Result<()> {
+    for (i, t) in m.itimers.iter().enumerate() {
+        let known = [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF];
+        if !known.contains(&t.which) || m.itimers[..i].iter().any(|u| u.which == t.which) {
+            return Err(Error::Image(format!(
+                "interval timer {} is unknown or carried twice",
+                t.which
+            )));
+        }
+        if t.value_us > 0 {
+            continue;
+        }
+        let alrm_pending = m.pending.iter().any(|s| s.signo == libc::SIGALRM);
+        if m.version < 4
+            || t.which != libc::ITIMER_REAL
+            || t.interval_us == 0
+            || alrm_pending
+            || !alrm_discarded(m.sigmask, &m.sigactions)
+        {
+            return Err(Error::Image(format!(
+                "interval timer {} carried with nothing left (interval {} us, image version {}): \
+                 only a periodic ITIMER_REAL with SIGALRM ignored, unblocked and not pending \
+                 is carried stopped, from version 4 on",
+                t.which, t.interval_us, m.version
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The stopped `ITIMER_REAL` of `m` ([`check`]ed), which the restorer
+/// stops again: set to expire in 1 µs with its interval while SIGALRM is
+/// ignored and unblocked, its SIGALRM is discarded and the kernel leaves it
+/// stopped, `getitimer` reading 0 and the interval, as the original's.
+pub(crate) fn stopped_real(m: &Manifest) -> Option<&Itimer> {
+    m.itimers
+        .iter()
+        .find(|t| t.which == libc::ITIMER_REAL && t.value_us == 0)
+}
+
+/// A `struct itimerval` (interval, then value; a `timeval` each).
+pub(crate) fn itimerval(value_us: u64, interval_us: u64) -> Vec<u8> {
+    let tv = |us: u64| [us / 1_000_000, us % 1_000_000];
+    [tv(interval_us), tv(value_us)]
+        .concat()
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::SIGINFO_SIZE;
+
+    fn reading(which: i32, value_us: u64, interval_us: u64) -> Reading {
+        Reading {
+            which,
+            value_us,
+            interval_us,
+        }
+    }
+
+    fn itimer(which: i32, value_us: u64, interval_us: u64) -> Itimer {
+        Itimer {
+            which,
+            value_us,
+            interval_us,
+        }
+    }
+
+    fn alrm(shared: bool) -> PendingSignal {
+        PendingSignal {
+            shared,
+            signo: libc::SIGALRM,
+            code: libc::SI_KERNEL,
+            info: vec![0; SIGINFO_SIZE],
+        }
+    }
+
+    fn alrm_action(handler: u64) -> Vec<SigAction> {
+        vec![SigAction {
+            sig: libc::SIGALRM,
+            handler,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        }]
+    }
+
+    const HANDLER: u64 = 0x401000;
+    const IGN: u64 = libc::SIG_IGN as u64;
+
+    #[test]
+    fn armed_timers_keep_value_and_interval() {
+        let last = [
+            reading(libc::ITIMER_REAL, 1500, 20_000),
+            reading(libc::ITIMER_VIRTUAL, 999_000, 0),
+            reading(libc::ITIMER_PROF, 0, 0),
+        ];
+        let want = vec![
+            itimer(libc::ITIMER_REAL, 1500, 20_000),
+            itimer(libc::ITIMER_VIRTUAL, 999_000, 0),
+        ];
+        for handler in [HANDLER, IGN] {
+            let act = alrm_action(handler);
+            assert_eq!(carried(&last, &[], 0, &act), want);
+            assert_eq!(carried(&last, &[alrm(true)], ALRM, &act), want);
+        }
+    }
+
+    /// The finding of 2026-11-28: an expired periodic ITIMER_REAL whose
+    /// SIGALRM was discarded (ignored) was armed again in the copy.
+    #[test]
+    fn expired_periodic_real_runs_again_only_with_its_sigalrm_queued() {
+        let last = [reading(libc::ITIMER_REAL, 0, 20_000)];
+        let running = vec![itimer(libc::ITIMER_REAL, 20_000, 20_000)];
+        let stopped = vec![itimer(libc::ITIMER_REAL, 0, 20_000)];
+        let (handler, ign) = (alrm_action(HANDLER), alrm_action(IGN));
+        // Pending (blocked, or not delivered yet; ignored but blocked).
+        assert_eq!(carried(&last, &[alrm(true)], 0, &handler), running);
+        assert_eq!(carried(&last, &[alrm(true)], ALRM, &handler), running);
+        assert_eq!(carried(&last, &[alrm(true)], ALRM, &ign), running);
+        // Discarded: stopped for good; kept stopped where SIGALRM is still
+        // ignored and unblocked, disarmed where it is not.
+        assert_eq!(carried(&last, &[], 0, &ign), stopped);
+        assert_eq!(carried(&last, &[], 0, &handler), vec![]);
+        assert_eq!(carried(&last, &[], ALRM, &ign), vec![]);
+        // tgkill'd to the thread: dequeuing it does not re-arm the timer.
+        assert_eq!(carried(&last, &[alrm(false)], ALRM, &handler), vec![]);
+    }
+
+    #[test]
+    fn expired_one_shot_and_cpu_timers_reading_0_are_disarmed() {
+        let last = [
+            reading(libc::ITIMER_REAL, 0, 0),
+            reading(libc::ITIMER_VIRTUAL, 0, 5000),
+            reading(libc::ITIMER_PROF, 0, 7_000_000),
+        ];
+        assert_eq!(
+            carried(&last, &[alrm(true)], 0, &alrm_action(HANDLER)),
+            vec![]
+        );
+        assert_eq!(carried(&last, &[], 0, &alrm_action(IGN)), vec![]);
+    }
+
+    #[test]
+    fn expiry_between_the_readings_is_seen() {
+        let armed = [reading(libc::ITIMER_REAL, 300, 0)];
+        let expired = [reading(libc::ITIMER_REAL, 0, 0)];
+        assert!(expired_between(&armed, &expired));
+        assert!(!expired_between(&armed, &armed));
+        assert!(!expired_between(&expired, &expired));
+        let periodic = [reading(libc::ITIMER_REAL, 0, 20_000)];
+        assert!(expired_between(&armed, &periodic));
+    }
+
+    #[test]
+    fn itimerval_is_interval_then_value() {
+        let b = itimerval(2_500_000, 20_000);
+        let w: Vec<u64> = b
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(w, [0, 20_000, 2, 500_000]);
+    }
+}
