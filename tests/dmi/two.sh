@@ -13,10 +13,15 @@
 #      against the formula by every instance;
 #   2. the paper's Jacobi (apps/dmi/jacobi.c), whose checksum guest A
 #      compares with the serial reference (apps/common/cks-cmp);
-#   3. B's node is killed (SIGKILL) while the bench-size Jacobi computes:
+#   3. DMI_create's instances move between the guests (runtime/dmi/
+#      examples/yield.c barrier, DMI_MOVE_AT=3:0@1,7:0@0: A's instance 0
+#      goes to B and back, B's moves within B and then to A): each guest
+#      checks the lines it printed against a run without moves in itself
+#      (dmi run -n 2), and counts the moves and arrivals it saw;
+#   4. B's node is killed (SIGKILL) while the bench-size Jacobi computes:
 #      A's node must stop within seconds with status 3, naming node 1 and
 #      its closed or reset connection;
-#   4. B drops off the network (eth0 down, no FIN reaches A) during the
+#   5. B drops off the network (eth0 down, no FIN reaches A) during the
 #      same run: each node must stop within seconds with status 3, naming
 #      the other after 3 s without a heartbeat.
 # TAP on stdout.
@@ -55,7 +60,7 @@ now() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 show() { sed 's/^/#   /' /tmp/dmi-two.log; }
 echo "TAP version 13"
-echo "1..4"
+echo "1..5"
 echo "# rank $rank of 2, peers $hosts"
 # A's serial reference first: B starts each run without waiting for it.
 [ "$role" = a ] && ref="$($A/serial/jacobi small | awk '$1 == "checksum" { print $2 }')"
@@ -73,6 +78,46 @@ if [ "$role" = a ]; then
 	r=$?
 fi
 tap $r "jacobi_across_two_guests_rank_$rank"
+
+# The moves between the guests: stdin /dev/null and stdout a pipe (a moved
+# instance takes its new node's stdout pipe; a console or a regular file
+# would be refused or reopened by path on the other guest).
+ylines() { sed -n 's/^instance \([0-9]*\): sum \([0-9a-f]*\) moves \([0-9]*\) pid \([0-9]*\) -> \([0-9]*\).*/\1 \2 \3 \4 \5/p' | sort -n; }
+xmoves() {
+	yref="$(/bin/dmi run -n 2 --grace 2 -- /dmi/yield 2 barrier </dev/null 2>/tmp/yx0.err)" ||
+		{ cat /tmp/yx0.err; return 1; }
+	{
+		env DMI_RANK=$rank DMI_SIZE=2 DMI_PEERS="$(peers 7105)" DMI_MOVE_AT=3:0@1,7:0@0 \
+			/dmi/yield 2 barrier </dev/null 2>&1
+		echo "$?" >/tmp/dmi-two.rc
+	} | cat >/tmp/dmi-two.log
+	show
+	[ "$(cat /tmp/dmi-two.rc)" = 0 ] || return 1
+	# Instance G of the run without moves: "G SUM"; joins: "join G: ...".
+	want="$(echo "$yref" | ylines | awk '$3 == 0 && $4 == $5 { print $1, $2 }')"
+	# Printed here: where each instance ended (A: 0, 1 and B's 2; B: 3);
+	# instance 0 of each node (G even) moved twice (on another machine a
+	# copy may get its old pid back), instance 1 not at all.
+	got="$(ylines </tmp/dmi-two.log | awk '$1 % 2 ? $3 == 0 && $4 == $5 : $3 == 2 { print $1, $2 }')"
+	mine="$(echo "$got" | awk '{ print $1 }' | tr '\n' ' ')"
+	bad="$(echo "$got" | while read -r g sum; do
+		echo "$want" | grep -qx "$g $sum" || echo "$g"; done)"
+	jwant="$(echo "$yref" | grep "^join [$((2 * rank))$((2 * rank + 1))]: " | sort)"
+	jgot="$(grep '^join ' /tmp/dmi-two.log | sort)"
+	cross="$(grep -c ' moved at yield [0-9]* to node ' /tmp/dmi-two.log)"
+	within="$(grep ' moved at yield ' /tmp/dmi-two.log | grep -vc ' to node ')"
+	arrived="$(grep -c ' arrived from node ' /tmp/dmi-two.log)"
+	echo "# instances printed here: $mine(want $([ "$rank" = 0 ] && echo "0 1 2" || echo 3)), not as without moves: ${bad:-none}"
+	echo "# moves to the other guest: $cross, within: $within, arrivals: $arrived"
+	if [ "$rank" = 0 ]; then
+		[ "$mine" = "0 1 2 " ] && [ "$cross" = 1 ] && [ "$within" = 0 ] && [ "$arrived" = 2 ]
+	else
+		[ "$mine" = "3 " ] && [ "$cross" = 2 ] && [ "$within" = 1 ] && [ "$arrived" = 1 ]
+	fi && [ -z "$bad" ] && [ "$(echo "$want" | wc -l)" = 4 ] &&
+		[ "$(echo "$jwant" | wc -l)" = 2 ] && [ "$jwant" = "$jgot" ]
+}
+xmoves
+tap $? "create_instances_move_between_the_guests_rank_$rank"
 
 # stopped NAME START PATTERN: the node ended with status 3 within 20 s,
 # saying PATTERN (a full bench-size run takes minutes here).

@@ -572,6 +572,16 @@ impl Link {
         if out.first() != Some(&1) {
             return Ok(false);
         }
+        // A copy restored from this process's image parks here too, with
+        // another pid. Until its new node commits the move, HOME.node_pid
+        // still names the node that dumped it (its node writes its own pid
+        // there just before the commit): on another machine that pid is
+        // nothing or someone else, and the copy, judging by it, gave up
+        // (seen between two guests). A copy watches its parent instead,
+        // the node that restored it: gone once the copy is reparented.
+        // Both set before PARKED: the node dumps this process only then.
+        let parked_as = std::process::id();
+        let mut restorer: Option<i32> = None;
         HOME.state.store(HOME_PARKED, Ordering::SeqCst);
         loop {
             match HOME.state.load(Ordering::SeqCst) {
@@ -599,10 +609,18 @@ impl Link {
                 }
                 _ => {
                     std::thread::sleep(PARK_POLL);
-                    if !halfproc_sys::task::task_alive(self.node_pid()) {
+                    let gone = if std::process::id() == parked_as {
+                        let node = self.node_pid();
+                        (!halfproc_sys::task::task_alive(node)).then_some(node)
+                    } else {
+                        // SAFETY: getppid takes no arguments.
+                        let parent = unsafe { libc::getppid() };
+                        let first = *restorer.get_or_insert(parent);
+                        (parent != first).then_some(first)
+                    };
+                    if let Some(node) = gone {
                         return Err(DmiError::Setup(format!(
-                            "the node (pid {}) is gone while moving this instance",
-                            self.node_pid()
+                            "the node (pid {node}) is gone while moving this instance"
                         )));
                     }
                 }
