@@ -31,6 +31,28 @@ pub fn status_ids(status: &str, key: &str) -> Option<[u32; 4]> {
     v.try_into().ok()
 }
 
+/// The text of `/proc/PID/status` of live process `pid`, and whether the
+/// process is dumpable by its own user (the kernel's `SUID_DUMP_USER`):
+/// only then may its owner read its memory (ptrace, `/proc/PID/mem`,
+/// `/proc/PID/map_files`). One that called `prctl(PR_SET_DUMPABLE, 0)`,
+/// runs a program its user may not read, or changed its ids is not: the
+/// kernel lets only a holder of `CAP_SYS_PTRACE` read it, and makes its
+/// `/proc/PID` files root's (of its user namespace) instead of its
+/// effective uid's, which is what this compares. A process whose
+/// effective uid is root reads as dumpable: only root acts on it anyway.
+pub fn status_dumpable(pid: i32) -> io::Result<(String, bool)> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let path = format!("/proc/{pid}/status");
+    let mut f = File::open(&path)?;
+    let owner = f.metadata()?.uid();
+    let mut st = String::new();
+    f.read_to_string(&mut st)?;
+    let euid = status_ids(&st, "Uid:")
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: no Uid:")))?[1];
+    Ok((st, owner == euid))
+}
+
 impl Creds {
     /// The caller's own credentials.
     pub fn current() -> Creds {
@@ -172,6 +194,52 @@ mod tests {
         let s = STATUS.replace("Uid:\t1000\t1000\t1000", "Uid:\t1000\t0\t0");
         let e = Creds::from_status(&s).unwrap_err();
         assert!(e.contains("set-user/group-ID"), "{e}");
+    }
+
+    /// A child that made itself non-dumpable reads as such (as another
+    /// user than root when run as root: root's processes read as dumpable).
+    #[test]
+    fn status_dumpable_sees_pr_set_dumpable() {
+        // SAFETY: getpid has no preconditions.
+        let (_, me) = status_dumpable(unsafe { libc::getpid() }).unwrap();
+        assert!(me, "this test is not dumpable");
+        for d in [1, 0] {
+            let mut p = [0i32; 2];
+            // SAFETY: a pipe into a two-int array.
+            assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+            // SAFETY: the child makes raw system calls only and _exits.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // SAFETY: in the forked child: credential and prctl calls,
+                // a write to the pipe, then waits to be killed.
+                unsafe {
+                    if libc::geteuid() == 0 {
+                        libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534);
+                        libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534);
+                    }
+                    libc::prctl(libc::PR_SET_DUMPABLE, d, 0, 0, 0);
+                    libc::write(p[1], b"x".as_ptr().cast(), 1);
+                    loop {
+                        libc::pause();
+                    }
+                }
+            }
+            assert!(child > 0);
+            let mut c = 0u8;
+            // SAFETY: reads one byte into `c`; closes our pipe fds.
+            unsafe {
+                assert_eq!(libc::read(p[0], (&mut c as *mut u8).cast(), 1), 1);
+                libc::close(p[0]);
+                libc::close(p[1]);
+            }
+            let got = status_dumpable(child).map(|(_, d)| d);
+            // SAFETY: our own child, killed and reaped.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::waitpid(child, std::ptr::null_mut(), 0);
+            }
+            assert_eq!(got.unwrap(), d == 1, "PR_SET_DUMPABLE {d}");
+        }
     }
 
     #[test]

@@ -350,9 +350,11 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
         _ => None,
     };
     if let Some((pid, what)) = target {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        // Gone meanwhile: the request itself fails, naming it.
+        let (status, dumpable) =
+            halfproc_migrate::creds::status_dumpable(pid).unwrap_or_else(|_| (String::new(), true));
         if node.program(pid).is_some() {
-            if let Err(why) = access::may_act(&peer, pid, &status, what) {
+            if let Err(why) = access::may_act(&peer, (pid, &status, dumpable), node.uid, what) {
                 return conn.send(&Msg::Denied(why)).await;
             }
         }
@@ -439,7 +441,7 @@ async fn run_session(
 ) -> io::Result<()> {
     let (mut r, w) = conn.split();
     let tx = proto::writer_task(w);
-    let mut copies = Vec::new();
+    let mut copies = halfproc_migrate::files_img::Carried::none();
     let (how, name) = match first {
         Msg::Run { argv, cwd, env } if !argv.is_empty() => {
             let name = argv[0].clone();
@@ -496,7 +498,7 @@ async fn run_session(
     };
     let pid = started.pid;
     if let Some(go) = &started.go {
-        let filled = crate::files::fill(pid, &copies);
+        let filled = crate::files::fill_from_image(pid, &copies);
         let _ = go.send(filled.is_ok());
         if let Err(e) = filled {
             lock(&node.sessions).remove(&id);
@@ -542,8 +544,9 @@ async fn run_session(
 
 /// The image in `dir` (read with `owner`'s rights if given: a user may
 /// restore only an image they can read), its pages opened, and the
-/// contents of the mapped files that differ here, from its `files.img`
-/// (their mappings made private memory: the copy is filled with them).
+/// records of its `files.img` that hold the mapped files that differ here,
+/// checked (their mappings made private memory: the copy is filled with
+/// them, streamed from the file).
 fn read_image(
     dir: &std::path::Path,
     owner: Option<&halfproc_migrate::Creds>,
@@ -578,11 +581,11 @@ fn read_image(
     Ok((m, pages, copies))
 }
 
-/// What [`read_image`] gives: manifest, pages file, copied files' contents.
+/// What [`read_image`] gives: manifest, pages file, copied files' records.
 type ImageDir = (
     halfproc_migrate::image::Manifest,
     std::fs::File,
-    Vec<(u64, Vec<u8>)>,
+    halfproc_migrate::files_img::Carried,
 );
 
 /// An incarnation running on another node reports to this, its origin.
