@@ -22,9 +22,8 @@
 use crate::error::{Error, Result};
 use crate::image::{Backing, Manifest};
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 mod read;
 pub use read::{Carried, Wanted};
@@ -47,19 +46,17 @@ fn carried(m: &Manifest) -> impl Iterator<Item = (u64, u64)> + '_ {
     })
 }
 
-/// Writes `dir/files.img` from the stopped process `pid` (which the caller
-/// traces: `/proc/PID/mem` reads its mappings whatever their protection),
-/// a chunk at a time. Returns the bytes of contents written and the CRC-32
-/// of the whole file, which the manifest keeps (`Manifest::files_crc`): a
-/// `files.img` left from another checkpoint is refused.
-pub(crate) fn write(dir: &Path, pid: i32, m: &Manifest) -> Result<(u64, u32)> {
-    let path = dir.join(FILES);
-    let werr = |e| Error::io(format!("write {}", path.display()), e);
+/// Writes `files.img` (`out`, opened for reading and writing, empty) from
+/// the stopped process `pid` (which the caller traces: `/proc/PID/mem`
+/// reads its mappings whatever their protection), a chunk at a time.
+/// Returns the bytes of contents written and the CRC-32 of the whole file,
+/// which the manifest keeps (`Manifest::files_crc`): a `files.img` left
+/// from another checkpoint is refused.
+pub(crate) fn write(out: &File, pid: i32, m: &Manifest) -> Result<(u64, u32)> {
+    let werr = |e| Error::io(format!("write {FILES}"), e);
     let mem = File::open(format!("/proc/{pid}/mem"))
         .map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
-    let mut out = BufWriter::new(
-        File::create(&path).map_err(|e| Error::io(format!("create {}", path.display()), e))?,
-    );
+    let mut out = BufWriter::new(out);
     out.write_all(MAGIC).map_err(werr)?;
     let mut total = 0;
     for (start, end) in carried(m) {
@@ -76,18 +73,19 @@ pub(crate) fn write(dir: &Path, pid: i32, m: &Manifest) -> Result<(u64, u32)> {
         total += len;
     }
     out.flush().map_err(werr)?;
-    drop(out);
+    let f = out.into_inner().map_err(|e| werr(e.into_error()))?;
     let mut whole = crc32fast::Hasher::new();
-    let mut f = File::open(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
     let mut buf = vec![0u8; CHUNK as usize];
+    let mut at = 0u64;
     loop {
         let n = f
-            .read(&mut buf)
-            .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+            .read_at(&mut buf, at)
+            .map_err(|e| Error::io(format!("read {FILES}"), e))?;
         if n == 0 {
             break;
         }
         whole.update(&buf[..n]);
+        at += n as u64;
     }
     Ok((total, whole.finalize()))
 }

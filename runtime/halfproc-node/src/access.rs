@@ -196,6 +196,36 @@ pub fn may_act(
     )))
 }
 
+/// Whose rights the daemon's file access for a request has (the image
+/// directory `checkpoint` writes, the one `restore` reads): a local
+/// client's, unless it is root or the daemon's own user (then the
+/// daemon's: a root client of a daemon that is not root gets the daemon's
+/// rights, less than its own). A TCP peer holds the shared secret and acts
+/// as the daemon's user. A daemon that is not root cannot take another
+/// user's rights: [`halfproc_migrate::Creds::with_fs`] fails for it, and
+/// the request with it.
+pub fn file_creds(peer: &Peer, daemon_uid: u32) -> Option<Creds> {
+    match peer {
+        Peer::Local(c) if c.uid != 0 && c.uid != daemon_uid => Some(c.clone()),
+        _ => None,
+    }
+}
+
+/// The reason to answer `Denied` (exit 77) for a failed file access `e`
+/// made with `fs`'s rights: the client may not reach the path (`EACCES`,
+/// `EPERM`), it goes through a `/proc` magic link or puts a symbolic link
+/// in place of an image file (`ELOOP`, see
+/// [`halfproc_migrate::image_dir`]), or the daemon could not take the
+/// client's rights. `None`: another failure (`Error`).
+pub fn file_denied(e: &std::io::Error, fs: Option<&Creds>) -> Option<String> {
+    let who = match fs {
+        Some(c) => format!("uid {} gid {}", c.uid, c.gid),
+        None => format!("uid {}", crate::rundir::euid()),
+    };
+    let denied = e.kind() == std::io::ErrorKind::PermissionDenied;
+    denied.then(|| format!("{e} (files are accessed with the rights of {who})"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
