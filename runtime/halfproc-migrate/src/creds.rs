@@ -4,8 +4,9 @@
 //! restored process must get its owner's credentials back, and whatever the
 //! restore opens on its behalf (the files its text is mapped from) must be
 //! opened with the owner's rights, not root's. [`Creds::of`] reads a live
-//! process's credentials; [`Creds::open`] opens a file with them (on a
-//! thread of its own whose filesystem ids alone change); [`Creds::become_in_child`]
+//! process's credentials; [`Creds::with_fs`] runs file access with them
+//! (on a thread of its own whose filesystem ids alone change, without
+//! capabilities), [`Creds::open`] opens a file so; [`Creds::become_in_child`]
 //! switches a freshly forked child for good.
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,47 @@ pub fn status_ids(status: &str, key: &str) -> Option<[u32; 4]> {
         .filter_map(|s| s.parse().ok())
         .collect();
     v.try_into().ok()
+}
+
+/// The text of `/proc/PID/status` of live process `pid`, and whether the
+/// process is dumpable by its own user (the kernel's `SUID_DUMP_USER`):
+/// only then may its owner read its memory (ptrace, `/proc/PID/mem`,
+/// `/proc/PID/map_files`). One that called `prctl(PR_SET_DUMPABLE, 0)`,
+/// runs a program its user may not read, or changed its ids is not: the
+/// kernel lets only a holder of `CAP_SYS_PTRACE` read it, and makes its
+/// `/proc/PID` files root's (of its user namespace) instead of its
+/// effective uid's, which is what this compares. A process whose
+/// effective uid is root reads as dumpable: only root acts on it anyway.
+pub fn status_dumpable(pid: i32) -> io::Result<(String, bool)> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let path = format!("/proc/{pid}/status");
+    let mut f = File::open(&path)?;
+    let owner = f.metadata()?.uid();
+    let mut st = String::new();
+    f.read_to_string(&mut st)?;
+    let euid = status_ids(&st, "Uid:")
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: no Uid:")))?[1];
+    Ok((st, owner == euid))
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAP_V3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
 }
 
 impl Creds {
@@ -88,36 +130,104 @@ impl Creds {
         me.uid == self.uid && me.gid == self.gid
     }
 
-    /// Opens `path` read-only with these credentials' rights: on a thread
-    /// of its own that sets its filesystem uid/gid and groups with raw
-    /// system calls (per thread in Linux; the C library's wrappers would
-    /// change every thread of the process).
+    /// Opens `path` read-only with these credentials' rights (see
+    /// [`Creds::with_fs`]; a `/proc` magic link is not followed, see
+    /// [`crate::image_dir::open_at`]).
     pub fn open(&self, path: &str) -> io::Result<File> {
+        let path = std::path::Path::new(path);
+        self.with_fs(|| crate::image_dir::open_at(None, path, libc::O_RDONLY, 0))?
+    }
+
+    /// Runs `f` with these credentials' rights on the file system: on a
+    /// thread of its own that sets its supplementary groups, filesystem gid
+    /// and filesystem uid with raw system calls (per thread in Linux; the C
+    /// library's wrappers would change every thread of the process), checks
+    /// each, and drops its effective capabilities (`capset`, per thread too:
+    /// a root daemon's `CAP_SYS_PTRACE` would still let it through
+    /// `/proc/PID/cwd`, `/proc/PID/root` and `/proc/PID/fd/N` of other
+    /// users' processes). Every other thread keeps the daemon's
+    /// credentials. Already these credentials (uid and gid): `f` runs here.
+    /// An error if the switch fails (a daemon that is not root cannot take
+    /// another user's ids); `f` does not run then.
+    pub fn with_fs<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
         if self.is_current() {
-            return File::open(path);
+            return Ok(f());
         }
-        let me = self.clone();
-        let path = path.to_string();
         std::thread::scope(|s| {
             s.spawn(move || {
-                // SAFETY: per-thread credential changes of this short-lived
-                // thread; the groups pointer is valid for its length.
-                unsafe {
-                    if libc::syscall(libc::SYS_setgroups, me.groups.len(), me.groups.as_ptr()) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                    libc::syscall(libc::SYS_setfsgid, me.gid);
-                    libc::syscall(libc::SYS_setfsuid, me.uid);
-                    if libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32 != me.uid {
-                        return Err(io::Error::from_raw_os_error(libc::EPERM));
-                    }
-                }
-                File::open(&path)
+                self.take_fs()?;
+                Ok(f())
             })
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("opener thread panicked")))
+            .unwrap_or_else(|_| Err(io::Error::other("file access thread panicked")))
         })
+    }
+
+    /// The calling thread takes these credentials for file access and
+    /// drops its effective capabilities (see [`Creds::with_fs`]). Only on a
+    /// thread that ends afterwards.
+    fn take_fs(&self) -> io::Result<()> {
+        let fail = |what: &str, e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot take the file access rights of uid {} gid {} ({what}): {e}",
+                    self.uid, self.gid
+                ),
+            )
+        };
+        let mismatch = || io::Error::from_raw_os_error(libc::EPERM);
+        // SAFETY: raw per-thread setgroups; the pointer is valid for `len` entries.
+        let r =
+            unsafe { libc::syscall(libc::SYS_setgroups, self.groups.len(), self.groups.as_ptr()) };
+        if r != 0 {
+            return Err(fail("setgroups", io::Error::last_os_error()));
+        }
+        // setfsgid/setfsuid return the previous id whether or not they
+        // changed it: a second call with an invalid id (-1) reads the one
+        // in force.
+        // SAFETY: raw per-thread credential calls with integer arguments.
+        let gid = unsafe {
+            libc::syscall(libc::SYS_setfsgid, self.gid);
+            libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32
+        };
+        if gid != self.gid {
+            return Err(fail("setfsgid", mismatch()));
+        }
+        // SAFETY: as above.
+        let uid = unsafe {
+            libc::syscall(libc::SYS_setfsuid, self.uid);
+            libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32
+        };
+        if uid != self.uid {
+            return Err(fail("setfsuid", mismatch()));
+        }
+        let mut head = CapHeader {
+            version: CAP_V3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        // SAFETY: capget/capset of this thread (pid 0) with a version-3
+        // header and the two data words that version takes.
+        unsafe {
+            if libc::syscall(libc::SYS_capget, &mut head, data.as_mut_ptr()) != 0 {
+                return Err(fail("capget", io::Error::last_os_error()));
+            }
+            for d in &mut data {
+                d.effective = 0;
+            }
+            if libc::syscall(libc::SYS_capset, &mut head, data.as_ptr()) != 0 {
+                return Err(fail("capset", io::Error::last_os_error()));
+            }
+            data = [CapData::default(); 2];
+            if libc::syscall(libc::SYS_capget, &mut head, data.as_mut_ptr()) != 0 {
+                return Err(fail("capget", io::Error::last_os_error()));
+            }
+        }
+        if data.iter().any(|d| d.effective != 0) {
+            return Err(fail("capset", mismatch()));
+        }
+        Ok(())
     }
 
     /// Switches the calling process for good: groups, then gid, then uid.
@@ -172,6 +282,97 @@ mod tests {
         let s = STATUS.replace("Uid:\t1000\t1000\t1000", "Uid:\t1000\t0\t0");
         let e = Creds::from_status(&s).unwrap_err();
         assert!(e.contains("set-user/group-ID"), "{e}");
+    }
+
+    /// A child that made itself non-dumpable reads as such (as another
+    /// user than root when run as root: root's processes read as dumpable).
+    #[test]
+    fn status_dumpable_sees_pr_set_dumpable() {
+        // SAFETY: getpid has no preconditions.
+        let (_, me) = status_dumpable(unsafe { libc::getpid() }).unwrap();
+        assert!(me, "this test is not dumpable");
+        for d in [1, 0] {
+            let mut p = [0i32; 2];
+            // SAFETY: a pipe into a two-int array.
+            assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+            // SAFETY: the child makes raw system calls only and _exits.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // SAFETY: in the forked child: credential and prctl calls,
+                // a write to the pipe, then waits to be killed.
+                unsafe {
+                    if libc::geteuid() == 0 {
+                        libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534);
+                        libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534);
+                    }
+                    libc::prctl(libc::PR_SET_DUMPABLE, d, 0, 0, 0);
+                    libc::write(p[1], b"x".as_ptr().cast(), 1);
+                    loop {
+                        libc::pause();
+                    }
+                }
+            }
+            assert!(child > 0);
+            let mut c = 0u8;
+            // SAFETY: reads one byte into `c`; closes our pipe fds.
+            unsafe {
+                assert_eq!(libc::read(p[0], (&mut c as *mut u8).cast(), 1), 1);
+                libc::close(p[0]);
+                libc::close(p[1]);
+            }
+            let got = status_dumpable(child).map(|(_, d)| d);
+            // SAFETY: our own child, killed and reaped.
+            unsafe {
+                libc::kill(child, libc::SIGKILL);
+                libc::waitpid(child, std::ptr::null_mut(), 0);
+            }
+            assert_eq!(got.unwrap(), d == 1, "PR_SET_DUMPABLE {d}");
+        }
+    }
+
+    /// As root: the thread of `with_fs` has the user's filesystem ids and
+    /// groups and no effective capabilities (a root-only file stays
+    /// closed to it); the calling thread keeps root's.
+    #[test]
+    fn with_fs_takes_the_ids_on_one_thread_and_drops_capabilities() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: needs root");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let secret = t.path().join("secret");
+        std::fs::write(&secret, "x").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let user = Creds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+        };
+        let (status, opened) = user
+            .with_fs(|| {
+                let st = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+                (st, File::open(&secret).map(drop))
+            })
+            .unwrap();
+        let line = |k: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(k))
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(status_ids(&status, "Uid:"), Some([0, 0, 0, 65534]));
+        assert_eq!(status_ids(&status, "Gid:"), Some([0, 0, 0, 65534]));
+        assert_eq!(line("Groups:").split_whitespace().nth(1), Some("65534"));
+        assert_eq!(line("CapEff:"), "CapEff:\t0000000000000000");
+        assert_eq!(opened.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
+        assert!(
+            File::open(&secret).is_ok(),
+            "this thread lost root's rights"
+        );
+        assert!(Creds::current().groups.iter().all(|&g| g != 65534));
     }
 
     #[test]

@@ -57,7 +57,8 @@ pub fn checkpoint(pid: i32, dir: &Path, leave: Leave) -> Result<CheckpointStats>
 /// (see [`crate::image::RelayedEnd`]) instead of being refused. With
 /// `with_files` the contents of its private file mappings are written too
 /// (`files.img`, read while it is stopped), so that the image can be
-/// restored where a mapped file differs.
+/// restored where a mapped file differs. `dir` and its files are made with
+/// the caller's rights ([`crate::image_dir::create`]).
 pub fn checkpoint_relayed(
     pid: i32,
     dir: &Path,
@@ -66,32 +67,37 @@ pub fn checkpoint_relayed(
     with_files: bool,
 ) -> Result<CheckpointStats> {
     refuse::check_relayed(pid, relayed)?;
-    fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
-    let out_path = dir.join(image::PAGES);
-    let mut out = std::io::BufWriter::new(
-        File::create(&out_path)
-            .map_err(|e| Error::io(format!("create {}", out_path.display()), e))?,
-    );
+    let out = crate::image_dir::create(dir, with_files).map_err(|e| Error::io("image", e))?;
+    checkpoint_into(pid, out, leave, relayed)
+}
+
+/// [`checkpoint_relayed`] into image files already opened (by a node
+/// daemon, with its client's rights: see [`crate::image_dir`]); `files.img`
+/// is written when `out.files` is there.
+pub fn checkpoint_into(
+    pid: i32,
+    out: crate::image_dir::ImageOut,
+    leave: Leave,
+    relayed: &[u64],
+) -> Result<CheckpointStats> {
+    refuse::check_relayed(pid, relayed)?;
+    let crate::image_dir::ImageOut {
+        pages,
+        manifest,
+        files,
+    } = out;
+    let mut out = std::io::BufWriter::new(pages);
     let frozen = Frozen::seize(pid)?;
     let t0 = Instant::now();
     let mut files_bytes = 0;
     let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut out)).and_then(|mut m| {
         out.flush().map_err(|e| Error::io("write pages.img", e))?;
-        let files = dir.join(crate::files_img::FILES);
-        if with_files {
-            let (bytes, crc) = crate::files_img::write(dir, pid, &m)?;
+        if let Some(f) = &files {
+            let (bytes, crc) = crate::files_img::write(f, pid, &m)?;
             files_bytes = bytes;
             m.files_crc = Some(crc);
-        } else {
-            // One left by an earlier checkpoint into this directory.
-            match fs::remove_file(&files) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(Error::io(format!("remove {}", files.display()), e))
-                }
-                _ => {}
-            }
         }
-        image::write_manifest(dir, &m)?;
+        image::write_manifest_to(&manifest, &m)?;
         Ok(m)
     });
     let frozen_for = t0.elapsed();

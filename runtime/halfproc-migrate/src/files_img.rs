@@ -14,18 +14,26 @@
 //! `start: u64, len: u64, crc32: u32` (little endian) and `len` bytes: the
 //! first `len` bytes of the mapping at `start` (a mapping that reaches past
 //! the end of its file stops at the first page that cannot be read).
+//!
+//! Both sides stream: [`write`] a chunk at a time from the stopped target,
+//! and a restore ([`load`], [`Carried`]) checks the file and writes the
+//! records it needs into the copy a chunk at a time, never holding it.
 
 use crate::error::{Error, Result};
 use crate::image::{Backing, Manifest};
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+
+mod read;
+pub use read::{Carried, Wanted};
 
 /// File name of the mapped files' contents in an image directory.
 pub const FILES: &str = "files.img";
 
 const MAGIC: &[u8; 8] = b"HPFILES1";
+/// Bytes of a record's header: start, length, CRC-32.
+const HEADER: usize = 20;
 const PAGE: u64 = 4096;
 /// Bytes read from the target at a time.
 const CHUNK: u64 = 1 << 20;
@@ -38,25 +46,23 @@ fn carried(m: &Manifest) -> impl Iterator<Item = (u64, u64)> + '_ {
     })
 }
 
-/// Writes `dir/files.img` from the stopped process `pid` (which the caller
-/// traces: `/proc/PID/mem` reads its mappings whatever their protection),
-/// a chunk at a time. Returns the bytes of contents written and the CRC-32
-/// of the whole file, which the manifest keeps (`Manifest::files_crc`): a
-/// `files.img` left from another checkpoint is refused.
-pub(crate) fn write(dir: &Path, pid: i32, m: &Manifest) -> Result<(u64, u32)> {
-    let path = dir.join(FILES);
-    let werr = |e| Error::io(format!("write {}", path.display()), e);
+/// Writes `files.img` (`out`, opened for reading and writing, empty) from
+/// the stopped process `pid` (which the caller traces: `/proc/PID/mem`
+/// reads its mappings whatever their protection), a chunk at a time.
+/// Returns the bytes of contents written and the CRC-32 of the whole file,
+/// which the manifest keeps (`Manifest::files_crc`): a `files.img` left
+/// from another checkpoint is refused.
+pub(crate) fn write(out: &File, pid: i32, m: &Manifest) -> Result<(u64, u32)> {
+    let werr = |e| Error::io(format!("write {FILES}"), e);
     let mem = File::open(format!("/proc/{pid}/mem"))
         .map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
-    let mut out = BufWriter::new(
-        File::create(&path).map_err(|e| Error::io(format!("create {}", path.display()), e))?,
-    );
+    let mut out = BufWriter::new(out);
     out.write_all(MAGIC).map_err(werr)?;
     let mut total = 0;
     for (start, end) in carried(m) {
         // The header's length and CRC are known at the end: patched in.
         let header = out.stream_position().map_err(werr)?;
-        out.write_all(&[0u8; 20]).map_err(werr)?;
+        out.write_all(&[0u8; HEADER]).map_err(werr)?;
         let (len, crc) = copy_mapping(&mem, start, end, &mut out).map_err(werr)?;
         let after = out.stream_position().map_err(werr)?;
         out.seek(SeekFrom::Start(header)).map_err(werr)?;
@@ -67,18 +73,19 @@ pub(crate) fn write(dir: &Path, pid: i32, m: &Manifest) -> Result<(u64, u32)> {
         total += len;
     }
     out.flush().map_err(werr)?;
-    drop(out);
+    let f = out.into_inner().map_err(|e| werr(e.into_error()))?;
     let mut whole = crc32fast::Hasher::new();
-    let mut f = File::open(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
     let mut buf = vec![0u8; CHUNK as usize];
+    let mut at = 0u64;
     loop {
         let n = f
-            .read(&mut buf)
-            .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+            .read_at(&mut buf, at)
+            .map_err(|e| Error::io(format!("read {FILES}"), e))?;
         if n == 0 {
             break;
         }
         whole.update(&buf[..n]);
+        at += n as u64;
     }
     Ok((total, whole.finalize()))
 }
@@ -111,51 +118,32 @@ fn copy_mapping(mem: &File, start: u64, end: u64, out: &mut impl Write) -> io::R
 }
 
 /// The carried contents of the file mappings `idx` of `m` (from
-/// [`crate::differing_files`]), read from `files` (`dir/files.img`, opened
-/// by the caller with the restoring user's rights; `None`: the image has
-/// none). The whole file's CRC must be the manifest's `files_crc` (an
-/// image written without `--with-files` has none: then there is nothing to
-/// load), each record's CRC is checked, and a mapping the file does not
-/// carry is an error naming its file.
-pub fn load(files: Option<File>, m: &Manifest, idx: &[usize]) -> Result<Vec<(u64, Vec<u8>)>> {
+/// [`crate::differing_files`]), in `files` (`dir/files.img`, opened by the
+/// caller with the restoring user's rights; `None`: the image has none),
+/// checked and indexed without being held in memory ([`Carried::open`]):
+/// [`Carried::write_into`] copies them into the restored copy. An image
+/// written without `--with-files` has no `files_crc`: then there is
+/// nothing to load, and a differing file is an error naming it.
+pub fn load(files: Option<File>, m: &Manifest, idx: &[usize]) -> Result<Carried> {
     if idx.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Carried::none());
     }
-    let (Some(mut f), Some(want)) = (files, m.files_crc) else {
+    let (Some(f), Some(want)) = (files, m.files_crc) else {
         return Err(Error::Restore(format!(
             "mapped file {} changed since the checkpoint (or is missing here), and the image \
              does not carry mapped files (checkpoint with --with-files)",
             path_of(m, idx[0])
         )));
     };
-    let mut raw = Vec::new();
-    f.read_to_end(&mut raw)
-        .map_err(|e| Error::io(format!("read {FILES}"), e))?;
-    if crc32fast::hash(&raw) != want {
-        return Err(Error::Image(format!(
-            "{FILES} is not the one this image's manifest was written with (CRC-32 {:#010x}, \
-             the manifest says {want:#010x}): damaged, or left from another checkpoint",
-            crc32fast::hash(&raw)
-        )));
-    }
-    let records = parse(&raw)?;
-    idx.iter()
-        .map(|&i| {
-            let v = &m.vmas[i];
-            records
-                .iter()
-                .find(|(start, data)| *start == v.start && v.start + data.len() as u64 <= v.end)
-                .map(|(start, data)| (*start, data.to_vec()))
-                .ok_or_else(|| {
-                    Error::Image(format!(
-                        "{FILES} does not carry {:#x}-{:#x} ({})",
-                        v.start,
-                        v.end,
-                        path_of(m, i)
-                    ))
-                })
+    let wanted: Vec<Wanted> = idx
+        .iter()
+        .map(|&i| Wanted {
+            start: m.vmas[i].start,
+            end: m.vmas[i].end,
+            path: path_of(m, i).to_string(),
         })
-        .collect()
+        .collect();
+    Carried::open(f, want, &wanted)
 }
 
 fn path_of(m: &Manifest, i: usize) -> &str {
@@ -165,63 +153,9 @@ fn path_of(m: &Manifest, i: usize) -> &str {
     }
 }
 
-/// The records of a `files.img`, checked.
-fn parse(raw: &[u8]) -> Result<Vec<(u64, &[u8])>> {
-    let bad = |why: String| Error::Image(format!("{FILES}: {why}"));
-    let mut rest = raw
-        .strip_prefix(MAGIC.as_slice())
-        .ok_or_else(|| bad("not a files image (bad magic)".into()))?;
-    let mut out = Vec::new();
-    while !rest.is_empty() {
-        if rest.len() < 20 {
-            return Err(bad(format!("{} bytes of a truncated record", rest.len())));
-        }
-        let word = |at: usize| u64::from_le_bytes(rest[at..at + 8].try_into().unwrap());
-        let (start, len) = (word(0), word(8));
-        let crc = u32::from_le_bytes(rest[16..20].try_into().unwrap());
-        let data = rest[20..]
-            .get(..usize::try_from(len).unwrap_or(usize::MAX))
-            .ok_or_else(|| bad(format!("the record at {start:#x} is cut short")))?;
-        if crc32fast::hash(data) != crc {
-            return Err(bad(format!("the record at {start:#x} fails its CRC")));
-        }
-        out.push((start, data));
-        rest = &rest[20 + data.len()..];
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(start: u64, data: &[u8]) -> Vec<u8> {
-        let mut r = start.to_le_bytes().to_vec();
-        r.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        r.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
-        r.extend_from_slice(data);
-        r
-    }
-
-    #[test]
-    fn parse_reads_records_and_refuses_damage() {
-        let mut raw = MAGIC.to_vec();
-        raw.extend(record(0x1000, b"text"));
-        raw.extend(record(0x5000, b""));
-        let r = parse(&raw).unwrap();
-        assert_eq!(r, vec![(0x1000, &b"text"[..]), (0x5000, &b""[..])]);
-
-        let mut flipped = raw.clone();
-        flipped[8 + 20] ^= 1;
-        let e = parse(&flipped).unwrap_err().to_string();
-        assert!(e.contains("0x1000 fails its CRC"), "{e}");
-        let e = parse(&raw[..raw.len() - 21]).unwrap_err().to_string();
-        assert!(e.contains("cut short"), "{e}");
-        let e = parse(&raw[..raw.len() - 3]).unwrap_err().to_string();
-        assert!(e.contains("truncated record"), "{e}");
-        let e = parse(b"HPFILES0").unwrap_err().to_string();
-        assert!(e.contains("bad magic"), "{e}");
-    }
 
     #[test]
     fn copy_mapping_stops_at_the_first_unreadable_page() {

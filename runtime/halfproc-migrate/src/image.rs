@@ -340,6 +340,16 @@ pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
     fs::write(&path, text).map_err(|e| Error::io(format!("write {}", path.display()), e))
 }
 
+/// Writes `manifest` into `f` (an image's `manifest.json`, opened for
+/// writing), replacing what it held.
+pub fn write_manifest_to(f: &fs::File, manifest: &Manifest) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let text = serde_json::to_vec_pretty(manifest).map_err(|e| Error::Image(e.to_string()))?;
+    f.set_len(0)
+        .and_then(|()| f.write_all_at(&text, 0))
+        .map_err(|e| Error::io(format!("write {MANIFEST}"), e))
+}
+
 /// Reads and verifies the image in `dir`: version, xsave and page checksums.
 pub fn read(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);

@@ -22,6 +22,7 @@ pub mod creds;
 pub mod error;
 mod freeze;
 pub mod image;
+pub mod image_dir;
 mod itimers;
 mod mem;
 mod pagebuf;
@@ -46,8 +47,8 @@ mod restore_plan;
 
 pub use creds::Creds;
 pub use dump::{
-    checkpoint, checkpoint_relayed, freeze_and_dump, freeze_and_dump_member, CheckpointStats,
-    Dumped, Leave,
+    checkpoint, checkpoint_into, checkpoint_relayed, freeze_and_dump, freeze_and_dump_member,
+    CheckpointStats, Dumped, Leave,
 };
 pub use dump_read::{
     prefault_enabled, reader_threads, set_prefault, set_reader_threads,

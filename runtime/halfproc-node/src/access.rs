@@ -144,28 +144,86 @@ pub fn check_listen(addr: &std::net::SocketAddr, secret: bool) -> Result<(), Str
     ))
 }
 
-/// Whether `peer` may `what` (checkpoint, migrate) process `pid`, whose
-/// /proc status is `status`: root, or its owner. TCP peers were admitted
-/// by [`admit`].
+/// Whether `peer` may `what` (checkpoint, migrate, resolve) process `pid`,
+/// whose /proc status is `status`: root, or its owner. TCP peers were
+/// admitted by [`admit`]. A process that is not `dumpable` by its owner
+/// ([`halfproc_migrate::creds::status_dumpable`]) may be checkpointed or
+/// migrated only by root through a root daemon: the kernel lets only
+/// `CAP_SYS_PTRACE` read its memory and mapped files, and the image (its
+/// `files.img` too) or the copy, dumpable again at the destination, would
+/// hand them to its owner (or the daemon could not read it at all).
 /// The error is the text of a [`Msg::Denied`].
-pub fn may_act(peer: &Peer, pid: i32, status: &str, what: &str) -> Result<(), String> {
-    let Peer::Local(c) = peer else {
-        return Ok(());
+pub fn may_act(
+    peer: &Peer,
+    target: (i32, &str, bool),
+    daemon_uid: u32,
+    what: &str,
+) -> Result<(), String> {
+    let (pid, status, dumpable) = target;
+    let root = match peer {
+        Peer::Local(c) if c.uid != 0 => {
+            match Creds::from_status(status) {
+                Ok(owner) if owner.uid == c.uid => {}
+                Ok(owner) => {
+                    return Err(denied(format!(
+                        "permission denied: pid {pid} belongs to uid {}, you are uid {}; only \
+                         its owner or root may {what} it",
+                        owner.uid, c.uid
+                    )))
+                }
+                Err(e) => {
+                    return Err(denied(format!(
+                        "permission denied: pid {pid}: {e}; only root may {what} it"
+                    )))
+                }
+            }
+            false
+        }
+        _ => true,
     };
-    if c.uid == 0 {
+    if dumpable || what == "resolve" || (root && daemon_uid == 0) {
         return Ok(());
     }
-    match Creds::from_status(status) {
-        Ok(owner) if owner.uid == c.uid => Ok(()),
-        Ok(owner) => Err(denied(format!(
-            "permission denied: pid {pid} belongs to uid {}, you are uid {}; only its owner \
-             or root may {what} it",
-            owner.uid, c.uid
-        ))),
-        Err(e) => Err(denied(format!(
-            "permission denied: pid {pid}: {e}; only root may {what} it"
-        ))),
+    let who = if daemon_uid != 0 {
+        format!("this node daemon runs as uid {daemon_uid}")
+    } else {
+        "you are not root".to_string()
+    };
+    Err(denied(format!(
+        "permission denied: pid {pid} is not dumpable (it called prctl(PR_SET_DUMPABLE, 0), \
+         runs a program its owner may not read, or changed its ids): only root may read its \
+         memory and mapped files, so only root through a root daemon may {what} it, and {who}"
+    )))
+}
+
+/// Whose rights the daemon's file access for a request has (the image
+/// directory `checkpoint` writes, the one `restore` reads): a local
+/// client's, unless it is root or the daemon's own user (then the
+/// daemon's: a root client of a daemon that is not root gets the daemon's
+/// rights, less than its own). A TCP peer holds the shared secret and acts
+/// as the daemon's user. A daemon that is not root cannot take another
+/// user's rights: [`halfproc_migrate::Creds::with_fs`] fails for it, and
+/// the request with it.
+pub fn file_creds(peer: &Peer, daemon_uid: u32) -> Option<Creds> {
+    match peer {
+        Peer::Local(c) if c.uid != 0 && c.uid != daemon_uid => Some(c.clone()),
+        _ => None,
     }
+}
+
+/// The reason to answer `Denied` (exit 77) for a failed file access `e`
+/// made with `fs`'s rights: the client may not reach the path (`EACCES`,
+/// `EPERM`), it goes through a `/proc` magic link or puts a symbolic link
+/// in place of an image file (`ELOOP`, see
+/// [`halfproc_migrate::image_dir`]), or the daemon could not take the
+/// client's rights. `None`: another failure (`Error`).
+pub fn file_denied(e: &std::io::Error, fs: Option<&Creds>) -> Option<String> {
+    let who = match fs {
+        Some(c) => format!("uid {} gid {}", c.uid, c.gid),
+        None => format!("uid {}", crate::rundir::euid()),
+    };
+    let denied = e.kind() == std::io::ErrorKind::PermissionDenied;
+    denied.then(|| format!("{e} (files are accessed with the rights of {who})"))
 }
 
 #[cfg(test)]
@@ -184,14 +242,46 @@ mod tests {
 
     #[test]
     fn only_owner_or_root_may_act() {
-        assert!(may_act(&user(1000), 5, OWNED_BY_1000, "migrate").is_ok());
-        assert!(may_act(&user(0), 5, OWNED_BY_1000, "migrate").is_ok());
-        let Err(e) = may_act(&user(1001), 5, OWNED_BY_1000, "migrate") else {
+        let t = (5, OWNED_BY_1000, true);
+        assert!(may_act(&user(1000), t, 0, "migrate").is_ok());
+        assert!(may_act(&user(0), t, 0, "migrate").is_ok());
+        let Err(e) = may_act(&user(1001), t, 0, "migrate") else {
             panic!("uid 1001 may migrate uid 1000's process");
         };
         assert!(e.contains("belongs to uid 1000, you are uid 1001"), "{e}");
         let suid = OWNED_BY_1000.replace("Uid:\t1000\t1000\t1000", "Uid:\t1000\t0\t0");
-        assert!(may_act(&user(1000), 5, &suid, "migrate").is_err());
+        assert!(may_act(&user(1000), (5, &suid, true), 0, "migrate").is_err());
+    }
+
+    /// A non-dumpable process: its owner may not checkpoint or migrate it
+    /// (the image would hand them what the kernel keeps from them), nor
+    /// may anyone through a daemon that is not root; root may.
+    #[test]
+    fn only_root_may_act_on_a_non_dumpable_process() {
+        let t = (5, OWNED_BY_1000, false);
+        for what in ["checkpoint", "migrate"] {
+            let e = may_act(&user(1000), t, 0, what).unwrap_err();
+            assert!(
+                e.contains("pid 5 is not dumpable")
+                    && e.contains(&format!("only root through a root daemon may {what} it"))
+                    && e.contains("you are not root"),
+                "{e}"
+            );
+            assert!(may_act(&user(0), t, 0, what).is_ok());
+            let node = Peer::Network {
+                authenticated: true,
+            };
+            assert!(may_act(&node, t, 0, what).is_ok());
+            let e = may_act(&node, t, 1000, what).unwrap_err();
+            assert!(e.contains("this node daemon runs as uid 1000"), "{e}");
+            let e = may_act(&user(0), t, 1000, what).unwrap_err();
+            assert!(e.contains("this node daemon runs as uid 1000"), "{e}");
+        }
+        // A stranger still hears that it is not theirs.
+        let e = may_act(&user(1001), t, 0, "checkpoint").unwrap_err();
+        assert!(e.contains("belongs to uid 1000"), "{e}");
+        // Resolving a migration in doubt reads nothing.
+        assert!(may_act(&user(1000), t, 0, "resolve").is_ok());
     }
 
     #[test]

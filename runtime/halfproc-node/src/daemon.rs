@@ -350,9 +350,11 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
         _ => None,
     };
     if let Some((pid, what)) = target {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        // Gone meanwhile: the request itself fails, naming it.
+        let (status, dumpable) =
+            halfproc_migrate::creds::status_dumpable(pid).unwrap_or_else(|_| (String::new(), true));
         if node.program(pid).is_some() {
-            if let Err(why) = access::may_act(&peer, pid, &status, what) {
+            if let Err(why) = access::may_act(&peer, (pid, &status, dumpable), node.uid, what) {
                 return conn.send(&Msg::Denied(why)).await;
             }
         }
@@ -361,8 +363,10 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
         Admit::AsDaemon => None,
         Admit::As(c) => Some(c),
     };
+    // Image directories are written and read with the client's rights.
+    let fs = access::file_creds(&peer, node.uid);
     match first {
-        Msg::Run { .. } | Msg::RestoreDir { .. } => run_session(node, conn, first, owner).await,
+        Msg::Run { .. } | Msg::RestoreDir { .. } => run_session(node, conn, first, owner, fs).await,
         Msg::Ps => conn.send(&Msg::PsList(node.ps())).await,
         Msg::Migrate { pid, to } => {
             // Tracked until the answer is written: shutdown waits for it.
@@ -390,7 +394,7 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             kill,
             with_files,
         } => {
-            let reply = migrate::checkpoint(node.clone(), pid, dir, kill, with_files).await;
+            let reply = migrate::checkpoint(node.clone(), pid, dir, kill, with_files, fs).await;
             conn.send(&reply).await
         }
         Msg::Resolve { pid, force } => {
@@ -430,16 +434,19 @@ async fn refuse(mut conn: Conn, why: String) -> io::Result<()> {
 }
 
 /// A `run` (or `restore`) client: starts the program, relays its stdin,
-/// gets its output and exit through the session.
+/// gets its output and exit through the session. `owner`: who the program
+/// runs as; `fs`: whose rights read an image ([`access::file_creds`]).
 async fn run_session(
     node: Arc<Node>,
     conn: Conn,
     first: Msg,
     owner: Option<halfproc_migrate::Creds>,
+    fs: Option<halfproc_migrate::Creds>,
 ) -> io::Result<()> {
     let (mut r, w) = conn.split();
     let tx = proto::writer_task(w);
-    let mut copies = Vec::new();
+    let mut copies = halfproc_migrate::files_img::Carried::none();
+    let fs_shown = fs.clone();
     let (how, name) = match first {
         Msg::Run { argv, cwd, env } if !argv.is_empty() => {
             let name = argv[0].clone();
@@ -453,26 +460,46 @@ async fn run_session(
                 name,
             )
         }
-        Msg::RestoreDir { dir } => match read_image(std::path::Path::new(&dir), owner.as_ref()) {
-            Ok((m, pages, files)) => {
-                let name = m.comm.clone();
-                copies = files;
-                (
-                    How::Restore {
-                        manifest: Box::new(m),
-                        pages: Pages::File(pages),
-                        // Stopped until the copied files are written in.
-                        stopped: !copies.is_empty(),
-                        owner,
-                    },
-                    name,
-                )
+        Msg::RestoreDir { dir } => {
+            let path = std::path::PathBuf::from(&dir);
+            let read = tokio::task::spawn_blocking(move || match &fs {
+                Some(c) => c
+                    .with_fs(|| read_image(&path))
+                    .unwrap_or_else(|e| Err(ImageErr::Io(e))),
+                None => read_image(&path),
+            })
+            .await
+            .unwrap_or_else(|e| Err(ImageErr::Other(e.to_string())));
+            match read {
+                Ok((m, pages, files)) => {
+                    let name = m.comm.clone();
+                    copies = files;
+                    (
+                        How::Restore {
+                            manifest: Box::new(m),
+                            pages: Pages::File(pages),
+                            // Stopped until the copied files are written in.
+                            stopped: !copies.is_empty(),
+                            owner,
+                        },
+                        name,
+                    )
+                }
+                Err(ImageErr::Io(e)) => {
+                    let _ = tx.send(match access::file_denied(&e, fs_shown.as_ref()) {
+                        Some(why) => Msg::Denied(format!(
+                            "permission denied: restore {dir}: {why}; nothing was restored"
+                        )),
+                        None => Msg::Error(format!("{dir}: {e}")),
+                    });
+                    return Ok(());
+                }
+                Err(ImageErr::Other(e)) => {
+                    let _ = tx.send(Msg::Error(format!("{dir}: {e}")));
+                    return Ok(());
+                }
             }
-            Err(e) => {
-                let _ = tx.send(Msg::Error(format!("{dir}: {e}")));
-                return Ok(());
-            }
-        },
+        }
         _ => {
             let _ = tx.send(Msg::Error("run: no program given".into()));
             return Ok(());
@@ -496,7 +523,7 @@ async fn run_session(
     };
     let pid = started.pid;
     if let Some(go) = &started.go {
-        let filled = crate::files::fill(pid, &copies);
+        let filled = crate::files::fill_from_image(pid, &copies);
         let _ = go.send(filled.is_ok());
         if let Err(e) = filled {
             lock(&node.sessions).remove(&id);
@@ -540,49 +567,49 @@ async fn run_session(
     Ok(())
 }
 
-/// The image in `dir` (read with `owner`'s rights if given: a user may
-/// restore only an image they can read), its pages opened, and the
-/// contents of the mapped files that differ here, from its `files.img`
-/// (their mappings made private memory: the copy is filled with them).
-fn read_image(
-    dir: &std::path::Path,
-    owner: Option<&halfproc_migrate::Creds>,
-) -> Result<ImageDir, String> {
-    use halfproc_migrate::{files_img, image};
+/// The image in `dir`, its pages opened, and the records of its
+/// `files.img` that hold the mapped files that differ here, checked (their
+/// mappings made private memory: the copy is filled with them, streamed
+/// from the file). Called on a thread with the client's file access
+/// rights ([`halfproc_migrate::Creds::with_fs`]): a user may restore only
+/// an image they can read, and learns nothing of one they cannot (the
+/// mapped files are compared with those rights too).
+fn read_image(dir: &std::path::Path) -> Result<ImageDir, ImageErr> {
+    use halfproc_migrate::{files_img, image, image_dir};
     use std::io::Read;
-    let open = |name: &str| {
-        let p = dir.join(name);
-        let s = p.to_string_lossy();
-        match owner {
-            Some(c) => c.open(&s),
-            None => std::fs::File::open(&p),
-        }
-        .map_err(|e| format!("open {s}: {e}"))
-    };
+    let other = |e: halfproc_migrate::Error| ImageErr::Other(e.to_string());
+    let img = image_dir::open(dir).map_err(ImageErr::Io)?;
     let mut text = Vec::new();
-    open(image::MANIFEST)?
-        .read_to_end(&mut text)
-        .map_err(|e| e.to_string())?;
-    let mut m = image::parse_manifest(&text).map_err(|e| e.to_string())?;
-    let mut pages = open(image::PAGES)?;
+    let mut mf = &img.manifest;
+    mf.read_to_end(&mut text).map_err(ImageErr::Io)?;
+    let mut m = image::parse_manifest(&text).map_err(other)?;
+    let mut pages = &img.pages;
     let mut data = Vec::new();
-    pages.read_to_end(&mut data).map_err(|e| e.to_string())?;
-    image::verify_pages(&m, &data).map_err(|e| e.to_string())?;
-    let differ = halfproc_migrate::differing_files(&m).map_err(|e| e.to_string())?;
-    let files = match differ.is_empty() || !dir.join(files_img::FILES).exists() {
+    pages.read_to_end(&mut data).map_err(ImageErr::Io)?;
+    image::verify_pages(&m, &data).map_err(other)?;
+    drop(data);
+    let differ = halfproc_migrate::differing_files(&m).map_err(other)?;
+    let files = match differ.is_empty() {
         true => None,
-        false => Some(open(files_img::FILES)?),
+        false => img.files().map_err(ImageErr::Io)?,
     };
-    let copies = files_img::load(files, &m, &differ).map_err(|e| e.to_string())?;
+    let copies = files_img::load(files, &m, &differ).map_err(other)?;
     halfproc_migrate::copy_instead(&mut m, &differ);
-    Ok((m, pages, copies))
+    Ok((m, img.pages, copies))
 }
 
-/// What [`read_image`] gives: manifest, pages file, copied files' contents.
+/// Why [`read_image`] failed: a file access (`Denied` when the client may
+/// not read it), or anything else.
+enum ImageErr {
+    Io(io::Error),
+    Other(String),
+}
+
+/// What [`read_image`] gives: manifest, pages file, copied files' records.
 type ImageDir = (
     halfproc_migrate::image::Manifest,
     std::fs::File,
-    Vec<(u64, Vec<u8>)>,
+    halfproc_migrate::files_img::Carried,
 );
 
 /// An incarnation running on another node reports to this, its origin.

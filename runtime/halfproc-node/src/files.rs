@@ -85,6 +85,25 @@ pub fn fill(pid: i32, contents: &[(u64, Vec<u8>)]) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes the records of an image's `files.img` into the stopped copy
+/// `pid`, streamed from the file (`halfproc restore DIR`).
+pub fn fill_from_image(
+    pid: i32,
+    carried: &halfproc_migrate::files_img::Carried,
+) -> Result<(), String> {
+    if carried.is_empty() {
+        return Ok(());
+    }
+    let mem = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .map_err(|e| format!("open /proc/{pid}/mem: {e}"))?;
+    carried
+        .write_into(&mem)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 /// Source: sends `ranges` of the frozen original `pid`, each of which must
 /// be one of its private file mappings (a destination reads nothing else).
 pub async fn serve(conn: &mut Conn, pid: i32, ranges: &[(u64, u64)]) -> Result<u64, String> {

@@ -533,37 +533,46 @@ fn ended(pid: i32) -> bool {
 }
 
 /// Checkpoints local `pid` into `dir`; with `kill` the program ends there;
-/// `with_files` writes its mapped files' contents too.
+/// `with_files` writes its mapped files' contents too. The image directory
+/// and files are made with `fs`'s rights when given (a local client's:
+/// [`crate::access::file_creds`]), before anything is stopped: a client
+/// that may not write there gets `Denied` and the program is untouched.
 pub async fn checkpoint(
     node: Arc<Node>,
     pid: i32,
     dir: String,
     kill: bool,
     with_files: bool,
+    fs: Option<halfproc_migrate::Creds>,
 ) -> Msg {
     let prog = match take(&node, pid, "checkpointed") {
         Ok(p) => p,
         Err(e) => return Msg::Error(e),
     };
     let _ = prog.pause_stdin().await;
+    let inos = prog.inos.clone();
+    let (d, i) = (dir.clone(), inos.clone());
+    let opened = tokio::task::spawn_blocking(move || open_image(pid, &d, &i, with_files, fs))
+        .await
+        .unwrap_or_else(|e| Err(Box::new(Msg::Error(e.to_string()))));
+    let out = match opened {
+        Ok(out) => out,
+        Err(reply) => {
+            prog.release();
+            prog.resume_here();
+            return *reply;
+        }
+    };
     if kill {
         prog.leave(End::Exited(Exit::Checkpointed(dir.clone())));
     }
-    let inos = prog.inos.clone();
-    let d = dir.clone();
     let leave = if kill {
         halfproc_migrate::Leave::Kill
     } else {
         halfproc_migrate::Leave::Continue
     };
     let r = tokio::task::spawn_blocking(move || {
-        halfproc_migrate::checkpoint_relayed(
-            pid,
-            std::path::Path::new(&d),
-            leave,
-            &inos,
-            with_files,
-        )
+        halfproc_migrate::checkpoint_into(pid, out, leave, &inos)
     })
     .await;
     let r = match r {
@@ -604,6 +613,37 @@ pub async fn checkpoint(
             ))
         }
     }
+}
+
+/// The refusals that need nothing stopped, then `dir`'s image files made
+/// with `fs`'s rights ([`halfproc_migrate::image_dir::create`] on a thread
+/// that has them). The error is the reply: `Denied` when the client may
+/// not write there.
+fn open_image(
+    pid: i32,
+    dir: &str,
+    relayed: &[u64],
+    with_files: bool,
+    fs: Option<halfproc_migrate::Creds>,
+) -> Result<halfproc_migrate::image_dir::ImageOut, Box<Msg>> {
+    let failed = |e: String| {
+        Box::new(Msg::Error(format!(
+            "checkpoint of pid {pid} failed: {e}; it keeps running"
+        )))
+    };
+    halfproc_migrate::refuse::check_relayed(pid, relayed).map_err(|e| failed(e.to_string()))?;
+    let path = std::path::Path::new(dir);
+    let create = || halfproc_migrate::image_dir::create(path, with_files);
+    let r = match &fs {
+        Some(c) => c.with_fs(create).and_then(|r| r),
+        None => create(),
+    };
+    r.map_err(|e| match crate::access::file_denied(&e, fs.as_ref()) {
+        Some(why) => Box::new(Msg::Denied(format!(
+            "permission denied: checkpoint of pid {pid} into {dir}: {why}; nothing was stopped"
+        ))),
+        None => failed(e.to_string()),
+    })
 }
 
 #[cfg(test)]

@@ -175,3 +175,111 @@ fn only_the_owner_or_root_may_migrate() {
     assert_same("owner's program", &std::fs::read(&out).unwrap(), &want);
     assert_eq!(st.code(), Some(want_code));
 }
+
+/// `halfproc ARGS` run through `sock` as `cmd`'s user, `argv` as the
+/// program, held running (`wait`): the client and the program's pid.
+fn run_as(mut cmd: Command, sock: &Path, tmp: &Path, argv: &[&str]) -> (std::process::Child, i32) {
+    let pid_file = tmp.join(format!("pid-{}", argv[1]));
+    let run = cmd
+        .args(["run", "--node", &format!("unix:{}", sock.display())])
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break p;
+        }
+        sleep_ms(5);
+    };
+    (run, pid)
+}
+
+/// A program its owner may not read (`prctl(PR_SET_DUMPABLE, 0)`, or a
+/// binary the owner may execute but not read): the owner's `checkpoint
+/// --with-files` (and `migrate`) is refused before anything is stopped,
+/// naming the reason and writing nothing, where it used to write the
+/// program's memory and mapped files, the unreadable binary's text among
+/// them, into an image for the owner. Root may checkpoint it.
+#[test]
+fn the_owner_may_not_checkpoint_a_non_dumpable_program() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root to act as other users");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    // Root's copy of the test program that others may execute, not read.
+    let hidden = tmp.path().join("hidden");
+    std::fs::copy(targets(), &hidden).unwrap();
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let (sa, sb) = (tmp.path().join("a.sock"), tmp.path().join("b.sock"));
+    let s = secret.to_str().unwrap();
+    let _a = Daemon::start_with(&["--secret-file", s, "--control", sa.to_str().unwrap()]);
+    let b = Daemon::start_with(&["--secret-file", s, "--control", sb.to_str().unwrap()]);
+    let node = format!("unix:{}", sa.display());
+    let hidden = hidden.to_str().unwrap();
+    for argv in [
+        [targets(), "nodump", "300", "wait"],
+        [hidden, "plain", "300", "wait"],
+    ] {
+        let (want, want_code) = reference(&argv[..3], None);
+        let (mut run, pid) = run_as(as_user(OWNER), &sa, tmp.path(), &argv);
+        sleep_ms(100);
+        let img = tmp.path().join(format!("img-{}", argv[1]));
+        let o = as_user(OWNER)
+            .args(["checkpoint", "--node", &node, &pid.to_string(), "-o"])
+            .arg(&img)
+            .arg("--with-files")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(77),
+            "owner's checkpoint of {argv:?}: {err}"
+        );
+        assert!(
+            err.contains(&format!("pid {pid} is not dumpable"))
+                && err.contains("only root through a root daemon may checkpoint it"),
+            "{err}"
+        );
+        assert!(!img.exists(), "image written for {argv:?}");
+        let (code, _, err) = migrate_as(as_user(OWNER), &sa, pid, &b.addr);
+        assert_eq!(code, 77, "owner's migrate of {argv:?}: {err}");
+        assert!(err.contains("may migrate it"), "{err}");
+        let (st, tracer) = state_and_tracer(pid);
+        assert!(st != 'T' && st != 't', "state {st} after refusals");
+        assert_eq!(tracer, "TracerPid:\t0");
+        // Root may (the daemon is root): the program keeps running.
+        let o = Command::new(env!("CARGO_BIN_EXE_halfproc"))
+            .args(["checkpoint", "--node", &node, &pid.to_string(), "-o"])
+            .arg(&img)
+            .arg("--with-files")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "root's checkpoint of {argv:?}: {err}");
+        assert!(img.join("files.img").exists());
+
+        drop(run.stdin.take());
+        let out = run.wait_with_output().unwrap();
+        assert_same(argv[1], &out.stdout, &want);
+        assert_eq!(out.status.code(), Some(want_code));
+    }
+}

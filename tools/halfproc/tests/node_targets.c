@@ -10,7 +10,8 @@
  *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
  *           would run on (the fault tests check that none does)
  *   mapfile FILE (fourth argument) mapped private and read-only at the
- *           start; a hash of its bytes is printed last */
+ *           start; a hash of its bytes is printed last
+ *   nodump  prctl(PR_SET_DUMPABLE, 0): only root may read its memory */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -67,6 +69,9 @@ int main(int argc, char **argv)
 		close(fd);
 		if (map == MAP_FAILED)
 			return 94;
+	} else if (!strcmp(mode, "nodump")) {
+		if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+			return 95;
 	} else if (!strcmp(mode, "pipe")) {
 		if (pipe(p))
 			return 91;
