@@ -264,9 +264,9 @@ fn dump_frozen(
         itimers::wait_for_queued_sigalrm(pid)?;
         pending = signals::read_pending(f, blocked, &sigactions)?;
     }
-    let itimers = itimers::carried(&last_timers, &pending, blocked, &sigactions);
+    let itimers = itimers::carried(&last_timers, &pending);
     let manifest = Manifest {
-        version: image::VERSION,
+        version: image::version_for(&itimers),
         pid,
         comm: fs::read_to_string(format!("/proc/{pid}/comm"))
             .unwrap_or_default()

@@ -186,6 +186,7 @@ int main(int argc, char **argv)
 			return 1;
 		umask(027);
 		printf("ready\n");
+		fflush(stdout);
 		while (!got)
 			spin++;
 		sigset_t cur;
@@ -303,6 +304,8 @@ int main(int argc, char **argv)
 		do
 			getitimer(ITIMER_REAL, &r);
 		while (r.it_value.tv_sec || r.it_value.tv_usec);
+		/* 0 also reads with less than 1 us left: let it expire */
+		usleep(1000);
 		if (flushed) {
 			do
 				sigpending(&pend);
