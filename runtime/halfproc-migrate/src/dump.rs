@@ -252,7 +252,7 @@ fn dump_frozen(
     let umask = u32::from_str_radix(procfs::field(&st, "Umask")?, 8).unwrap_or(0o022);
     // Last: the queues as late as possible (a signal sent after this is
     // the original's, lost if it is killed); then the timers again, and
-    // the queues once more if ITIMER_REAL expired meanwhile (see
+    // the queues once more if a timer expired meanwhile (see
     // `itimers::expired_between`).
     let mut pending = signals::read_pending(f, blocked, &sigactions)?;
     let last_timers = time("itimers", || {
@@ -260,9 +260,12 @@ fn dump_frozen(
             itimers::read(f, reader, &saved, insn, scratch)
         })
     })?;
-    if itimers::expired_between(&first_timers, &last_timers) {
-        itimers::wait_for_queued_sigalrm(pid)?;
-        pending = signals::read_pending(f, blocked, &sigactions)?;
+    let expired = itimers::expired_between(&first_timers, &last_timers);
+    if expired != 0 {
+        pending = time(crate::phases::ITIMER_EXPIRED, || {
+            itimers::wait_for_queued(pid, expired)?;
+            signals::read_pending(f, blocked, &sigactions)
+        })?;
     }
     let itimers = itimers::carried(&last_timers, &pending);
     let manifest = Manifest {
@@ -477,6 +480,16 @@ struct Queried {
     itimers: Vec<itimers::Reading>,
 }
 
+/// 32 bytes (16-aligned) for [`injecting`]'s calls, 64 bytes below the red
+/// zone (128 bytes) under the stack pointer `rsp`.
+fn scratch_below(rsp: u64) -> Result<u64> {
+    rsp.checked_sub(128 + 64).map(|a| a & !15).ok_or_else(|| {
+        Error::Restore(format!(
+            "stack pointer {rsp:#x}: no room below it for the injected calls"
+        ))
+    })
+}
+
 /// Runs `body(insn, scratch)` with the frozen target ready for system
 /// calls executed in it ([`Frozen::inject`]): `insn` a `syscall`
 /// instruction, `scratch` 32 bytes of its own stack below the red zone.
@@ -494,7 +507,7 @@ fn injecting<T>(
 ) -> Result<T> {
     let pid = f.pid();
     let insn = find_syscall_insn(reader, maps)?;
-    let scratch = (regs[reg::RSP] - 128 - 64) & !15;
+    let scratch = scratch_below(regs[reg::RSP])?;
     let ok = maps
         .iter()
         .any(|m| m.start <= scratch && scratch + 32 <= m.end && m.prot & libc::PROT_WRITE != 0);
@@ -607,4 +620,23 @@ fn query_signal_state(
         tid_address: tid_address.filter(|&a| a != 0),
         itimers: itimers::read(f, reader, regs, insn, scratch)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review of cf09db0: `rsp - 192` overflowed (a panic in debug builds,
+    /// a wrapped address in release) for a stack pointer near 0.
+    #[test]
+    fn scratch_is_below_the_red_zone_or_an_error() {
+        assert_eq!(scratch_below(0x7ffd_0000_1008).unwrap(), 0x7ffd_0000_0f40);
+        assert_eq!(scratch_below(192).unwrap(), 0);
+        for rsp in [0, 100, 191] {
+            match scratch_below(rsp) {
+                Err(Error::Restore(m)) => assert!(m.contains("no room below it"), "{m}"),
+                other => panic!("{rsp}: {other:?}"),
+            }
+        }
+    }
 }

@@ -88,36 +88,59 @@ pub(crate) fn read(
     Ok(out)
 }
 
-fn real(readings: &[Reading]) -> Option<&Reading> {
-    readings.iter().find(|r| r.which == libc::ITIMER_REAL)
+/// The signal a timer `which` sends when it expires.
+fn signal_of(which: i32) -> i32 {
+    match which {
+        libc::ITIMER_VIRTUAL => libc::SIGVTALRM,
+        libc::ITIMER_PROF => libc::SIGPROF,
+        _ => libc::SIGALRM,
+    }
 }
 
-/// Whether `ITIMER_REAL` was armed at the `first` reading and not at the
-/// `last`: it expired in between (nothing re-arms it while the target is
-/// frozen: no signal is dequeued), so its SIGALRM may have come after the
-/// queues were read between the two; they are read again once it is there
-/// ([`wait_for_queued_sigalrm`]). Without this, a timer armed at the first
-/// reading and expired before the queues were read was carried armed
-/// beside its own SIGALRM: the copy got the signal twice.
-pub(crate) fn expired_between(first: &[Reading], last: &[Reading]) -> bool {
-    matches!((real(first), real(last)), (Some(a), Some(b)) if a.value_us > 0 && b.value_us == 0)
+/// The signals (a mask, bit `n - 1` for signal `n`) of the timers that
+/// expired between the `first` and the `last` reading: armed at the first
+/// and reading 0 at the last (an `ITIMER_REAL` is not re-armed while the
+/// target is frozen, no signal being dequeued; a one-shot CPU timer, which
+/// the injected calls may run down, is disarmed when its signal is sent,
+/// under the same lock). Its signal may have come after the queues were
+/// read between the two; they are read again once it is there
+/// ([`wait_for_queued`]). Without this, an `ITIMER_REAL` armed at the
+/// first reading and expired before the queues were read was carried
+/// armed beside its own SIGALRM (the copy got the signal twice), and a
+/// one-shot CPU timer's signal sent after the queues were read was lost.
+/// (A periodic CPU timer re-armed meanwhile is not seen: one expired but
+/// not yet run reads a tick left, more than before too, and its signal
+/// comes only when the target runs.)
+pub(crate) fn expired_between(first: &[Reading], last: &[Reading]) -> u64 {
+    let mut mask = 0;
+    for a in first.iter().filter(|a| a.value_us > 0) {
+        let Some(b) = last.iter().find(|b| b.which == a.which) else {
+            continue;
+        };
+        if b.value_us == 0 {
+            mask |= 1 << (signal_of(a.which) - 1);
+        }
+    }
+    mask
 }
 
-/// Waits until SIGALRM is in the process-wide queue of the frozen `pid`
-/// (`ShdPnd`), where an `ITIMER_REAL` that expired (or had less than 1 µs
-/// left) puts it: while traced, an ignored one too. One second at most.
-pub(crate) fn wait_for_queued_sigalrm(pid: i32) -> Result<()> {
+/// Waits until every signal of `mask` is in the process-wide queue of the
+/// frozen `pid` (`ShdPnd`), where an expired interval timer puts its
+/// signal (an `ITIMER_REAL` with less than 1 µs left expires within
+/// microseconds): while traced, an ignored one too. One second at most.
+pub(crate) fn wait_for_queued(pid: i32, mask: u64) -> Result<()> {
     let limit = Duration::from_secs(1);
     let start = Instant::now();
     loop {
         let st = procfs::status(pid)?;
-        if procfs::sigmask_field(&st, "ShdPnd")? & (1 << (libc::SIGALRM - 1)) != 0 {
+        if procfs::sigmask_field(&st, "ShdPnd")? & mask == mask {
             return Ok(());
         }
         if start.elapsed() > limit {
             return Err(Error::Restore(format!(
-                "pid {pid}: its ITIMER_REAL expired while it was frozen but no SIGALRM \
-                 was queued within {limit:?}; its timer and signals cannot be read consistently"
+                "pid {pid}: an interval timer expired while it was frozen but its signal \
+                 (mask {mask:#x}) was not queued within {limit:?}; its timers and signals \
+                 cannot be read consistently"
             )));
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -279,13 +302,31 @@ mod tests {
 
     #[test]
     fn expiry_between_the_readings_is_seen() {
+        let bit = |sig: i32| 1u64 << (sig - 1);
         let armed = [reading(libc::ITIMER_REAL, 300, 0)];
         let expired = [reading(libc::ITIMER_REAL, 0, 0)];
-        assert!(expired_between(&armed, &expired));
-        assert!(!expired_between(&armed, &armed));
-        assert!(!expired_between(&expired, &expired));
+        assert_eq!(expired_between(&armed, &expired), bit(libc::SIGALRM));
+        assert_eq!(expired_between(&armed, &armed), 0);
+        assert_eq!(expired_between(&expired, &expired), 0);
         let periodic = [reading(libc::ITIMER_REAL, 0, 20_000)];
-        assert!(expired_between(&armed, &periodic));
+        assert_eq!(expired_between(&armed, &periodic), bit(libc::SIGALRM));
+        // The one-shot CPU timers (review of cf09db0).
+        let cpu = |v: u64, p: u64| {
+            [
+                reading(libc::ITIMER_VIRTUAL, v, 0),
+                reading(libc::ITIMER_PROF, p, 0),
+            ]
+        };
+        assert_eq!(
+            expired_between(&cpu(40, 30), &cpu(0, 0)),
+            bit(libc::SIGVTALRM) | bit(libc::SIGPROF)
+        );
+        assert_eq!(
+            expired_between(&cpu(40, 30), &cpu(40, 0)),
+            bit(libc::SIGPROF)
+        );
+        assert_eq!(expired_between(&cpu(40, 30), &cpu(39, 20)), 0);
+        assert_eq!(expired_between(&cpu(0, 0), &cpu(0, 0)), 0);
     }
 
     #[test]
