@@ -97,6 +97,11 @@ pub fn checkpoint_relayed(
     let frozen_for = t0.elapsed();
     match (&result, leave) {
         (Ok(_), Leave::Kill) => frozen.kill(),
+        (Ok(m), Leave::Continue) => {
+            let flushed = flush_ignored_alarm(&frozen, m);
+            drop(frozen);
+            flushed?;
+        }
         _ => drop(frozen),
     }
     let m = result?;
@@ -139,12 +144,59 @@ impl Dumped {
         d
     }
 
-    /// Detaches and lets the original continue; returns the time it was stopped.
+    /// Detaches and lets the original continue; returns the time it was
+    /// stopped. A SIGALRM it would discard is flushed first
+    /// ([`flush_ignored_alarm`]; best effort: it continues either way).
     pub fn resume(self) -> Duration {
         let d = self.since.elapsed();
+        let _ = flush_ignored_alarm(&self.frozen, &self.manifest);
         drop(self.frozen);
         d
     }
+}
+
+/// Before the dumped original `f` (`m` its image) is let go: a SIGALRM in
+/// its process-wide queue that it ignores, unblocked, is flushed by setting
+/// its disposition again (`rt_sigaction` with `SIG_IGN` flushes without a
+/// dequeue). Queued only because we trace it (untraced, the kernel
+/// discards it when sent), dequeuing it after the detach would re-arm a
+/// periodic `ITIMER_REAL` that expired while frozen, which the image (and
+/// an untraced run) has stopped.
+fn flush_ignored_alarm(f: &Frozen, m: &Manifest) -> Result<()> {
+    let alrm = 1u64 << (libc::SIGALRM - 1);
+    let ignored = m
+        .sigactions
+        .iter()
+        .find(|a| a.sig == libc::SIGALRM && a.handler == libc::SIG_IGN as u64);
+    let Some(a) = ignored.filter(|_| m.sigmask & alrm == 0) else {
+        return Ok(());
+    };
+    let pid = f.pid();
+    if procfs::sigmask_field(&procfs::status(pid)?, "ShdPnd")? & alrm == 0 {
+        return Ok(());
+    }
+    let reader = mem::reader(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let maps = procfs::maps(pid)?;
+    let regs = f.regs()?;
+    let blocked = f.sigmask()?;
+    injecting(f, &*reader, &maps, &regs, blocked, |insn, scratch| {
+        let act: Vec<u8> = [a.handler, a.flags, a.restorer, a.mask]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .and_then(|mem| mem.write_all_at(&act, scratch))
+            .map_err(|e| Error::io("write the SIGALRM disposition", e))?;
+        let nr = libc::SYS_rt_sigaction as u64;
+        match f.inject(&regs, insn, nr, &[libc::SIGALRM as u64, scratch, 0, 8])? {
+            0 => Ok(()),
+            r => Err(Error::Restore(format!(
+                "rt_sigaction(SIGALRM, SIG_IGN) in target returned {r}"
+            ))),
+        }
+    })
 }
 
 /// Refuses (without stopping anything) or stops `pid` and dumps it into

@@ -282,6 +282,53 @@ fn an_alarm_expiring_during_the_dump_arrives_once() {
     panic!("the alarm never expired during the dump in {TRIES} attempts");
 }
 
+/// A periodic ITIMER_REAL expiring, SIGALRM ignored, while the original
+/// is frozen for a checkpoint that lets it continue: its SIGALRM is
+/// queued (it is traced; untraced, the kernel discards it and the timer
+/// stops), and dequeuing it after the detach re-armed the timer for one
+/// more second while the image says stopped: "rearmed=1" (review of
+/// cf09db0). The checkpoint flushes it first. As in the test above, the
+/// expiry must be seen during the dump (5 attempts at most).
+#[test]
+fn a_continued_original_keeps_a_timer_expired_while_frozen_stopped() {
+    const TRIES: usize = 5;
+    let tmp = tempfile::tempdir().unwrap();
+    for attempt in 1..=TRIES {
+        let out = tmp.path().join(format!("out{attempt}"));
+        let pid = spawn(targets(), &["ignoredalarm"], None, &out);
+        wait_line(&out, "ready");
+        let img = tmp.path().join(format!("img{attempt}"));
+        halfproc_migrate::phases::start();
+        checkpoint(pid, &img, Leave::Continue).expect("checkpoint");
+        let phases = halfproc_migrate::phases::take();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+        let st = describe(wait(pid));
+        if !phases
+            .iter()
+            .any(|(n, _)| *n == halfproc_migrate::phases::ITIMER_EXPIRED)
+        {
+            eprintln!("attempt {attempt}: the alarm did not expire during the dump");
+            continue;
+        }
+        let stopped = image::Itimer {
+            which: libc::ITIMER_REAL,
+            value_us: 0,
+            interval_us: 1_000_000,
+        };
+        assert_eq!(image::read(&img).unwrap().itimers, [stopped]);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            text, "ready\nrearmed=0; interval us=1000000\n",
+            "attempt {attempt}"
+        );
+        assert_eq!(st, "exit 14");
+        eprintln!("the alarm expired during the dump at attempt {attempt} of {TRIES}");
+        return;
+    }
+    panic!("the alarm never expired during the dump in {TRIES} attempts");
+}
+
 #[test]
 fn corrupt_pages_are_detected() {
     let tmp = tempfile::tempdir().unwrap();
