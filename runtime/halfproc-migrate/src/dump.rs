@@ -103,6 +103,11 @@ pub fn checkpoint_into(
     let frozen_for = t0.elapsed();
     match (&result, leave) {
         (Ok(_), Leave::Kill) => frozen.kill(),
+        (Ok(m), Leave::Continue) => {
+            let flushed = flush_ignored_alarm(&frozen, m);
+            drop(frozen);
+            flushed?;
+        }
         _ => drop(frozen),
     }
     let m = result?;
@@ -145,12 +150,59 @@ impl Dumped {
         d
     }
 
-    /// Detaches and lets the original continue; returns the time it was stopped.
+    /// Detaches and lets the original continue; returns the time it was
+    /// stopped. A SIGALRM it would discard is flushed first
+    /// ([`flush_ignored_alarm`]; best effort: it continues either way).
     pub fn resume(self) -> Duration {
         let d = self.since.elapsed();
+        let _ = flush_ignored_alarm(&self.frozen, &self.manifest);
         drop(self.frozen);
         d
     }
+}
+
+/// Before the dumped original `f` (`m` its image) is let go: a SIGALRM in
+/// its process-wide queue that it ignores, unblocked, is flushed by setting
+/// its disposition again (`rt_sigaction` with `SIG_IGN` flushes without a
+/// dequeue). Queued only because we trace it (untraced, the kernel
+/// discards it when sent), dequeuing it after the detach would re-arm a
+/// periodic `ITIMER_REAL` that expired while frozen, which the image (and
+/// an untraced run) has stopped.
+fn flush_ignored_alarm(f: &Frozen, m: &Manifest) -> Result<()> {
+    let alrm = 1u64 << (libc::SIGALRM - 1);
+    let ignored = m
+        .sigactions
+        .iter()
+        .find(|a| a.sig == libc::SIGALRM && a.handler == libc::SIG_IGN as u64);
+    let Some(a) = ignored.filter(|_| m.sigmask & alrm == 0) else {
+        return Ok(());
+    };
+    let pid = f.pid();
+    if procfs::sigmask_field(&procfs::status(pid)?, "ShdPnd")? & alrm == 0 {
+        return Ok(());
+    }
+    let reader = mem::reader(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let maps = procfs::maps(pid)?;
+    let regs = f.regs()?;
+    let blocked = f.sigmask()?;
+    injecting(f, &*reader, &maps, &regs, blocked, |insn, scratch| {
+        let act: Vec<u8> = [a.handler, a.flags, a.restorer, a.mask]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .and_then(|mem| mem.write_all_at(&act, scratch))
+            .map_err(|e| Error::io("write the SIGALRM disposition", e))?;
+        let nr = libc::SYS_rt_sigaction as u64;
+        match f.inject(&regs, insn, nr, &[libc::SIGALRM as u64, scratch, 0, 8])? {
+            0 => Ok(()),
+            r => Err(Error::Restore(format!(
+                "rt_sigaction(SIGALRM, SIG_IGN) in target returned {r}"
+            ))),
+        }
+    })
 }
 
 /// Refuses (without stopping anything) or stops `pid` and dumps it into
@@ -258,7 +310,7 @@ fn dump_frozen(
     let umask = u32::from_str_radix(procfs::field(&st, "Umask")?, 8).unwrap_or(0o022);
     // Last: the queues as late as possible (a signal sent after this is
     // the original's, lost if it is killed); then the timers again, and
-    // the queues once more if ITIMER_REAL expired meanwhile (see
+    // the queues once more if a timer expired meanwhile (see
     // `itimers::expired_between`).
     let mut pending = signals::read_pending(f, blocked, &sigactions)?;
     let last_timers = time("itimers", || {
@@ -266,13 +318,16 @@ fn dump_frozen(
             itimers::read(f, reader, &saved, insn, scratch)
         })
     })?;
-    if itimers::expired_between(&first_timers, &last_timers) {
-        itimers::wait_for_queued_sigalrm(pid)?;
-        pending = signals::read_pending(f, blocked, &sigactions)?;
+    let expired = itimers::expired_between(&first_timers, &last_timers);
+    if expired != 0 {
+        pending = time(crate::phases::ITIMER_EXPIRED, || {
+            itimers::wait_for_queued(pid, expired)?;
+            signals::read_pending(f, blocked, &sigactions)
+        })?;
     }
-    let itimers = itimers::carried(&last_timers, &pending, blocked, &sigactions);
+    let itimers = itimers::carried(&last_timers, &pending);
     let manifest = Manifest {
-        version: image::VERSION,
+        version: image::version_for(&itimers),
         pid,
         comm: fs::read_to_string(format!("/proc/{pid}/comm"))
             .unwrap_or_default()
@@ -483,6 +538,16 @@ struct Queried {
     itimers: Vec<itimers::Reading>,
 }
 
+/// 32 bytes (16-aligned) for [`injecting`]'s calls, 64 bytes below the red
+/// zone (128 bytes) under the stack pointer `rsp`.
+fn scratch_below(rsp: u64) -> Result<u64> {
+    rsp.checked_sub(128 + 64).map(|a| a & !15).ok_or_else(|| {
+        Error::Restore(format!(
+            "stack pointer {rsp:#x}: no room below it for the injected calls"
+        ))
+    })
+}
+
 /// Runs `body(insn, scratch)` with the frozen target ready for system
 /// calls executed in it ([`Frozen::inject`]): `insn` a `syscall`
 /// instruction, `scratch` 32 bytes of its own stack below the red zone.
@@ -500,7 +565,7 @@ fn injecting<T>(
 ) -> Result<T> {
     let pid = f.pid();
     let insn = find_syscall_insn(reader, maps)?;
-    let scratch = (regs[reg::RSP] - 128 - 64) & !15;
+    let scratch = scratch_below(regs[reg::RSP])?;
     let ok = maps
         .iter()
         .any(|m| m.start <= scratch && scratch + 32 <= m.end && m.prot & libc::PROT_WRITE != 0);
@@ -613,4 +678,23 @@ fn query_signal_state(
         tid_address: tid_address.filter(|&a| a != 0),
         itimers: itimers::read(f, reader, regs, insn, scratch)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review of cf09db0: `rsp - 192` overflowed (a panic in debug builds,
+    /// a wrapped address in release) for a stack pointer near 0.
+    #[test]
+    fn scratch_is_below_the_red_zone_or_an_error() {
+        assert_eq!(scratch_below(0x7ffd_0000_1008).unwrap(), 0x7ffd_0000_0f40);
+        assert_eq!(scratch_below(192).unwrap(), 0);
+        for rsp in [0, 100, 191] {
+            match scratch_below(rsp) {
+                Err(Error::Restore(m)) => assert!(m.contains("no room below it"), "{m}"),
+                other => panic!("{rsp}: {other:?}"),
+            }
+        }
+    }
 }

@@ -7,12 +7,27 @@ use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::Path;
 
-/// Format version written by this crate. 2 added `pending` (queued
-/// signals): a reader of version 1 would drop them without a word; 3
-/// added `itimers` (the same); 4 added stopped timers (`Itimer::value_us`
-/// 0: a periodic `ITIMER_REAL` whose SIGALRM the kernel discarded, which a
-/// reader of 3 would set disarmed and without its interval).
+/// Newest format version, read and written by this crate. 2 added
+/// `pending` (queued signals): a reader of version 1 would drop them
+/// without a word; 3 added `itimers` (the same); 4 added stopped timers
+/// (`Itimer::value_us` 0: a periodic `ITIMER_REAL` whose SIGALRM the
+/// kernel discarded or flushed, which a reader of 3 would set disarmed and
+/// without its interval). An image is written in the oldest version that
+/// holds it ([`version_for`]): 3 without a stopped timer, so that older
+/// tools still restore it. (Version 3 images written by tools before
+/// version 4 existed carried such a stopped timer armed with its interval,
+/// and their restorers re-arm it: that is in those images, not fixable at
+/// read.)
 pub const VERSION: u32 = 4;
+/// The version an image with the interval timers `itimers` is written in:
+/// 4 with a stopped one (`value_us` 0), 3 otherwise.
+pub fn version_for(itimers: &[Itimer]) -> u32 {
+    if itimers.iter().any(|t| t.value_us == 0) {
+        4
+    } else {
+        3
+    }
+}
 /// Oldest version `read` accepts (refusing older and newer ones). A version
 /// 1 image has no `pending`: its writer refused processes with pending
 /// signals, so "none" is exact.
@@ -393,8 +408,31 @@ fn check_manifest(m: &Manifest) -> Result<()> {
     if crc32fast::hash(&m.xstate) != m.xstate_crc {
         return Err(Error::Image("xsave area checksum mismatch".into()));
     }
+    check_sigactions(&m.sigactions)?;
     m.pending.iter().try_for_each(PendingSignal::check)?;
     crate::itimers::check(m)
+}
+
+/// Checks the dispositions: each for a signal the restorer can set
+/// (1 to 64 but SIGKILL and SIGSTOP) and at most once. With two, the
+/// restorer would set the last while checks (`itimers::check`) and the
+/// dump's reasoning looked at the first.
+fn check_sigactions(actions: &[SigAction]) -> Result<()> {
+    for (i, a) in actions.iter().enumerate() {
+        if !(1..=64).contains(&a.sig) || a.sig == libc::SIGKILL || a.sig == libc::SIGSTOP {
+            return Err(Error::Image(format!(
+                "disposition of signal {}: not a signal whose disposition can be set",
+                a.sig
+            )));
+        }
+        if actions[..i].iter().any(|b| b.sig == a.sig) {
+            return Err(Error::Image(format!(
+                "disposition of signal {} carried twice",
+                a.sig
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks the page contents against the manifest: size, CRC-32, and every
@@ -414,4 +452,53 @@ pub fn verify_pages(m: &Manifest, data: &[u8]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn action(sig: i32, handler: u64) -> SigAction {
+        SigAction {
+            sig,
+            handler,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        }
+    }
+
+    /// Review finding on cf09db0: [SIGALRM ignored, SIGALRM default] was
+    /// read; the restorer set the last one.
+    #[test]
+    fn duplicate_or_unknown_dispositions_are_refused_naming_the_signal() {
+        let ign = libc::SIG_IGN as u64;
+        let all: Vec<SigAction> = (1..=64)
+            .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
+            .map(|s| action(s, 0))
+            .collect();
+        check_sigactions(&all).expect("one of each");
+        check_sigactions(&[]).expect("none");
+        let twice = [action(libc::SIGALRM, ign), action(libc::SIGALRM, 0)];
+        let refused = |a: &[SigAction], want: &str| match check_sigactions(a) {
+            Err(Error::Image(m)) => assert!(m.contains(want), "{m}"),
+            other => panic!("{a:?}: {other:?}"),
+        };
+        refused(&twice, "signal 14 carried twice");
+        for sig in [0, 65, -1, libc::SIGKILL, libc::SIGSTOP] {
+            refused(&[action(sig, ign)], &format!("signal {sig}: not a signal"));
+        }
+    }
+
+    #[test]
+    fn written_as_version_3_unless_a_timer_is_stopped() {
+        let t = |value_us| Itimer {
+            which: libc::ITIMER_REAL,
+            value_us,
+            interval_us: 20_000,
+        };
+        assert_eq!(version_for(&[]), 3);
+        assert_eq!(version_for(&[t(5)]), 3);
+        assert_eq!(version_for(&[t(0)]), 4);
+    }
 }

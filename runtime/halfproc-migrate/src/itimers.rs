@@ -6,17 +6,16 @@
 //! process-wide queue and stops. A periodic one is re-armed only when a
 //! SIGALRM is dequeued from that queue (`dequeue_signal`): until then its
 //! value reads 0 and its interval still reads. A SIGALRM the kernel never
-//! queues (ignored and not blocked when sent, to an untraced process) or
-//! flushes (`SIG_IGN` set while it was pending) is never dequeued: the
-//! periodic timer has stopped for good (until `setitimer`, or a SIGALRM
-//! from someone else dequeued from that queue). So a periodic
-//! `ITIMER_REAL` reading 0 runs again in the copy only with a SIGALRM
-//! carried in the process-wide queue. Without one it is stopped: with
-//! SIGALRM ignored and not blocked, carried as stopped (`value_us` 0) and
-//! stopped the same way in the copy (set to expire in 1 µs while SIGALRM
-//! is ignored and unblocked: the kernel discards that SIGALRM), so that it
-//! keeps its interval; otherwise (a handler installed or SIGALRM blocked
-//! since) carried as disarmed: its interval reads 0 in the copy.
+//! queues (ignored and not blocked when sent, to an untraced process: a
+//! traced one gets every signal queued) or flushes (`SIG_IGN` set while it
+//! was pending) is never dequeued: the periodic timer has stopped for good
+//! (until `setitimer`, or a SIGALRM from someone else dequeued from that
+//! queue). So a periodic `ITIMER_REAL` reading 0 runs again in the copy
+//! only with a SIGALRM carried in the process-wide queue. Without one it
+//! is carried stopped (`value_us` 0, its interval; image version 4) and
+//! the restorer stops it the same way (`restore_itimers::stop_real`:
+//! expired with its SIGALRM blocked, waited for, then flushed), whatever
+//! SIGALRM's disposition and mask.
 //!
 //! While we trace the target every signal sent to it is queued, ignored
 //! ones too (`sig_ignored` is false for a traced task): a SIGALRM that
@@ -24,14 +23,16 @@
 //! it out when delivery would drop it (ignored, not blocked), which is what
 //! sending it untraced would have done.
 //!
-//! `getitimer` truncates to microseconds: an `ITIMER_REAL` with less than
-//! 1 µs left reads 0 too; it expires within microseconds, so a reading
-//! taken long before the queues (the first, before the memory is dumped)
-//! is followed by its SIGALRM in them.
+//! An expired `ITIMER_REAL` whose expiry has not run yet (the hrtimer
+//! still active: its callback, which queues the SIGALRM, is late) reads
+//! 1 µs, not 0. `getitimer` truncates to microseconds: one with less than
+//! 1 µs left reads 0; it expires within microseconds, so a reading taken
+//! long before the queues (the first, before the memory is dumped) is
+//! followed by its SIGALRM in them.
 
 use crate::error::{Error, Result};
 use crate::freeze::Frozen;
-use crate::image::{Itimer, Manifest, PendingSignal, SigAction};
+use crate::image::{Itimer, Manifest, PendingSignal};
 use crate::mem::MemoryReader;
 use crate::procfs;
 use std::time::{Duration, Instant};
@@ -87,70 +88,75 @@ pub(crate) fn read(
     Ok(out)
 }
 
-fn real(readings: &[Reading]) -> Option<&Reading> {
-    readings.iter().find(|r| r.which == libc::ITIMER_REAL)
+/// The signal a timer `which` sends when it expires.
+fn signal_of(which: i32) -> i32 {
+    match which {
+        libc::ITIMER_VIRTUAL => libc::SIGVTALRM,
+        libc::ITIMER_PROF => libc::SIGPROF,
+        _ => libc::SIGALRM,
+    }
 }
 
-/// Whether `ITIMER_REAL` was armed at the `first` reading and not at the
-/// `last`: it expired in between (nothing re-arms it while the target is
-/// frozen: no signal is dequeued), so its SIGALRM may have come after the
-/// queues were read between the two; they are read again once it is there
-/// ([`wait_for_queued_sigalrm`]). Without this, a timer armed at the first
-/// reading and expired before the queues were read was carried armed
-/// beside its own SIGALRM: the copy got the signal twice.
-pub(crate) fn expired_between(first: &[Reading], last: &[Reading]) -> bool {
-    matches!((real(first), real(last)), (Some(a), Some(b)) if a.value_us > 0 && b.value_us == 0)
+/// The signals (a mask, bit `n - 1` for signal `n`) of the timers that
+/// expired between the `first` and the `last` reading: armed at the first
+/// and reading 0 at the last (an `ITIMER_REAL` is not re-armed while the
+/// target is frozen, no signal being dequeued; a one-shot CPU timer, which
+/// the injected calls may run down, is disarmed when its signal is sent,
+/// under the same lock). Its signal may have come after the queues were
+/// read between the two; they are read again once it is there
+/// ([`wait_for_queued`]). Without this, an `ITIMER_REAL` armed at the
+/// first reading and expired before the queues were read was carried
+/// armed beside its own SIGALRM (the copy got the signal twice), and a
+/// one-shot CPU timer's signal sent after the queues were read was lost.
+/// (A periodic CPU timer re-armed meanwhile is not seen: one expired but
+/// not yet run reads a tick left, more than before too, and its signal
+/// comes only when the target runs.)
+pub(crate) fn expired_between(first: &[Reading], last: &[Reading]) -> u64 {
+    let mut mask = 0;
+    for a in first.iter().filter(|a| a.value_us > 0) {
+        let Some(b) = last.iter().find(|b| b.which == a.which) else {
+            continue;
+        };
+        if b.value_us == 0 {
+            mask |= 1 << (signal_of(a.which) - 1);
+        }
+    }
+    mask
 }
 
-/// Waits until SIGALRM is in the process-wide queue of the frozen `pid`
-/// (`ShdPnd`), where an `ITIMER_REAL` that expired (or had less than 1 µs
-/// left) puts it: while traced, an ignored one too. One second at most.
-pub(crate) fn wait_for_queued_sigalrm(pid: i32) -> Result<()> {
+/// Waits until every signal of `mask` is in the process-wide queue of the
+/// frozen `pid` (`ShdPnd`), where an expired interval timer puts its
+/// signal (an `ITIMER_REAL` with less than 1 µs left expires within
+/// microseconds): while traced, an ignored one too. One second at most.
+pub(crate) fn wait_for_queued(pid: i32, mask: u64) -> Result<()> {
     let limit = Duration::from_secs(1);
     let start = Instant::now();
     loop {
         let st = procfs::status(pid)?;
-        if procfs::sigmask_field(&st, "ShdPnd")? & (1 << (libc::SIGALRM - 1)) != 0 {
+        if procfs::sigmask_field(&st, "ShdPnd")? & mask == mask {
             return Ok(());
         }
         if start.elapsed() > limit {
             return Err(Error::Restore(format!(
-                "pid {pid}: its ITIMER_REAL expired while it was frozen but no SIGALRM \
-                 was queued within {limit:?}; its timer and signals cannot be read consistently"
+                "pid {pid}: an interval timer expired while it was frozen but its signal \
+                 (mask {mask:#x}) was not queued within {limit:?}; its timers and signals \
+                 cannot be read consistently"
             )));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
 }
 
-const ALRM: u64 = 1 << (libc::SIGALRM - 1);
-
-/// Whether SIGALRM is ignored and not blocked under the mask `blocked`
-/// and the dispositions `actions`: the kernel discards it when sent (to an
-/// untraced process).
-fn alrm_discarded(blocked: u64, actions: &[SigAction]) -> bool {
-    blocked & ALRM == 0
-        && actions
-            .iter()
-            .any(|a| a.sig == libc::SIGALRM && a.handler == libc::SIG_IGN as u64)
-}
-
 /// The timers carried, from the `last` reading (taken after the queues
-/// were read), the pending signals carried (`pending`: those delivery
-/// would drop already left out), the mask `blocked` and the dispositions
-/// `actions`. An armed timer keeps what was left and its interval. A
-/// periodic `ITIMER_REAL` reading 0 runs again one interval from the
-/// restore if a SIGALRM is carried in the process-wide queue (the kernel
-/// would re-arm it when dequeuing that signal); otherwise its SIGALRM was
-/// discarded and it never runs again: carried stopped (`value_us` 0) with
-/// SIGALRM ignored and unblocked, not at all otherwise. The others reading
-/// 0 are disarmed.
-pub(crate) fn carried(
-    last: &[Reading],
-    pending: &[PendingSignal],
-    blocked: u64,
-    actions: &[SigAction],
-) -> Vec<Itimer> {
+/// were read) and the pending signals carried (`pending`: those delivery
+/// would drop already left out). An armed timer keeps what was left and
+/// its interval. A periodic `ITIMER_REAL` reading 0 runs again one
+/// interval from the restore if a SIGALRM is carried in the process-wide
+/// queue (the kernel would re-arm it when dequeuing that signal);
+/// otherwise its SIGALRM was discarded or flushed and it never runs again:
+/// carried stopped (`value_us` 0, its interval), whatever SIGALRM's
+/// disposition and mask are now. The others reading 0 are disarmed.
+pub(crate) fn carried(last: &[Reading], pending: &[PendingSignal]) -> Vec<Itimer> {
     let alrm_queued = pending.iter().any(|s| s.shared && s.signo == libc::SIGALRM);
     last.iter()
         .filter_map(|r| {
@@ -160,10 +166,8 @@ pub(crate) fn carried(
                 return None;
             } else if alrm_queued {
                 r.interval_us
-            } else if alrm_discarded(blocked, actions) {
-                0
             } else {
-                return None;
+                0
             };
             Some(Itimer {
                 which: r.which,
@@ -175,9 +179,9 @@ pub(crate) fn carried(
 }
 
 /// Checks the timers of an image: each at most once, and a stopped one
-/// (`value_us` 0, version 4 on) only for a periodic `ITIMER_REAL` with
-/// SIGALRM ignored, not blocked and not pending (what the restorer's way
-/// of stopping it, [`stopped_real`], needs).
+/// (`value_us` 0, version 4 on) only for a periodic `ITIMER_REAL` with no
+/// SIGALRM pending in the process-wide queue (dequeuing it would re-arm
+/// the timer: the dump carries such a timer running).
 pub(crate) fn check(m: &Manifest) -> Result<()> {
     for (i, t) in m.itimers.iter().enumerate() {
         let known = [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF];
@@ -190,16 +194,14 @@ pub(crate) fn check(m: &Manifest) -> Result<()> {
         if t.value_us > 0 {
             continue;
         }
-        let alrm_pending = m.pending.iter().any(|s| s.signo == libc::SIGALRM);
-        if m.version < 4
-            || t.which != libc::ITIMER_REAL
-            || t.interval_us == 0
-            || alrm_pending
-            || !alrm_discarded(m.sigmask, &m.sigactions)
-        {
+        let alrm_queued = m
+            .pending
+            .iter()
+            .any(|s| s.shared && s.signo == libc::SIGALRM);
+        if m.version < 4 || t.which != libc::ITIMER_REAL || t.interval_us == 0 || alrm_queued {
             return Err(Error::Image(format!(
                 "interval timer {} carried with nothing left (interval {} us, image version {}): \
-                 only a periodic ITIMER_REAL with SIGALRM ignored, unblocked and not pending \
+                 only a periodic ITIMER_REAL with no SIGALRM pending in the process-wide queue \
                  is carried stopped, from version 4 on",
                 t.which, t.interval_us, m.version
             )));
@@ -209,9 +211,8 @@ pub(crate) fn check(m: &Manifest) -> Result<()> {
 }
 
 /// The stopped `ITIMER_REAL` of `m` ([`check`]ed), which the restorer
-/// stops again: set to expire in 1 µs with its interval while SIGALRM is
-/// ignored and unblocked, its SIGALRM is discarded and the kernel leaves it
-/// stopped, `getitimer` reading 0 and the interval, as the original's.
+/// stops again (`restore_itimers::stop_real`): `getitimer` reads 0 and
+/// the interval, as the original's.
 pub(crate) fn stopped_real(m: &Manifest) -> Option<&Itimer> {
     m.itimers
         .iter()
@@ -258,19 +259,6 @@ mod tests {
         }
     }
 
-    fn alrm_action(handler: u64) -> Vec<SigAction> {
-        vec![SigAction {
-            sig: libc::SIGALRM,
-            handler,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        }]
-    }
-
-    const HANDLER: u64 = 0x401000;
-    const IGN: u64 = libc::SIG_IGN as u64;
-
     #[test]
     fn armed_timers_keep_value_and_interval() {
         let last = [
@@ -282,11 +270,8 @@ mod tests {
             itimer(libc::ITIMER_REAL, 1500, 20_000),
             itimer(libc::ITIMER_VIRTUAL, 999_000, 0),
         ];
-        for handler in [HANDLER, IGN] {
-            let act = alrm_action(handler);
-            assert_eq!(carried(&last, &[], 0, &act), want);
-            assert_eq!(carried(&last, &[alrm(true)], ALRM, &act), want);
-        }
+        assert_eq!(carried(&last, &[]), want);
+        assert_eq!(carried(&last, &[alrm(true)]), want);
     }
 
     /// The finding of 2026-11-28: an expired periodic ITIMER_REAL whose
@@ -296,18 +281,12 @@ mod tests {
         let last = [reading(libc::ITIMER_REAL, 0, 20_000)];
         let running = vec![itimer(libc::ITIMER_REAL, 20_000, 20_000)];
         let stopped = vec![itimer(libc::ITIMER_REAL, 0, 20_000)];
-        let (handler, ign) = (alrm_action(HANDLER), alrm_action(IGN));
-        // Pending (blocked, or not delivered yet; ignored but blocked).
-        assert_eq!(carried(&last, &[alrm(true)], 0, &handler), running);
-        assert_eq!(carried(&last, &[alrm(true)], ALRM, &handler), running);
-        assert_eq!(carried(&last, &[alrm(true)], ALRM, &ign), running);
-        // Discarded: stopped for good; kept stopped where SIGALRM is still
-        // ignored and unblocked, disarmed where it is not.
-        assert_eq!(carried(&last, &[], 0, &ign), stopped);
-        assert_eq!(carried(&last, &[], 0, &handler), vec![]);
-        assert_eq!(carried(&last, &[], ALRM, &ign), vec![]);
+        // Pending in the process-wide queue: dequeuing it re-arms.
+        assert_eq!(carried(&last, &[alrm(true)]), running);
+        // Discarded or flushed: stopped for good, with its interval.
+        assert_eq!(carried(&last, &[]), stopped);
         // tgkill'd to the thread: dequeuing it does not re-arm the timer.
-        assert_eq!(carried(&last, &[alrm(false)], ALRM, &handler), vec![]);
+        assert_eq!(carried(&last, &[alrm(false)]), stopped);
     }
 
     #[test]
@@ -317,22 +296,37 @@ mod tests {
             reading(libc::ITIMER_VIRTUAL, 0, 5000),
             reading(libc::ITIMER_PROF, 0, 7_000_000),
         ];
-        assert_eq!(
-            carried(&last, &[alrm(true)], 0, &alrm_action(HANDLER)),
-            vec![]
-        );
-        assert_eq!(carried(&last, &[], 0, &alrm_action(IGN)), vec![]);
+        assert_eq!(carried(&last, &[alrm(true)]), vec![]);
+        assert_eq!(carried(&last, &[]), vec![]);
     }
 
     #[test]
     fn expiry_between_the_readings_is_seen() {
+        let bit = |sig: i32| 1u64 << (sig - 1);
         let armed = [reading(libc::ITIMER_REAL, 300, 0)];
         let expired = [reading(libc::ITIMER_REAL, 0, 0)];
-        assert!(expired_between(&armed, &expired));
-        assert!(!expired_between(&armed, &armed));
-        assert!(!expired_between(&expired, &expired));
+        assert_eq!(expired_between(&armed, &expired), bit(libc::SIGALRM));
+        assert_eq!(expired_between(&armed, &armed), 0);
+        assert_eq!(expired_between(&expired, &expired), 0);
         let periodic = [reading(libc::ITIMER_REAL, 0, 20_000)];
-        assert!(expired_between(&armed, &periodic));
+        assert_eq!(expired_between(&armed, &periodic), bit(libc::SIGALRM));
+        // The one-shot CPU timers (review of cf09db0).
+        let cpu = |v: u64, p: u64| {
+            [
+                reading(libc::ITIMER_VIRTUAL, v, 0),
+                reading(libc::ITIMER_PROF, p, 0),
+            ]
+        };
+        assert_eq!(
+            expired_between(&cpu(40, 30), &cpu(0, 0)),
+            bit(libc::SIGVTALRM) | bit(libc::SIGPROF)
+        );
+        assert_eq!(
+            expired_between(&cpu(40, 30), &cpu(40, 0)),
+            bit(libc::SIGPROF)
+        );
+        assert_eq!(expired_between(&cpu(40, 30), &cpu(39, 20)), 0);
+        assert_eq!(expired_between(&cpu(0, 0), &cpu(0, 0)), 0);
     }
 
     #[test]

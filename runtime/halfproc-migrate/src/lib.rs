@@ -41,6 +41,7 @@ mod dump_read;
 pub mod files_img;
 mod restore;
 mod restore_check;
+mod restore_itimers;
 mod restore_moves;
 pub mod restore_need;
 mod restore_plan;

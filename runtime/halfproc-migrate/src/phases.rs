@@ -7,6 +7,11 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
+/// The phase in which a checkpoint waits for the signal of an interval
+/// timer that expired between its two readings and reads the queues again
+/// (`itimers::expired_between`): there only when that happened.
+pub const ITIMER_EXPIRED: &str = "itimers: expired while frozen, queues read again";
+
 thread_local! {
     static PHASES: RefCell<Option<Vec<(&'static str, Duration)>>> = const { RefCell::new(None) };
 }

@@ -56,13 +56,15 @@ pub(crate) struct Layout {
     pub(crate) end: u64,
 }
 
-struct Blob {
+/// The blob's data being laid out from `base`.
+pub(crate) struct Blob {
     base: u64,
     bytes: Vec<u8>,
 }
 
 impl Blob {
-    fn push(&mut self, data: &[u8], align: usize) -> u64 {
+    /// Appends `data` aligned to `align`; returns its address.
+    pub(crate) fn push(&mut self, data: &[u8], align: usize) -> u64 {
         while self.bytes.len() % align != 0 {
             self.bytes.push(0);
         }
@@ -489,6 +491,9 @@ pub(crate) fn plan(
         "prctl(PR_SET_MM_MAP)".into(),
     );
 
+    // A stopped ITIMER_REAL: with every signal blocked and fd 0 free.
+    crate::restore_itimers::stop_real(m, &mut b, &mut op);
+
     // Every open file description is first made at a temporary number
     // above the helpers (the low fds are all free, so open returns 0 and
     // pipe2 returns 0 and 1), then dup2-ed to its numbers.
@@ -609,23 +614,6 @@ pub(crate) fn plan(
             format!("rt_sigaction({})", s.sig),
         );
     }
-    // A stopped ITIMER_REAL (SIGALRM ignored): see `itimers::stopped_real`.
-    if let Some(t) = crate::itimers::stopped_real(m) {
-        let alrm = b.push(&(1u64 << (SIGALRM - 1)).to_le_bytes(), 8);
-        let at = b.push(&crate::itimers::itimerval(1, t.interval_us), 8);
-        let what = "unblock SIGALRM (ignored) to stop ITIMER_REAL".into();
-        op(
-            SYS_rt_sigprocmask,
-            &[SIG_UNBLOCK as u64, alrm, 0, 8],
-            0,
-            what,
-        );
-        let what = format!(
-            "setitimer(ITIMER_REAL, 1 us, {} us), to stop",
-            t.interval_us
-        );
-        op(SYS_setitimer, &[ITIMER_REAL as u64, at, 0], 0, what);
-    }
     for l in &m.rlimits {
         let a = b.push(&[l.cur.to_le_bytes(), l.max.to_le_bytes()].concat(), 8);
         op(
@@ -741,18 +729,7 @@ pub(crate) fn plan(
         }
     }
 
-    // The interval timers last, so that a copy held stopped does not spend
-    // them: what was left at the freeze runs from here on. A stopped one
-    // is stopped above.
-    for t in m.itimers.iter().filter(|t| t.value_us > 0) {
-        let at = b.push(&crate::itimers::itimerval(t.value_us, t.interval_us), 8);
-        op(
-            SYS_setitimer,
-            &[t.which as u64, at, 0],
-            0,
-            format!("setitimer({}, {} us)", t.which, t.value_us),
-        );
-    }
+    crate::restore_itimers::arm(m, &mut b, &mut op);
 
     let xsave = sigframe::xsave_image(&m.xstate);
     let fpstate = b.push(&xsave, 64);

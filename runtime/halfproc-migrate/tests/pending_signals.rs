@@ -88,7 +88,10 @@ fn pending_signals_survive_20_checkpoints_and_restores() {
         checkpoint(pid, &img, Leave::Kill)
             .unwrap_or_else(|e| panic!("round {round}: checkpoint: {e}"));
         let m = image::read(&img).unwrap();
-        assert_eq!(m.version, image::VERSION);
+        assert_eq!(
+            m.version, 3,
+            "no stopped timer: the version older tools read"
+        );
         // 7 in the thread's queue, 12 in the process's (RTMIN+5 without
         // siginfo carried as the zeroed SI_USER one delivery would give).
         let c = carried(&m);

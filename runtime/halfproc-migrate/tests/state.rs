@@ -6,10 +6,14 @@ mod common;
 use common::*;
 use halfproc_migrate::{checkpoint, image, restore, Error, Leave};
 
-/// Checkpoints `pid` (killing it), restores it, lets it run 100 ms, sends
+/// Checkpoints `pid` (killing it) once it wrote "ready" to `ready` (150
+/// ms after its start without), restores it, lets it run 100 ms, sends
 /// SIGUSR1 and returns its wait status.
-fn migrate_then_usr1(pid: i32, tmp: &std::path::Path) -> String {
-    sleep_ms(150);
+fn migrate_then_usr1(pid: i32, tmp: &std::path::Path, ready: Option<&std::path::Path>) -> String {
+    match ready {
+        Some(out) => drop(wait_line(out, "ready")),
+        None => sleep_ms(150),
+    }
     let img = tmp.join("img");
     checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
     let r = restore(&img).expect("restore");
@@ -26,7 +30,7 @@ fn handlers_mask_cwd_umask_survive() {
     std::fs::create_dir(&work).unwrap();
     let out = tmp.path().join("out");
     let pid = spawn(targets(), &["signals", work.to_str().unwrap()], None, &out);
-    let st = migrate_then_usr1(pid, tmp.path());
+    let st = migrate_then_usr1(pid, tmp.path(), Some(&out));
     let text = std::fs::read_to_string(&out).unwrap();
     let want = format!(
         "ready\naltstack ok=1; clock ok=1; vdso at auxv address=1\ngot usr1; usr2 blocked=1; sigpipe ignored=1; umask=027; cwd={}\n",
@@ -43,8 +47,9 @@ fn moved_three_times(args: &[&str]) -> (String, String) {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let mut pid = spawn(targets(), args, None, &out);
+    wait_line(&out, "ready");
     for i in 0..3 {
-        sleep_ms(150);
+        sleep_ms(50);
         let img = tmp.path().join(format!("img{i}"));
         checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
         pid = restore(&img).expect("restore").pid;
@@ -115,55 +120,69 @@ fn interval_timers_survive_when(how: &str) {
 /// by setting SIG_IGN, the handler back since) stays stopped across three
 /// moves, as it does in a run that is not moved (checked first): getitimer
 /// never reads it armed, a handler installed after the moves sees no
-/// SIGALRM, and where SIGALRM is still ignored its interval still reads.
-/// Before (the review finding of 2026-11-28), every move armed it again
-/// with its interval: "rearmed=1", and "ticks" above 0 with the handler.
+/// SIGALRM, and its interval still reads. Before (the review finding of
+/// 2026-11-28), every move armed it again with its interval: "rearmed=1",
+/// and "ticks" above 0 with the handler; then (cf09db0) the "flushed"
+/// one, its SIGALRM caught, was carried disarmed: "interval us=0". (The
+/// restorer's stop arming it for 1 µs with SIGALRM caught, as cf09db0's
+/// did with it ignored, would give "ticks=1".)
 #[test]
 fn interval_timers_survive_a_discarded_sigalrm_stopped() {
-    for (how, interval) in [("ignored", 100_000), ("flushed", 0)] {
+    for how in ["ignored", "flushed"] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
         let pid = spawn(targets(), &["deadtimer", how], None, &out);
-        sleep_ms(150);
+        wait_line(&out, "ready");
         // SAFETY: signalling our own child.
         unsafe { libc::kill(pid, libc::SIGUSR1) };
         let st = describe(wait(pid));
-        let unmoved = "ready\nrearmed=0; ticks=0; interval us=100000\n";
-        assert_eq!(std::fs::read_to_string(&out).unwrap(), unmoved, "{how}");
+        let want = "ready\nrearmed=0; ticks=0; interval us=100000\n";
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), want, "{how}");
         assert_eq!(st, "exit 12", "{how}");
 
         let (moved, st) = moved_three_times(&["deadtimer", how]);
-        let want = format!("ready\nrearmed=0; ticks=0; interval us={interval}\n");
         assert_eq!(moved, want, "{how}");
         assert_eq!(st, "exit 12", "{how}");
     }
 }
 
-/// The stopped timer of `deadtimer ignored` is carried as such (value 0,
-/// its interval; image version 4); a version 3 image with one (whose
-/// readers would set it disarmed, losing its interval) and one whose
-/// SIGALRM is not ignored (which the restorer cannot stop the same way)
-/// are refused, naming the timer; a version 3 image without one is read.
+/// The stopped timer of `deadtimer` is carried as such (value 0, its
+/// interval; image version 4), with SIGALRM ignored ("ignored") or caught
+/// ("flushed"); a version 3 image with one (whose readers would set it
+/// disarmed, losing its interval) and one with a SIGALRM pending in the
+/// process-wide queue (whose dequeue would re-arm it) are refused, naming
+/// the timer; a version 3 image without one is read. An image without a
+/// stopped timer is written as version 3, which older tools read
+/// (`itimers running`).
 #[test]
 fn a_stopped_interval_timer_is_image_version_4() {
     let tmp = tempfile::tempdir().unwrap();
-    let pid = spawn(
-        targets(),
-        &["deadtimer", "ignored"],
-        None,
-        &tmp.path().join("out"),
-    );
-    sleep_ms(150);
-    let img = tmp.path().join("img");
+    let out = tmp.path().join("out");
+    let pid = spawn(targets(), &["itimers", "running"], None, &out);
+    wait_line(&out, "ready");
+    let img = tmp.path().join("running");
     checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
     let m = image::read(&img).expect("read");
-    assert_eq!(m.version, 4);
-    let stopped = image::Itimer {
-        which: libc::ITIMER_REAL,
-        value_us: 0,
-        interval_us: 100_000,
-    };
-    assert_eq!(m.itimers, [stopped]);
+    assert_eq!(m.version, 3, "{:?}", m.itimers);
+    assert_eq!(m.itimers.len(), 3, "{:?}", m.itimers);
+
+    for how in ["flushed", "ignored"] {
+        let out = tmp.path().join(format!("out-{how}"));
+        let pid = spawn(targets(), &["deadtimer", how], None, &out);
+        wait_line(&out, "ready");
+        let img = tmp.path().join(how);
+        checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+        let m = image::read(&img).expect("read");
+        assert_eq!(m.version, 4, "{how}");
+        let stopped = image::Itimer {
+            which: libc::ITIMER_REAL,
+            value_us: 0,
+            interval_us: 100_000,
+        };
+        assert_eq!(m.itimers, [stopped], "{how}");
+    }
+    let img = tmp.path().join("ignored");
+    let m = image::read(&img).expect("read");
     let path = img.join(image::MANIFEST);
     let text = std::fs::read_to_string(&path).unwrap();
     let edit = |f: &dyn Fn(&mut serde_json::Value)| {
@@ -180,13 +199,40 @@ fn a_stopped_interval_timer_is_image_version_4() {
         other => panic!("{why}: read {:?}", other.map(|m| m.itimers)),
     };
     refused(edit(&|v| v["version"] = 3.into()), "version 3");
-    // Signals 1..=64 without SIGKILL: SIGALRM (14) is the 13th.
-    let alrm = libc::SIGALRM as usize - 1;
-    assert_eq!(m.sigactions[alrm - 1].sig, libc::SIGALRM);
+    // Signals 1..=64 without SIGKILL and SIGSTOP: SIGALRM (14) is the 13th.
+    let alrm_at = libc::SIGALRM as usize - 2;
+    assert_eq!(m.sigactions[alrm_at].sig, libc::SIGALRM);
+    assert_eq!(m.sigactions[alrm_at].handler, libc::SIG_IGN as u64);
+    let mut info = vec![0u8; image::SIGINFO_SIZE];
+    info[..4].copy_from_slice(&libc::SIGALRM.to_le_bytes());
+    info[8..12].copy_from_slice(&libc::SI_KERNEL.to_le_bytes());
+    let queued = |shared| image::PendingSignal {
+        shared,
+        signo: libc::SIGALRM,
+        code: libc::SI_KERNEL,
+        info: info.clone(),
+    };
     refused(
-        edit(&|v| v["sigactions"][alrm - 1]["handler"] = 0x401000.into()),
-        "SIGALRM caught",
+        edit(&|v| v["pending"] = serde_json::to_value([queued(true)]).unwrap()),
+        "SIGALRM pending in the process-wide queue",
     );
+    edit(&|v| v["pending"] = serde_json::to_value([queued(false)]).unwrap())
+        .expect("SIGALRM pending in the thread's queue");
+    // Two dispositions of SIGALRM, the last the default: the restorer set
+    // the last (its 1 µs stop then killed the copy) while the checks saw
+    // the first.
+    match edit(&|v| {
+        let acts = v["sigactions"].as_array_mut().unwrap();
+        let mut dfl = acts[alrm_at].clone();
+        dfl["handler"] = 0.into();
+        acts.push(dfl);
+    }) {
+        Err(Error::Image(m)) => assert!(m.contains("signal 14 carried twice"), "{m}"),
+        other => panic!(
+            "two SIGALRM dispositions: read {:?}",
+            other.map(|m| m.sigactions.len())
+        ),
+    }
     let old = edit(&|v| {
         v["version"] = 3.into();
         v["itimers"] = serde_json::json!([]);
@@ -198,23 +244,89 @@ fn a_stopped_interval_timer_is_image_version_4() {
 /// A one-shot ITIMER_REAL that expires while the process is being dumped,
 /// after the timers were first read and before the queues were: the copy
 /// gets its SIGALRM once. Before, the timer was carried armed (as first
-/// read) beside its SIGALRM, already queued: "alarms=2". (Where the
-/// checkpoint starts late, after the expiry, the test passes without
-/// reaching that window.)
+/// read) beside its SIGALRM, already queued: "alarms=2". The checkpoint
+/// reports that it saw the expiry between its readings (the phase
+/// `phases::ITIMER_EXPIRED`); where it started too late for that (the
+/// timer expired before the first reading) the program is set up again,
+/// 5 times at most: never seeing it fails, as does a checkpoint that no
+/// longer looks for it.
 #[test]
 fn an_alarm_expiring_during_the_dump_arrives_once() {
+    const TRIES: usize = 5;
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    let pid = spawn(targets(), &["alarmrace"], None, &out);
-    wait_line(&out, "ready");
-    let img = tmp.path().join("img");
-    checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
-    let pid = restore(&img).expect("restore").pid;
-    sleep_ms(100);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGUSR1) };
-    assert_eq!(describe(wait(pid)), "exit 13");
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ready\nalarms=1\n");
+    for attempt in 1..=TRIES {
+        let out = tmp.path().join(format!("out{attempt}"));
+        let pid = spawn(targets(), &["alarmrace"], None, &out);
+        wait_line(&out, "ready");
+        let img = tmp.path().join(format!("img{attempt}"));
+        halfproc_migrate::phases::start();
+        checkpoint(pid, &img, Leave::Kill).expect("checkpoint");
+        let phases = halfproc_migrate::phases::take();
+        if !phases
+            .iter()
+            .any(|(n, _)| *n == halfproc_migrate::phases::ITIMER_EXPIRED)
+        {
+            eprintln!("attempt {attempt}: the alarm did not expire during the dump");
+            continue;
+        }
+        let pid = restore(&img).expect("restore").pid;
+        sleep_ms(100);
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+        assert_eq!(describe(wait(pid)), "exit 13");
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(text, "ready\nalarms=1\n", "attempt {attempt}");
+        eprintln!("the alarm expired during the dump at attempt {attempt} of {TRIES}");
+        return;
+    }
+    panic!("the alarm never expired during the dump in {TRIES} attempts");
+}
+
+/// A periodic ITIMER_REAL expiring, SIGALRM ignored, while the original
+/// is frozen for a checkpoint that lets it continue: its SIGALRM is
+/// queued (it is traced; untraced, the kernel discards it and the timer
+/// stops), and dequeuing it after the detach re-armed the timer for one
+/// more second while the image says stopped: "rearmed=1" (review of
+/// cf09db0). The checkpoint flushes it first. As in the test above, the
+/// expiry must be seen during the dump (5 attempts at most).
+#[test]
+fn a_continued_original_keeps_a_timer_expired_while_frozen_stopped() {
+    const TRIES: usize = 5;
+    let tmp = tempfile::tempdir().unwrap();
+    for attempt in 1..=TRIES {
+        let out = tmp.path().join(format!("out{attempt}"));
+        let pid = spawn(targets(), &["ignoredalarm"], None, &out);
+        wait_line(&out, "ready");
+        let img = tmp.path().join(format!("img{attempt}"));
+        halfproc_migrate::phases::start();
+        checkpoint(pid, &img, Leave::Continue).expect("checkpoint");
+        let phases = halfproc_migrate::phases::take();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+        let st = describe(wait(pid));
+        if !phases
+            .iter()
+            .any(|(n, _)| *n == halfproc_migrate::phases::ITIMER_EXPIRED)
+        {
+            eprintln!("attempt {attempt}: the alarm did not expire during the dump");
+            continue;
+        }
+        let stopped = image::Itimer {
+            which: libc::ITIMER_REAL,
+            value_us: 0,
+            interval_us: 1_000_000,
+        };
+        assert_eq!(image::read(&img).unwrap().itimers, [stopped]);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            text, "ready\nrearmed=0; interval us=1000000\n",
+            "attempt {attempt}"
+        );
+        assert_eq!(st, "exit 14");
+        eprintln!("the alarm expired during the dump at attempt {attempt} of {TRIES}");
+        return;
+    }
+    panic!("the alarm never expired during the dump in {TRIES} attempts");
 }
 
 #[test]
@@ -274,7 +386,7 @@ fn self_pipe_with_unread_data_is_carried() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let pid = spawn(targets(), &["selfpipe"], None, &out);
-    let st = migrate_then_usr1(pid, tmp.path());
+    let st = migrate_then_usr1(pid, tmp.path(), None);
     assert_eq!(
         std::fs::read_to_string(&out).unwrap(),
         "pipe said carried\n"

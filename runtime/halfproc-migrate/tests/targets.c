@@ -186,6 +186,7 @@ int main(int argc, char **argv)
 			return 1;
 		umask(027);
 		printf("ready\n");
+		fflush(stdout);
 		while (!got)
 			spin++;
 		sigset_t cur;
@@ -303,6 +304,8 @@ int main(int argc, char **argv)
 		do
 			getitimer(ITIMER_REAL, &r);
 		while (r.it_value.tv_sec || r.it_value.tv_usec);
+		/* 0 also reads with less than 1 us left: let it expire */
+		usleep(1000);
 		if (flushed) {
 			do
 				sigpending(&pend);
@@ -360,6 +363,48 @@ int main(int argc, char **argv)
 			spin++;
 		printf("alarms=%d\n", (int)ticks);
 		return 13;
+	} else if (!strcmp(mode, "ignoredalarm")) {
+		/*
+		 * A periodic ITIMER_REAL (40 ms, then every second) with SIGALRM
+		 * ignored, armed just before "ready": the test checkpoints at once
+		 * and lets it continue, so it expires while the 128 MiB below are
+		 * dumped, its SIGALRM queued (it is traced). An untraced run
+		 * discards that SIGALRM and the timer stays stopped: "rearmed" is
+		 * whether getitimer read it armed in the 300 ms after SIGUSR1
+		 * (sent once the checkpoint let it go).
+		 */
+		size_t len = 128 << 20;
+		char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct itimerval t = { { 1, 0 }, { 0, 40000 } };
+		struct itimerval r;
+		struct sigaction sa;
+		int rearmed = 0;
+
+		if (mem == MAP_FAILED)
+			return 1;
+		for (size_t i = 0; i < len; i += 4096)
+			mem[i] = (char)i | 1;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		sa.sa_handler = SIG_IGN;
+		sigaction(SIGALRM, &sa, NULL);
+		if (setitimer(ITIMER_REAL, &t, NULL))
+			return 1;
+		printf("ready\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		double end = now_s() + 0.3;
+
+		while (now_s() < end) {
+			getitimer(ITIMER_REAL, &r);
+			if (r.it_value.tv_sec || r.it_value.tv_usec)
+				rearmed = 1;
+		}
+		printf("rearmed=%d; interval us=%ld\n", rearmed,
+		       (long)(r.it_interval.tv_sec * 1000000 + r.it_interval.tv_usec));
+		return 14;
 	} else if (!strcmp(mode, "posixtimer")) {
 		timer_t id;
 		struct sigevent ev;
