@@ -71,6 +71,23 @@ pub fn checkpoint_relayed(
     checkpoint_into(pid, out, leave, relayed)
 }
 
+/// A check of the frozen process before anything of it is read (a node
+/// daemon's: are its ids and dumpability still those it admitted the
+/// request with?). Its error refuses the dump ([`Error::Changed`]): the
+/// process is detached as it was.
+pub type AfterFreeze<'a> = &'a dyn Fn() -> std::result::Result<(), String>;
+
+/// Runs `check` on `frozen`; on refusal lets the process go.
+fn after_freeze(frozen: Frozen, check: Option<AfterFreeze>) -> Result<Frozen> {
+    match check.map_or(Ok(()), |c| c()) {
+        Ok(()) => Ok(frozen),
+        Err(why) => {
+            drop(frozen);
+            Err(Error::Changed(why))
+        }
+    }
+}
+
 /// [`checkpoint_relayed`] into image files already opened (by a node
 /// daemon, with its client's rights: see [`crate::image_dir`]); `files.img`
 /// is written when `out.files` is there.
@@ -80,6 +97,18 @@ pub fn checkpoint_into(
     leave: Leave,
     relayed: &[u64],
 ) -> Result<CheckpointStats> {
+    checkpoint_into_checked(pid, out, leave, relayed, None)
+}
+
+/// [`checkpoint_into`] that runs `check` once the process is stopped,
+/// before anything of it is read or written (see [`AfterFreeze`]).
+pub fn checkpoint_into_checked(
+    pid: i32,
+    out: crate::image_dir::ImageOut,
+    leave: Leave,
+    relayed: &[u64],
+    check: Option<AfterFreeze>,
+) -> Result<CheckpointStats> {
     refuse::check_relayed(pid, relayed)?;
     let crate::image_dir::ImageOut {
         pages,
@@ -87,7 +116,7 @@ pub fn checkpoint_into(
         files,
     } = out;
     let mut out = std::io::BufWriter::new(pages);
-    let frozen = Frozen::seize(pid)?;
+    let frozen = after_freeze(Frozen::seize(pid)?, check)?;
     let t0 = Instant::now();
     let mut files_bytes = 0;
     let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut out)).and_then(|mut m| {
@@ -211,6 +240,16 @@ pub fn freeze_and_dump(pid: i32, relayed: &[u64]) -> Result<Dumped> {
     freeze_and_dump_member(pid, relayed, None)
 }
 
+/// [`freeze_and_dump`] that runs `check` once the process is stopped,
+/// before anything of it is read (see [`AfterFreeze`]).
+pub fn freeze_and_dump_checked(
+    pid: i32,
+    relayed: &[u64],
+    check: Option<AfterFreeze>,
+) -> Result<Dumped> {
+    freeze_dump(pid, relayed, None, check)
+}
+
 /// [`freeze_and_dump`] of a member of a half-process set whose shared range
 /// is `set_range` (`[start, end)`): that range is not carried (the manifest
 /// records it; [`crate::restore_from`] leaves it to the restoring process,
@@ -220,10 +259,20 @@ pub fn freeze_and_dump_member(
     relayed: &[u64],
     set_range: Option<(u64, u64)>,
 ) -> Result<Dumped> {
+    freeze_dump(pid, relayed, set_range, None)
+}
+
+fn freeze_dump(
+    pid: i32,
+    relayed: &[u64],
+    set_range: Option<(u64, u64)>,
+    check: Option<AfterFreeze>,
+) -> Result<Dumped> {
     time("refuse", || refuse::check_member(pid, relayed, set_range))?;
     // The image's memory is faulted in before the target is stopped.
     let reserve = time("prefault", || reserve_for(pid, set_range));
     let frozen = time("seize", || Frozen::seize(pid))?;
+    let frozen = after_freeze(frozen, check)?;
     let since = Instant::now();
     let mut pages = PageBuf::new();
     let sink = Sink::Memory(&mut pages, reserve);

@@ -92,6 +92,10 @@ pub enum Error {
     Restore(String),
     /// The process ended (or was reaped) before it could be frozen.
     Gone(i32),
+    /// The caller's check of the stopped process ([`crate::AfterFreeze`])
+    /// refused it (the text is the caller's); it was let go as it was,
+    /// nothing of it read.
+    Changed(String),
 }
 
 impl Error {
@@ -116,6 +120,7 @@ impl fmt::Display for Error {
             Error::Image(m) => write!(f, "bad image: {m}"),
             Error::Restore(m) => write!(f, "cannot restore: {m}"),
             Error::Gone(pid) => write!(f, "pid {pid} ended before it could be frozen"),
+            Error::Changed(m) => write!(f, "{m}"),
         }
     }
 }

@@ -48,8 +48,8 @@ mod restore_plan;
 
 pub use creds::Creds;
 pub use dump::{
-    checkpoint, checkpoint_into, checkpoint_relayed, freeze_and_dump, freeze_and_dump_member,
-    CheckpointStats, Dumped, Leave,
+    checkpoint, checkpoint_into, checkpoint_into_checked, checkpoint_relayed, freeze_and_dump,
+    freeze_and_dump_checked, freeze_and_dump_member, AfterFreeze, CheckpointStats, Dumped, Leave,
 };
 pub use dump_read::{
     prefault_enabled, reader_threads, set_prefault, set_reader_threads,

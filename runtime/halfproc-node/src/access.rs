@@ -196,6 +196,99 @@ pub fn may_act(
     )))
 }
 
+/// A request on program `pid` as [`admit_target`] admitted it: checked
+/// again ([`Admitted::recheck`]) once the program is stopped, before
+/// anything of it is read, since between the two it may have run a
+/// set-user/group-ID program or one its owner may not read, or called
+/// `prctl(PR_SET_DUMPABLE, 0)`.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    peer: Peer,
+    pid: i32,
+    /// `Uid:` and `Gid:` of `/proc/PID/status` (real, effective, saved, fs).
+    ids: Option<([u32; 4], [u32; 4])>,
+    daemon_uid: u32,
+    what: &'static str,
+}
+
+fn ids_of(status: &str) -> Option<([u32; 4], [u32; 4])> {
+    use halfproc_migrate::creds::status_ids;
+    Some((status_ids(status, "Uid:")?, status_ids(status, "Gid:")?))
+}
+
+/// [`may_act`] on live program `pid` as it is now. A `/proc/PID/status`
+/// that cannot be read refuses (it is not taken as dumpable). The error
+/// is the text of a [`Msg::Denied`].
+pub fn admit_target(
+    peer: &Peer,
+    pid: i32,
+    daemon_uid: u32,
+    what: &'static str,
+) -> Result<Admitted, String> {
+    let (status, dumpable) = halfproc_migrate::creds::status_dumpable(pid).map_err(|e| {
+        denied(format!(
+            "pid {pid}: cannot read /proc/{pid}/status ({e}), so whether you may {what} it is \
+             unknown; refused"
+        ))
+    })?;
+    may_act(peer, (pid, &status, dumpable), daemon_uid, what)?;
+    Ok(Admitted {
+        peer: peer.clone(),
+        pid,
+        ids: ids_of(&status),
+        daemon_uid,
+        what,
+    })
+}
+
+impl Admitted {
+    /// Whether the request may still act on the (now stopped) program:
+    /// its ids are those it was admitted with and [`may_act`] still holds
+    /// (it is still dumpable, unless root asks through a root daemon). The
+    /// error is the text of a [`Msg::Denied`].
+    pub fn recheck(&self) -> Result<(), String> {
+        let (pid, what) = (self.pid, self.what);
+        let after = |why: String| {
+            denied(format!(
+                "{why}; it changed after the {what} request was admitted, so it was let go as \
+                 it was, nothing of it read"
+            ))
+        };
+        let (status, dumpable) = halfproc_migrate::creds::status_dumpable(pid)
+            .map_err(|e| after(format!("pid {pid}: cannot read /proc/{pid}/status ({e})")))?;
+        let now = ids_of(&status);
+        if now != self.ids {
+            let show = |i: Option<([u32; 4], [u32; 4])>| match i {
+                Some((u, g)) => format!("uids {u:?}, gids {g:?}"),
+                None => "none".to_string(),
+            };
+            return Err(after(format!(
+                "permission denied: pid {pid} changed its ids ({} when admitted, {} now: it ran \
+                 a set-user/group-ID program or changed them itself)",
+                show(self.ids),
+                show(now)
+            )));
+        }
+        may_act(&self.peer, (pid, &status, dumpable), self.daemon_uid, what).map_err(after)
+    }
+}
+
+/// How long a request on a program waits between its admission and the
+/// freeze: 0 unless `HALFPROC_TEST_ADMIT_DELAY_MS` (read once) says so, for
+/// the tests of [`Admitted::recheck`], which change the program meanwhile.
+pub fn test_admit_delay() {
+    static D: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *D.get_or_init(|| {
+        std::env::var("HALFPROC_TEST_ADMIT_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
 /// Whose rights the daemon's file access for a request has (the image
 /// directory `checkpoint` writes, the one `restore` reads): a local
 /// client's, unless it is root or the daemon's own user (then the
@@ -282,6 +375,26 @@ mod tests {
         assert!(e.contains("belongs to uid 1000"), "{e}");
         // Resolving a migration in doubt reads nothing.
         assert!(may_act(&user(1000), t, 0, "resolve").is_ok());
+    }
+
+    /// A target whose /proc status cannot be read (here: gone) is
+    /// refused, even for a peer that may act on anything.
+    #[test]
+    fn an_unreadable_status_refuses() {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id() as i32;
+        c.wait().unwrap();
+        let node = Peer::Network {
+            authenticated: true,
+        };
+        let e = admit_target(&node, pid, 0, "checkpoint").unwrap_err();
+        assert!(
+            e.contains(&format!("cannot read /proc/{pid}/status")),
+            "{e}"
+        );
+        let me = std::process::id() as i32;
+        let a = admit_target(&node, me, 0, "checkpoint").unwrap();
+        assert!(a.recheck().is_ok());
     }
 
     #[test]

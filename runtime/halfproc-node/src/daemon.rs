@@ -349,13 +349,13 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
         Msg::Resolve { pid, .. } => Some((*pid, "resolve")),
         _ => None,
     };
+    // Checked again once the program is stopped (`Admitted::recheck`).
+    let mut admitted = None;
     if let Some((pid, what)) = target {
-        // Gone meanwhile: the request itself fails, naming it.
-        let (status, dumpable) =
-            halfproc_migrate::creds::status_dumpable(pid).unwrap_or_else(|_| (String::new(), true));
         if node.program(pid).is_some() {
-            if let Err(why) = access::may_act(&peer, (pid, &status, dumpable), node.uid, what) {
-                return conn.send(&Msg::Denied(why)).await;
+            match access::admit_target(&peer, pid, node.uid, what) {
+                Ok(a) => admitted = Some(a),
+                Err(why) => return conn.send(&Msg::Denied(why)).await,
             }
         }
     }
@@ -373,7 +373,7 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             let n = node.clone();
             let answer = async move {
                 let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel();
-                let fut = migrate::migrate_out(n, pid, to, ptx);
+                let fut = migrate::migrate_out(n, pid, to, admitted, ptx);
                 tokio::pin!(fut);
                 let reply = loop {
                     tokio::select! {
@@ -394,7 +394,8 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             kill,
             with_files,
         } => {
-            let reply = migrate::checkpoint(node.clone(), pid, dir, kill, with_files, fs).await;
+            let reply =
+                migrate::checkpoint(node.clone(), (pid, admitted), dir, kill, with_files, fs).await;
             conn.send(&reply).await
         }
         Msg::Resolve { pid, force } => {

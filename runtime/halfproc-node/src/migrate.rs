@@ -12,6 +12,7 @@
 //! or timeout before `Resumed` resumes the original where it was, relays
 //! included, and the error names what happened.
 
+use crate::access::Admitted;
 use crate::daemon::Node;
 use crate::program;
 use crate::proto::{Conn, End, Exit, Msg, Outcome, CHUNK};
@@ -39,13 +40,20 @@ fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Progra
 }
 
 /// Migrates local `pid` to the node at `to`; the reply for the client.
-pub async fn migrate_out(node: Arc<Node>, pid: i32, to: String, progress: Progress) -> Msg {
+/// `admitted`: the request's admission, checked again once it is stopped.
+pub async fn migrate_out(
+    node: Arc<Node>,
+    pid: i32,
+    to: String,
+    admitted: Option<Admitted>,
+    progress: Progress,
+) -> Msg {
     let prog = match take(&node, pid, "migrated") {
         Ok(p) => p,
         Err(e) => return Msg::Error(e),
     };
     let t0 = Instant::now();
-    let r = migrate_acquired(&node, &prog, &to, &progress, t0).await;
+    let r = migrate_acquired(&node, &prog, &to, admitted, &progress, t0).await;
     // Not migrated, not in doubt (those leave the state): it runs on here.
     if matches!(prog.state(), program::PState::Busy(_)) {
         prog.release();
@@ -58,6 +66,7 @@ async fn migrate_acquired(
     node: &Arc<Node>,
     prog: &Arc<program::Program>,
     to: &str,
+    admitted: Option<Admitted>,
     progress: &Progress,
     t0: Instant,
 ) -> Result<Msg, String> {
@@ -145,10 +154,21 @@ async fn migrate_acquired(
         drop(pre_tx); // no rounds: `pre_rx` ends at once
         None
     };
+    // Why the stopped program was let go (`Admitted::recheck`), if it was.
+    let changed = Arc::new(std::sync::Mutex::new(None::<String>));
+    let changed2 = changed.clone();
+    let check = move || {
+        let r = admitted.as_ref().map_or(Ok(()), Admitted::recheck);
+        if let Err(why) = &r {
+            *changed2.lock().unwrap() = Some(why.clone());
+        }
+        r
+    };
     std::thread::Builder::new()
         .name("halfproc-migrate".into())
-        .spawn(
-            move || match crate::precopy::dump(pid, &inos, &mode, pre_tx) {
+        .spawn(move || {
+            crate::access::test_admit_delay();
+            match crate::precopy::dump(pid, &inos, &mode, pre_tx, Some(&check)) {
                 Err(e) => {
                     let _ = dump_tx.send(Err(e));
                 }
@@ -181,24 +201,27 @@ async fn migrate_acquired(
                     };
                     let _ = fin_tx.send(frozen);
                 }
-            },
-        )
+            }
+        })
         .map_err(|e| format!("thread: {e}"))?;
     while let Some(m) = pre_rx.recv().await {
         conn.send(&m).await.map_err(|e| {
             format!("connection to {to} lost while pre-copying: {e}; pid {pid} keeps running here")
         })?;
     }
-    let image = dump_rx
-        .await
-        .map_err(|_| "dump thread died".to_string())?
-        .map_err(|e| {
-            if ended(pid) {
-                format!("pid {pid}: {e}; it has ended here, nothing was moved")
-            } else {
-                format!("pid {pid}: {e}; it keeps running here")
-            }
-        })?;
+    let image = dump_rx.await.map_err(|_| "dump thread died".to_string())?;
+    if let Some(why) = changed.lock().unwrap().take() {
+        return Ok(Msg::Denied(format!(
+            "{why}; migration of pid {pid} to {to} refused, it keeps running here"
+        )));
+    }
+    let image = image.map_err(|e| {
+        if ended(pid) {
+            format!("pid {pid}: {e}; it has ended here, nothing was moved")
+        } else {
+            format!("pid {pid}: {e}; it keeps running here")
+        }
+    })?;
     let bytes = image.pages.len() as u64;
     let mode = image.mode.clone();
     say(
@@ -539,7 +562,7 @@ fn ended(pid: i32) -> bool {
 /// that may not write there gets `Denied` and the program is untouched.
 pub async fn checkpoint(
     node: Arc<Node>,
-    pid: i32,
+    (pid, admitted): (i32, Option<Admitted>),
     dir: String,
     kill: bool,
     with_files: bool,
@@ -572,10 +595,20 @@ pub async fn checkpoint(
         halfproc_migrate::Leave::Continue
     };
     let r = tokio::task::spawn_blocking(move || {
-        halfproc_migrate::checkpoint_into(pid, out, leave, &inos)
+        crate::access::test_admit_delay();
+        let check = || admitted.as_ref().map_or(Ok(()), Admitted::recheck);
+        halfproc_migrate::checkpoint_into_checked(pid, out, leave, &inos, Some(&check))
     })
     .await;
     let r = match r {
+        Ok(Err(halfproc_migrate::Error::Changed(why))) => {
+            prog.set_running();
+            prog.resume_here();
+            return Msg::Denied(format!(
+                "{why}; checkpoint of pid {pid} into {dir} refused (its image files were \
+                 created, empty), it keeps running"
+            ));
+        }
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };

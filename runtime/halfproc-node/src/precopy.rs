@@ -53,12 +53,14 @@ pub struct Image {
 
 /// On the dump thread (which stays the tracer): pre-copy rounds if `mode`
 /// is on, each run of pages sent as `PrePages` through `pre` (dropped when
-/// the rounds end), then freeze and dump.
+/// the rounds end), then freeze and dump; `check` runs once it is stopped
+/// ([`halfproc_migrate::AfterFreeze`]).
 pub fn dump(
     pid: i32,
     relayed: &[u64],
     mode: &Mode,
     pre: Option<tokio::sync::mpsc::Sender<Msg>>,
+    check: Option<halfproc_migrate::AfterFreeze>,
 ) -> Result<(Dumped, Image), String> {
     let reader = PortableReader::new(pid).map_err(|e| format!("open /proc/{pid}/mem: {e}"))?;
     let mut tracker: Option<Box<dyn DirtyTracker>> = match mode {
@@ -89,7 +91,8 @@ pub fn dump(
         }
         _ => None,
     };
-    let mut d = halfproc_migrate::freeze_and_dump(pid, relayed).map_err(|e| e.to_string())?;
+    let mut d = halfproc_migrate::freeze_and_dump_checked(pid, relayed, check)
+        .map_err(|e| e.to_string())?;
     let manifest = image::manifest_bytes(&d.manifest).map_err(|e| e.to_string())?;
     let all = std::mem::take(&mut d.pages);
     let total = all.len() / 4096;

@@ -180,6 +180,7 @@ fn only_the_owner_or_root_may_migrate() {
 /// program, held running (`wait`): the client and the program's pid.
 fn run_as(mut cmd: Command, sock: &Path, tmp: &Path, argv: &[&str]) -> (std::process::Child, i32) {
     let pid_file = tmp.join(format!("pid-{}", argv[1]));
+    let _ = std::fs::remove_file(&pid_file);
     let run = cmd
         .args(["run", "--node", &format!("unix:{}", sock.display())])
         .arg("--pid-file")
@@ -191,6 +192,7 @@ fn run_as(mut cmd: Command, sock: &Path, tmp: &Path, argv: &[&str]) -> (std::pro
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let pid = loop {
         if let Some(p) = std::fs::read_to_string(&pid_file)
             .ok()
@@ -198,9 +200,33 @@ fn run_as(mut cmd: Command, sock: &Path, tmp: &Path, argv: &[&str]) -> (std::pro
         {
             break p;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pid in {} after 30 s: {argv:?} did not start",
+            pid_file.display()
+        );
         sleep_ms(5);
     };
     (run, pid)
+}
+
+/// Reads `run`'s output up to its first line, which must be "ready"; the
+/// reader, for [`rest`].
+fn ready(run: &mut std::process::Child) -> std::io::BufReader<std::process::ChildStdout> {
+    use std::io::BufRead;
+    let mut r = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n", "first line of the program");
+    r
+}
+
+/// All of the program's output, "ready" and what `r` has left.
+fn rest(mut r: std::io::BufReader<std::process::ChildStdout>) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = b"ready\n".to_vec();
+    r.read_to_end(&mut out).unwrap();
+    out
 }
 
 /// A program its owner may not read (`prctl(PR_SET_DUMPABLE, 0)`, or a
@@ -240,7 +266,8 @@ fn the_owner_may_not_checkpoint_a_non_dumpable_program() {
     ] {
         let (want, want_code) = reference(&argv[..3], None);
         let (mut run, pid) = run_as(as_user(OWNER), &sa, tmp.path(), &argv);
-        sleep_ms(100);
+        // "nodump" says "ready" once it is not dumpable.
+        let reader = (argv[1] == "nodump").then(|| ready(&mut run));
         let img = tmp.path().join(format!("img-{}", argv[1]));
         let o = as_user(OWNER)
             .args(["checkpoint", "--node", &node, &pid.to_string(), "-o"])
@@ -278,8 +305,114 @@ fn the_owner_may_not_checkpoint_a_non_dumpable_program() {
         assert!(img.join("files.img").exists());
 
         drop(run.stdin.take());
+        let stdout = reader.map(rest);
         let out = run.wait_with_output().unwrap();
-        assert_same(argv[1], &out.stdout, &want);
+        assert_same(argv[1], &stdout.unwrap_or(out.stdout), &want);
+        assert_eq!(out.status.code(), Some(want_code));
+    }
+}
+
+/// Whether `pid` is dumpable by its owner now (its /proc files are root's
+/// otherwise).
+fn dumpable(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/status"))
+        .unwrap()
+        .uid()
+        != 0
+}
+
+/// A program that makes itself non-dumpable after its owner's `checkpoint`
+/// or `migrate` was admitted and before it is stopped (the daemon waits
+/// between the two, `HALFPROC_TEST_ADMIT_DELAY_MS`, and the test signals
+/// the program meanwhile) is let go once stopped, nothing of it read:
+/// exit 77 naming why, where the root daemon used to dump it into the
+/// owner's image.
+#[test]
+fn a_program_that_changes_after_admission_is_let_go() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root to act as other users");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let (sa, sb) = (tmp.path().join("a.sock"), tmp.path().join("b.sock"));
+    let s = secret.to_str().unwrap();
+    let delay = [("HALFPROC_TEST_ADMIT_DELAY_MS", "4000")];
+    let _a = Daemon::start_env(
+        &["--secret-file", s, "--control", sa.to_str().unwrap()],
+        &delay,
+    );
+    let b = Daemon::start_with(&["--secret-file", s, "--control", sb.to_str().unwrap()]);
+    let node = format!("unix:{}", sa.display());
+    let (want, want_code) = reference(&[targets(), "latenodump", "300"], None);
+    for what in ["checkpoint", "migrate"] {
+        let argv = [targets(), "latenodump", "300", "wait"];
+        let (mut run, pid) = run_as(as_user(OWNER), &sa, tmp.path(), &argv);
+        let reader = ready(&mut run);
+        assert!(dumpable(pid));
+        let img = tmp.path().join(format!("img-{what}"));
+        let mut client = as_user(OWNER);
+        match what {
+            "checkpoint" => client
+                .args(["checkpoint", "--node", &node, &pid.to_string(), "-o"])
+                .arg(&img),
+            _ => client.args([
+                "migrate",
+                "--node",
+                &node,
+                &pid.to_string(),
+                "--to",
+                &b.addr,
+            ]),
+        };
+        let client = client
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Admitted at once; stopped 4 s later.
+        sleep_ms(1000);
+        // SAFETY: signalling the test's program.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+        let t0 = std::time::Instant::now();
+        while dumpable(pid) {
+            assert!(t0.elapsed().as_secs() < 2, "SIGUSR1 not handled");
+            sleep_ms(5);
+        }
+        let o = client.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(77),
+            "{what} of a changed program: {err}"
+        );
+        assert!(
+            err.contains(&format!("pid {pid} is not dumpable"))
+                && err.contains(&format!("it changed after the {what} request was admitted")),
+            "{err}"
+        );
+        if what == "checkpoint" {
+            assert_eq!(std::fs::metadata(img.join("pages.img")).unwrap().len(), 0);
+            assert_eq!(
+                std::fs::metadata(img.join("manifest.json")).unwrap().len(),
+                0
+            );
+        }
+        let (st, tracer) = state_and_tracer(pid);
+        assert!(st != 'T' && st != 't', "state {st} after {what}");
+        assert_eq!(tracer, "TracerPid:\t0");
+        drop(run.stdin.take());
+        let stdout = rest(reader);
+        let out = run.wait_with_output().unwrap();
+        assert_same(what, &stdout, &want);
         assert_eq!(out.status.code(), Some(want_code));
     }
 }

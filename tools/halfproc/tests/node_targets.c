@@ -11,7 +11,10 @@
  *           would run on (the fault tests check that none does)
  *   mapfile FILE (fourth argument) mapped private and read-only at the
  *           start; a hash of its bytes is printed last
- *   nodump  prctl(PR_SET_DUMPABLE, 0): only root may read its memory */
+ *   nodump  prctl(PR_SET_DUMPABLE, 0): only root may read its memory;
+ *           prints "ready" first, once it is not dumpable
+ *   latenodump  prints "ready" first; makes itself not dumpable when a
+ *           SIGUSR1 comes */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +28,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static void nodump(int sig)
+{
+	(void)sig;
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
 
 static void *sleeper(void *arg)
 {
@@ -72,6 +81,18 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "nodump")) {
 		if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 			return 95;
+		printf("ready\n");
+		fflush(stdout);
+	} else if (!strcmp(mode, "latenodump")) {
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = nodump;
+		sa.sa_flags = SA_RESTART;
+		if (sigaction(SIGUSR1, &sa, NULL))
+			return 96;
+		printf("ready\n");
+		fflush(stdout);
 	} else if (!strcmp(mode, "pipe")) {
 		if (pipe(p))
 			return 91;
