@@ -142,10 +142,12 @@ impl Creds {
     /// thread of its own that sets its supplementary groups, filesystem gid
     /// and filesystem uid with raw system calls (per thread in Linux; the C
     /// library's wrappers would change every thread of the process), checks
-    /// each, and drops its effective capabilities (`capset`, per thread too:
-    /// a root daemon's `CAP_SYS_PTRACE` would still let it through
-    /// `/proc/PID/cwd`, `/proc/PID/root` and `/proc/PID/fd/N` of other
-    /// users' processes). Every other thread keeps the daemon's
+    /// each, and drops its capabilities, effective and permitted (`capset`,
+    /// per thread too: a root daemon's `CAP_SYS_PTRACE` would still let it
+    /// through `/proc/PID/cwd`, `/proc/PID/root` and `/proc/PID/fd/N` of
+    /// other users' processes; permitted ones would come back with a
+    /// `setfsuid(0)`, which a thread whose uids are root's may make).
+    /// Every other thread keeps the daemon's
     /// credentials. Already these credentials (uid and gid): `f` runs here.
     /// An error if the switch fails (a daemon that is not root cannot take
     /// another user's ids); `f` does not run then.
@@ -164,7 +166,8 @@ impl Creds {
     }
 
     /// The calling thread takes these credentials for file access and
-    /// drops its effective capabilities (see [`Creds::with_fs`]). Only on a
+    /// drops its capabilities, effective and permitted (see
+    /// [`Creds::with_fs`]). Only on a
     /// thread that ends afterwards.
     fn take_fs(&self) -> io::Result<()> {
         let fail = |what: &str, e: io::Error| {
@@ -213,8 +216,13 @@ impl Creds {
             if libc::syscall(libc::SYS_capget, &mut head, data.as_mut_ptr()) != 0 {
                 return Err(fail("capget", io::Error::last_os_error()));
             }
+            // Permitted too: with fs capabilities still permitted, a
+            // setfsuid(0) (which a thread whose uids are root may make)
+            // would make them effective again.
             for d in &mut data {
                 d.effective = 0;
+                d.permitted = 0;
+                d.inheritable = 0;
             }
             if libc::syscall(libc::SYS_capset, &mut head, data.as_ptr()) != 0 {
                 return Err(fail("capset", io::Error::last_os_error()));
@@ -224,7 +232,7 @@ impl Creds {
                 return Err(fail("capget", io::Error::last_os_error()));
             }
         }
-        if data.iter().any(|d| d.effective != 0) {
+        if data.iter().any(|d| d.effective != 0 || d.permitted != 0) {
             return Err(fail("capset", mismatch()));
         }
         Ok(())
@@ -367,6 +375,26 @@ mod tests {
         assert_eq!(status_ids(&status, "Gid:"), Some([0, 0, 0, 65534]));
         assert_eq!(line("Groups:").split_whitespace().nth(1), Some("65534"));
         assert_eq!(line("CapEff:"), "CapEff:\t0000000000000000");
+        assert_eq!(line("CapPrm:"), "CapPrm:\t0000000000000000");
+        assert_eq!(opened.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
+        // Its uids are root's, so it may set its fs uid back to 0; that
+        // must not give it root's file capabilities again (reading another
+        // user's 0600 file takes CAP_DAC_OVERRIDE).
+        let other = t.path().join("other");
+        std::fs::write(&other, "y").unwrap();
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&other, Some(65533), Some(65533)).unwrap();
+        let (status, opened) = user
+            .with_fs(|| {
+                // SAFETY: a raw per-thread setfsuid on this thread of its own.
+                unsafe { libc::syscall(libc::SYS_setfsuid, 0) };
+                let st = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+                (st, File::open(&other).map(drop))
+            })
+            .unwrap();
+        assert_eq!(status_ids(&status, "Uid:"), Some([0, 0, 0, 0]));
+        let eff = status.lines().find(|l| l.starts_with("CapEff:")).unwrap();
+        assert_eq!(eff, "CapEff:\t0000000000000000");
         assert_eq!(opened.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
         assert!(
             File::open(&secret).is_ok(),

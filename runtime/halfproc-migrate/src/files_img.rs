@@ -143,7 +143,12 @@ pub fn load(files: Option<File>, m: &Manifest, idx: &[usize]) -> Result<Carried>
             path: path_of(m, i).to_string(),
         })
         .collect();
-    Carried::open(f, want, &wanted)
+    // No more than `write` can have written for this manifest is read.
+    let most = carried(m).fold(MAGIC.len() as u64, |a, (start, end)| {
+        a.saturating_add(HEADER as u64)
+            .saturating_add(end.saturating_sub(start))
+    });
+    Carried::open_within(f, want, &wanted, most)
 }
 
 fn path_of(m: &Manifest, i: usize) -> &str {

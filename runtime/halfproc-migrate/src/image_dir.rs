@@ -10,9 +10,14 @@
 //! daemon, whose open files the kernel lets any of its threads reach past
 //! the directories' permissions. Plain symbolic links are followed (with
 //! the caller's rights). A kernel without `openat2` (before 5.6) falls
-//! back to `openat`, magic links followed. Image files are created with
-//! `O_NOFOLLOW` (a symbolic link in their place is refused, not written
-//! through) and mode 0600 (an image holds a program's memory).
+//! back to `openat`, magic links followed. Image files are created under a
+//! temporary name (`O_CREAT | O_EXCL`, mode 0600: an image holds a
+//! program's memory) and renamed into place, so that a file already there
+//! (a hard link to another file, a FIFO) is replaced, never written
+//! through or truncated; a symbolic link in place of an image file is
+//! refused. Image files are opened for reading `O_NONBLOCK` (a FIFO does
+//! not block the opener) and must be regular files (not a FIFO, a device
+//! such as `/dev/zero` that never ends, a directory).
 
 use crate::files_img::FILES;
 use crate::image::{MANIFEST, PAGES};
@@ -43,11 +48,37 @@ pub struct ImageIn {
     path: std::path::PathBuf,
 }
 
+/// The most `manifest.json` may hold: a larger one is refused unread
+/// (a manifest describes at most `vm.max_map_count`, by default 65530,
+/// mappings, a few hundred bytes each).
+pub const MANIFEST_MAX: u64 = 64 << 20;
+
 impl ImageIn {
+    /// All of `manifest.json`, refused (`InvalidData`) if it holds more
+    /// than [`MANIFEST_MAX`] bytes.
+    pub fn read_manifest(&self) -> io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut text = Vec::new();
+        (&self.manifest)
+            .take(MANIFEST_MAX + 1)
+            .read_to_end(&mut text)?;
+        if text.len() as u64 > MANIFEST_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} holds more than {} MiB: not a manifest",
+                    self.path.join(MANIFEST).display(),
+                    MANIFEST_MAX >> 20
+                ),
+            ));
+        }
+        Ok(text)
+    }
+
     /// `files.img` of the image, if there is one (opened as the image's
     /// other files were, by the thread that calls this).
     pub fn files(&self) -> io::Result<Option<File>> {
-        match open_at(Some(self.dir.as_fd()), Path::new(FILES), libc::O_RDONLY, 0) {
+        match open_regular(self.dir.as_fd(), FILES) {
             Ok(f) => Ok(Some(f)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(ctx("open", &self.path.join(FILES), e)),
@@ -115,6 +146,50 @@ pub fn open_at(dir: Option<BorrowedFd>, path: &Path, flags: i32, mode: u32) -> i
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// Opens image file `name` in `dir` for reading: `O_NONBLOCK` (opening a
+/// FIFO does not wait for a writer), then it must be a regular file
+/// (`fstat`; else `InvalidInput`, naming its type), then blocking again.
+pub fn open_regular(dir: BorrowedFd, name: &str) -> io::Result<File> {
+    let f = open_at(
+        Some(dir),
+        Path::new(name),
+        libc::O_RDONLY | libc::O_NONBLOCK,
+        0,
+    )?;
+    regular(&f)?;
+    // SAFETY: fcntl on an fd we own, integer arguments.
+    let fl = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    if fl < 0 || unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// `Ok` if `f` is a regular file, else `InvalidInput` naming what it is.
+pub fn regular(f: &File) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = f.metadata()?.file_type();
+    if t.is_file() {
+        return Ok(());
+    }
+    let what = if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{what}, not a regular file"),
+    ))
+}
+
 /// A directory to work in (`O_PATH`): `path`, made with its missing
 /// parents (`mkdir -p`, mode 0777 less the umask, as before) when `create`.
 fn dir_fd(path: &Path, create: bool) -> io::Result<OwnedFd> {
@@ -124,7 +199,13 @@ fn dir_fd(path: &Path, create: bool) -> io::Result<OwnedFd> {
         r => return r.map(OwnedFd::from),
     }
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{} does not exist, and a path that ends in `..` (or `/`) cannot be created",
+                path.display()
+            ),
+        ));
     };
     let parent = match parent.as_os_str().is_empty() {
         true => Path::new("."),
@@ -151,13 +232,12 @@ pub fn create(dir: &Path, with_files: bool) -> io::Result<ImageOut> {
     let d = dir_fd(dir, true).map_err(|e| ctx("mkdir", dir, e))?;
     let d = d.as_fd();
     let make = |name: &str, flags: i32| {
-        let f = libc::O_CREAT | libc::O_NOFOLLOW | flags;
-        open_at(Some(d), Path::new(name), f, 0o600).map_err(|e| ctx("create", &dir.join(name), e))
+        create_file(d, name, flags).map_err(|e| ctx("create", &dir.join(name), e))
     };
-    let pages = make(PAGES, libc::O_WRONLY | libc::O_TRUNC)?;
+    let pages = make(PAGES, libc::O_WRONLY)?;
     let manifest = make(MANIFEST, libc::O_WRONLY)?;
     let files = match with_files {
-        true => Some(make(FILES, libc::O_RDWR | libc::O_TRUNC)?),
+        true => Some(make(FILES, libc::O_RDWR)?),
         false => {
             let c = cstr(Path::new(FILES))?;
             // SAFETY: unlinkat relative to a directory fd we hold.
@@ -177,13 +257,49 @@ pub fn create(dir: &Path, with_files: bool) -> io::Result<ImageOut> {
     })
 }
 
+/// A new, empty image file `name` in `d`, opened with `flags`: created
+/// under a temporary name (`O_CREAT | O_EXCL`, mode 0600) and renamed over
+/// `name`, whatever was there (a symbolic link is refused, `ELOOP`).
+fn create_file(d: BorrowedFd, name: &str, flags: i32) -> io::Result<File> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    match open_at(Some(d), Path::new(name), libc::O_PATH | libc::O_NOFOLLOW, 0) {
+        Ok(f) if f.metadata()?.file_type().is_symlink() => {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP))
+        }
+        _ => {}
+    }
+    let to = cstr(Path::new(name))?;
+    for _ in 0..100 {
+        let tmp = format!(
+            ".{name}.{}.{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let f = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | flags;
+        let file = match open_at(Some(d), Path::new(&tmp), f, 0o600) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            r => r?,
+        };
+        let from = cstr(Path::new(&tmp))?;
+        // SAFETY: renameat within a directory fd we hold, NUL-terminated names.
+        if unsafe { libc::renameat(d.as_raw_fd(), from.as_ptr(), d.as_raw_fd(), to.as_ptr()) } != 0
+        {
+            let e = io::Error::last_os_error();
+            // SAFETY: unlinkat relative to a directory fd we hold.
+            unsafe { libc::unlinkat(d.as_raw_fd(), from.as_ptr(), 0) };
+            return Err(e);
+        }
+        return Ok(file);
+    }
+    Err(io::Error::from_raw_os_error(libc::EEXIST))
+}
+
 /// Opens the image in `dir` for a restore. Errors name the path.
 pub fn open(dir: &Path) -> io::Result<ImageIn> {
     let d = dir_fd(dir, false).map_err(|e| ctx("open", dir, e))?;
-    let read = |name: &str| {
-        open_at(Some(d.as_fd()), Path::new(name), libc::O_RDONLY, 0)
-            .map_err(|e| ctx("open", &dir.join(name), e))
-    };
+    let read =
+        |name: &str| open_regular(d.as_fd(), name).map_err(|e| ctx("open", &dir.join(name), e));
     let manifest = read(MANIFEST)?;
     let pages = read(PAGES)?;
     Ok(ImageIn {
@@ -215,6 +331,106 @@ mod tests {
         std::fs::write(dir.join(MANIFEST), "{}").unwrap();
         let img = open(&dir).unwrap();
         assert!(img.files().unwrap().is_none());
+    }
+
+    /// `f` on a thread of its own: `None` if it has not returned in 5 s
+    /// (blocked opening a FIFO).
+    fn soon<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(5)).ok()
+    }
+
+    fn mkfifo(p: &Path) {
+        let c = cstr(p).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    /// A FIFO or a device in place of an image file is refused at once by
+    /// a restore (it used to block the opener, or be read forever).
+    #[test]
+    fn a_restore_refuses_fifos_and_devices() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("img");
+        create(&dir, true).unwrap();
+        std::fs::write(dir.join(MANIFEST), "{}").unwrap();
+        std::fs::remove_file(dir.join(PAGES)).unwrap();
+        mkfifo(&dir.join(PAGES));
+        let d = dir.clone();
+        let e = soon(move || open(&d))
+            .expect("open blocked on a FIFO")
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("a FIFO, not a regular file"), "{e}");
+        std::fs::remove_file(dir.join(PAGES)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join(PAGES)).unwrap();
+        let e = open(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("a device, not a regular file"),
+            "{e}"
+        );
+        std::fs::remove_file(dir.join(PAGES)).unwrap();
+        std::fs::write(dir.join(PAGES), "").unwrap();
+        std::fs::remove_file(dir.join(FILES)).unwrap();
+        mkfifo(&dir.join(FILES));
+        let img = open(&dir).unwrap();
+        let e = soon(move || img.files())
+            .expect("files() blocked")
+            .unwrap_err();
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+    }
+
+    /// An oversized manifest.json is refused, not read whole.
+    #[test]
+    fn a_manifest_over_the_limit_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("img");
+        create(&dir, false).unwrap();
+        let f = std::fs::File::create(dir.join(MANIFEST)).unwrap();
+        f.set_len(MANIFEST_MAX + 1).unwrap();
+        let e = open(&dir).unwrap().read_manifest().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains("more than 64 MiB"), "{e}");
+        f.set_len(3).unwrap();
+        assert_eq!(open(&dir).unwrap().read_manifest().unwrap(), b"\0\0\0");
+    }
+
+    /// A checkpoint replaces what is in place of its files (a FIFO, a hard
+    /// link to another file) instead of opening it: it neither blocks nor
+    /// truncates the other file.
+    #[test]
+    fn a_checkpoint_replaces_fifos_and_hard_links() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("img");
+        std::fs::create_dir(&dir).unwrap();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::fs::hard_link(&victim, dir.join(PAGES)).unwrap();
+        std::fs::hard_link(&victim, dir.join(FILES)).unwrap();
+        mkfifo(&dir.join(MANIFEST));
+        let d = dir.clone();
+        let out = soon(move || create(&d, true))
+            .expect("create blocked on a FIFO")
+            .unwrap();
+        drop(out);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        for f in [PAGES, MANIFEST, FILES] {
+            let md = std::fs::symlink_metadata(dir.join(f)).unwrap();
+            assert!(md.is_file() && md.len() == 0, "{f}: {md:?}");
+            assert_eq!(md.permissions().mode() & 0o777, 0o600, "{f}");
+        }
+        // No temporary file is left.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3);
+    }
+
+    /// A directory path that does not exist and ends in `..` gets an error
+    /// that says so, not a bare ENOENT.
+    #[test]
+    fn a_missing_path_ending_in_dotdot_is_named() {
+        let t = tempfile::tempdir().unwrap();
+        let e = create(&t.path().join("missing/.."), false).unwrap_err();
+        assert!(e.to_string().contains("ends in `..`"), "{e}");
     }
 
     /// A symbolic link in place of an image file is not written through;

@@ -214,8 +214,27 @@ pub fn page_size() -> u64 {
 /// changed less than [`RACY`] ago is not remembered, since two writes
 /// within one timestamp tick could leave both times equal (git's "racy
 /// clean" rule); nor is one whose times changed while it was read.
+///
+/// `path` (a manifest's, at a restore: anyone's) is opened with the
+/// caller's rights before anything else, the remembered CRC included, so
+/// that only a caller who may read the file learns it (a node daemon calls
+/// this with its client's rights: [`crate::Creds::with_fs`]): through
+/// [`crate::image_dir::open_at`] (a `/proc` magic link is refused),
+/// `O_NONBLOCK` (a FIFO does not block), and it must be a regular file (a
+/// device such as `/dev/zero` would be read forever). Its size and times
+/// are those of the file opened, and its CRC-32 is read through it.
 pub fn file_id(path: &str) -> Result<crate::image::FileId> {
-    let md = fs::metadata(path).map_err(|e| Error::io(format!("stat {path}"), e))?;
+    let f = crate::image_dir::open_at(
+        None,
+        std::path::Path::new(path),
+        libc::O_RDONLY | libc::O_NONBLOCK,
+        0,
+    )
+    .map_err(|e| Error::io(format!("open {path}"), e))?;
+    crate::image_dir::regular(&f).map_err(|e| Error::io(format!("open {path}"), e))?;
+    let md = f
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {path}"), e))?;
     let key = FileKey::of(&md);
     let cache = FILE_IDS.get_or_init(Default::default);
     if let Some(id) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
@@ -224,9 +243,11 @@ pub fn file_id(path: &str) -> Result<crate::image::FileId> {
     let id = crate::image::FileId {
         size: md.size(),
         mtime_ns: key.mtime_ns,
-        crc: file_crc(path)?,
+        crc: file_crc(&f, path)?,
     };
-    let after = fs::metadata(path).map_err(|e| Error::io(format!("stat {path}"), e))?;
+    let after = f
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {path}"), e))?;
     let changed = |t: i128| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -268,16 +289,20 @@ impl FileKey {
 type FileIds = std::sync::Mutex<std::collections::HashMap<FileKey, crate::image::FileId>>;
 static FILE_IDS: std::sync::OnceLock<FileIds> = std::sync::OnceLock::new();
 
-/// CRC-32 of the contents of `path`, read in 1 MiB pieces into one buffer.
-fn file_crc(path: &str) -> Result<u32> {
-    use std::io::Read;
-    let mut f = fs::File::open(path).map_err(|e| Error::io(format!("open {path}"), e))?;
+/// CRC-32 of the contents of `f` (opened from `path`), read from its start
+/// in 1 MiB pieces into one buffer.
+fn file_crc(f: &fs::File, path: &str) -> Result<u32> {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 1 << 20];
     let mut crc = crc32fast::Hasher::new();
+    let mut at = 0u64;
     loop {
-        match f.read(&mut buf) {
+        match f.read_at(&mut buf, at) {
             Ok(0) => return Ok(crc.finalize()),
-            Ok(n) => crc.update(&buf[..n]),
+            Ok(n) => {
+                crc.update(&buf[..n]);
+                at += n as u64;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(Error::io(format!("read {path}"), e)),
         }
@@ -327,6 +352,80 @@ mod file_id_tests {
         let id = super::file_id(sh).unwrap();
         assert_eq!(id.crc, crc32fast::hash(&std::fs::read(sh).unwrap()));
         assert_eq!(cached(sh), Some(id));
+    }
+
+    /// `file_id` of `path` on a thread of its own: `None` if it has not
+    /// answered in 5 s (it would read `/dev/zero` forever, or wait on a
+    /// FIFO for a writer).
+    fn id_soon(path: &str) -> Option<crate::error::Result<crate::image::FileId>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.to_string();
+        std::thread::spawn(move || tx.send(super::file_id(&p)));
+        rx.recv_timeout(std::time::Duration::from_secs(5)).ok()
+    }
+
+    /// A manifest's path that is no regular file (a device that never
+    /// ends, a FIFO) or a /proc magic link is refused at once.
+    #[test]
+    fn devices_fifos_and_magic_links_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for p in ["/dev/zero", fifo.to_str().unwrap()] {
+            let e = id_soon(p)
+                .expect("file_id blocked")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not a regular file"), "{p}: {e}");
+        }
+        let f = std::fs::File::open("/bin/sh").unwrap();
+        let magic = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+        let e = id_soon(&magic).unwrap().unwrap_err().to_string();
+        assert!(e.contains("symbolic links"), "{e}");
+    }
+
+    /// The remembered CRC of a file root read is not handed to a user who
+    /// may not read it (the lookup comes after the open, with the
+    /// caller's rights).
+    #[test]
+    fn the_remembered_crc_needs_read_access() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: needs root to act as another user");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let p = dir.path().join("secret");
+        std::fs::write(&p, b"root's").unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        // Old enough to be remembered.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        std::thread::sleep(super::RACY + std::time::Duration::from_millis(100));
+        let path = p.to_str().unwrap().to_string();
+        assert!(super::file_id(&path).is_ok());
+        let nobody = crate::Creds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        };
+        let r = nobody.with_fs(|| super::file_id(&path)).unwrap();
+        let e = r
+            .expect_err("nobody got the CRC of root's 0600 file")
+            .to_string();
+        assert!(e.contains("Permission denied"), "{e}");
     }
 }
 

@@ -273,6 +273,20 @@ impl Admitted {
     }
 }
 
+/// An image directory a client names must be absolute (its client makes
+/// it so): a relative one would be resolved from the daemon's working
+/// directory. The error is the reply's text.
+pub fn image_path(dir: &str) -> Result<&std::path::Path, String> {
+    let p = std::path::Path::new(dir);
+    match p.is_absolute() {
+        true => Ok(p),
+        false => Err(format!(
+            "image directory {dir:?} is not an absolute path (the daemon does not resolve \
+             paths from its own working directory)"
+        )),
+    }
+}
+
 /// How long a request on a program waits between its admission and the
 /// freeze: 0 unless `HALFPROC_TEST_ADMIT_DELAY_MS` (read once) says so, for
 /// the tests of [`Admitted::recheck`], which change the program meanwhile.
@@ -395,6 +409,13 @@ mod tests {
         let me = std::process::id() as i32;
         let a = admit_target(&node, me, 0, "checkpoint").unwrap();
         assert!(a.recheck().is_ok());
+    }
+
+    #[test]
+    fn image_paths_must_be_absolute() {
+        assert!(image_path("/tmp/img").is_ok());
+        let e = image_path("img").unwrap_err();
+        assert!(e.contains("not an absolute path"), "{e}");
     }
 
     #[test]

@@ -462,7 +462,13 @@ async fn run_session(
             )
         }
         Msg::RestoreDir { dir } => {
-            let path = std::path::PathBuf::from(&dir);
+            let path = match access::image_path(&dir) {
+                Ok(p) => p.to_path_buf(),
+                Err(e) => {
+                    let _ = tx.send(Msg::Error(e));
+                    return Ok(());
+                }
+            };
             let read = tokio::task::spawn_blocking(move || match &fs {
                 Some(c) => c
                     .with_fs(|| read_image(&path))
@@ -580,9 +586,7 @@ fn read_image(dir: &std::path::Path) -> Result<ImageDir, ImageErr> {
     use std::io::Read;
     let other = |e: halfproc_migrate::Error| ImageErr::Other(e.to_string());
     let img = image_dir::open(dir).map_err(ImageErr::Io)?;
-    let mut text = Vec::new();
-    let mut mf = &img.manifest;
-    mf.read_to_end(&mut text).map_err(ImageErr::Io)?;
+    let text = img.read_manifest().map_err(ImageErr::Io)?;
     let mut m = image::parse_manifest(&text).map_err(other)?;
     let mut pages = &img.pages;
     let mut data = Vec::new();

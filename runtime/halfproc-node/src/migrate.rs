@@ -665,7 +665,7 @@ fn open_image(
         )))
     };
     halfproc_migrate::refuse::check_relayed(pid, relayed).map_err(|e| failed(e.to_string()))?;
-    let path = std::path::Path::new(dir);
+    let path = crate::access::image_path(dir).map_err(failed)?;
     let create = || halfproc_migrate::image_dir::create(path, with_files);
     let r = match &fs {
         Some(c) => c.with_fs(create).and_then(|r| r),

@@ -65,6 +65,7 @@ fn run_as(mut cmd: Command, d: &Daemon, tmp: &Path, argv: &[&str]) -> (Child, i3
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let pid = loop {
         if let Some(p) = std::fs::read_to_string(&pid_file)
             .ok()
@@ -72,6 +73,11 @@ fn run_as(mut cmd: Command, d: &Daemon, tmp: &Path, argv: &[&str]) -> (Child, i3
         {
             break p;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pid in {} after 30 s: {argv:?} did not start",
+            pid_file.display()
+        );
         sleep_ms(5);
     };
     let _ = std::fs::remove_file(&pid_file);

@@ -44,17 +44,22 @@ pub struct Carried {
     records: Vec<Record>,
 }
 
-/// Reads `file` from its start (whatever its position), keeping the
-/// CRC-32 of everything read and the offset reached.
+/// Reads `file` from its start (whatever its position) up to `size` (its
+/// size when opened: a file that grows meanwhile is not read further),
+/// keeping the CRC-32 of everything read and the offset reached.
 struct Hashing<'a> {
     file: &'a File,
     crc: crc32fast::Hasher,
     pos: u64,
+    size: u64,
 }
 
 impl Hashing<'_> {
     /// Fills `buf` unless the file ends first: the bytes read.
     fn fill(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.size.saturating_sub(self.pos);
+        let n = left.min(buf.len() as u64) as usize;
+        let buf = &mut buf[..n];
         let mut got = 0;
         while got < buf.len() {
             match self.file.read_at(&mut buf[got..], self.pos + got as u64) {
@@ -106,13 +111,48 @@ impl Carried {
     /// damaged record named when one is seen); every record must be whole
     /// and pass its CRC-32; each wanted mapping must have a record that
     /// starts where it starts and fits in it (else an error naming its
-    /// file).
+    /// file). `file` must be a regular file (not a FIFO or a device that
+    /// never ends); it is read up to its size when opened. Memory: one
+    /// entry per wanted mapping, whatever the records in the file; a
+    /// second record for a wanted mapping is refused.
     pub fn open(file: File, want_crc: u32, wanted: &[Wanted]) -> Result<Carried> {
+        Carried::open_within(file, want_crc, wanted, u64::MAX)
+    }
+
+    /// [`Carried::open`] of a file that may hold `most` bytes at most (what
+    /// the image's file mappings can fill): a larger one is refused unread.
+    pub(crate) fn open_within(
+        file: File,
+        want_crc: u32,
+        wanted: &[Wanted],
+        most: u64,
+    ) -> Result<Carried> {
         let rerr = |e| Error::io(format!("read {FILES}"), e);
+        let md = file
+            .metadata()
+            .map_err(|e| Error::io(format!("fstat {FILES}"), e))?;
+        if !md.file_type().is_file() {
+            return Err(image(format!("not a regular file ({:?})", md.file_type())));
+        }
+        if md.len() > most {
+            return Err(image(format!(
+                "it is {} bytes, more than this image's file mappings can fill ({most} bytes \
+                 with the records' headers)",
+                md.len()
+            )));
+        }
+        // Where each wanted mapping's record goes (the first wanted one of
+        // a start: a second is never found).
+        let mut index = std::collections::HashMap::with_capacity(wanted.len());
+        for (i, w) in wanted.iter().enumerate() {
+            index.entry(w.start).or_insert(i);
+        }
+        let mut found: Vec<Option<Record>> = vec![None; wanted.len()];
         let mut r = Hashing {
             file: &file,
             crc: crc32fast::Hasher::new(),
             pos: 0,
+            size: md.len(),
         };
         let mut magic = [0u8; 8];
         let n = r.fill(&mut magic).map_err(rerr)?;
@@ -127,7 +167,6 @@ impl Carried {
             return Err(image("not a files image (bad magic)".into()));
         }
         let mut buf = vec![0u8; CHUNK as usize];
-        let mut all = Vec::new();
         // The first damage seen: reported with the whole file's CRC.
         let mut damage = None;
         loop {
@@ -172,7 +211,21 @@ impl Carried {
                      its header says {crc:#010x})"
                 ));
             }
-            all.push((start, len, at + HEADER as u64, crc));
+            let Some(&i) = index.get(&start) else {
+                continue;
+            };
+            if found[i].is_some() {
+                damage
+                    .get_or_insert_with(|| format!("a second record for {start:#x} at byte {at}"));
+            } else if len <= wanted[i].end.saturating_sub(start) {
+                found[i] = Some(Record {
+                    start,
+                    len,
+                    offset: at + HEADER as u64,
+                    crc,
+                    path: wanted[i].path.clone(),
+                });
+            }
         }
         let whole = r.crc.finalize();
         if whole != want_crc {
@@ -188,24 +241,29 @@ impl Carried {
         }
         let records = wanted
             .iter()
-            .map(|w| {
-                all.iter()
-                    .find(|&&(start, len, ..)| {
-                        start == w.start && len <= w.end.saturating_sub(w.start)
-                    })
-                    .map(|&(start, len, offset, crc)| Record {
-                        start,
-                        len,
-                        offset,
-                        crc,
-                        path: w.path.clone(),
-                    })
+            .enumerate()
+            .map(|(i, w)| {
+                let j = index[&w.start];
+                found[j]
+                    .clone()
                     .ok_or_else(|| {
                         image(format!(
                             "it does not carry {:#x}-{:#x} ({})",
                             w.start, w.end, w.path
                         ))
                     })
+                    .and_then(
+                        |rec| match (i == j, rec.len <= w.end.saturating_sub(w.start)) {
+                            (true, _) | (false, true) => Ok(Record {
+                                path: w.path.clone(),
+                                ..rec
+                            }),
+                            (false, false) => Err(image(format!(
+                                "it does not carry {:#x}-{:#x} ({})",
+                                w.start, w.end, w.path
+                            ))),
+                        },
+                    )
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Carried {
@@ -421,6 +479,50 @@ mod tests {
     /// The file changes between the check and the write: the write fails,
     /// naming the record, after its contents reached the copy (which the
     /// caller then does not let run).
+    /// A sparse `files.img`: records of zeros, each a valid empty record
+    /// for 0x0 (the CRC-32 of nothing is 0). Only wanted records are kept
+    /// (memory: one entry per wanted mapping, however many records), a
+    /// second record for a wanted mapping is refused, and a file larger
+    /// than the image's mappings can fill is refused unread.
+    #[test]
+    fn a_sparse_file_of_empty_records() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(MAGIC).unwrap();
+        let size = 8 + 20 * 500_000;
+        f.set_len(size).unwrap();
+        let mut whole = crc32fast::Hasher::new();
+        whole.update(MAGIC);
+        whole.update(&vec![0u8; size as usize - 8]);
+        let crc = whole.finalize();
+        let zero = f.try_clone().unwrap();
+        let e = Carried::open(zero, crc, &[want(0, 0x1000, "/lib/a")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a second record for 0x0 at byte 28"), "{e}");
+        // Nothing wanted there: no entry kept, nothing carried.
+        let other = f.try_clone().unwrap();
+        let e = Carried::open(other, crc, &[want(0x1000, 0x2000, "/lib/b")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not carry 0x1000-0x2000"), "{e}");
+        let e = Carried::open_within(f, crc, &[want(0x1000, 0x2000, "/lib/b")], 8 + 20 + 0x1000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("more than this image's file mappings can fill"),
+            "{e}"
+        );
+    }
+
+    /// A FIFO (or a device) is no `files.img`.
+    #[test]
+    fn open_refuses_what_is_not_a_regular_file() {
+        let e = Carried::open(File::open("/dev/zero").unwrap(), 0, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+
     #[test]
     fn write_into_checks_the_records_again() {
         let raw = image_of(&[(0x1000, b"text")]);
