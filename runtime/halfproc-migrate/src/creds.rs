@@ -130,12 +130,12 @@ impl Creds {
         me.uid == self.uid && me.gid == self.gid
     }
 
-    /// Opens `path` read-only with these credentials' rights (see
-    /// [`Creds::with_fs`]; a `/proc` magic link is not followed, see
-    /// [`crate::image_dir::open_at`]).
+    /// Opens regular file `path` read-only with these credentials' rights
+    /// (see [`Creds::with_fs`]; a `/proc` magic link is not followed, a
+    /// FIFO does not block: see [`crate::image_dir::open_regular`]).
     pub fn open(&self, path: &str) -> io::Result<File> {
         let path = std::path::Path::new(path);
-        self.with_fs(|| crate::image_dir::open_at(None, path, libc::O_RDONLY, 0))?
+        self.with_fs(|| crate::image_dir::open_regular(None, path))?
     }
 
     /// Runs `f` with these credentials' rights on the file system: on a
@@ -401,6 +401,24 @@ mod tests {
             "this thread lost root's rights"
         );
         assert!(Creds::current().groups.iter().all(|&g| g != 65534));
+    }
+
+    /// A mapped file's path that names a FIFO (swapped in after the
+    /// restore compared the files) is refused, not waited on.
+    #[test]
+    fn open_refuses_a_fifo_at_once() {
+        let t = tempfile::tempdir().unwrap();
+        let fifo = t.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = fifo.to_str().unwrap().to_string();
+        std::thread::spawn(move || tx.send(Creds::current().open(&p).map(drop)));
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("open blocked on a FIFO");
+        assert!(r.unwrap_err().to_string().contains("a FIFO"));
     }
 
     #[test]

@@ -27,10 +27,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// The files a checkpoint writes: `pages.img` and `manifest.json`
-/// (created, the pages truncated; the manifest is truncated when it is
-/// written, last), and `files.img` (opened for reading too: its CRC-32 is
-/// read back) when the mapped files are carried.
+/// The files a checkpoint writes, each new and empty (see [`create`]):
+/// `pages.img` and `manifest.json` (written last), and `files.img`
+/// (opened for reading too: its CRC-32 is read back) when the mapped
+/// files are carried.
 #[derive(Debug)]
 pub struct ImageOut {
     pub pages: File,
@@ -78,7 +78,7 @@ impl ImageIn {
     /// `files.img` of the image, if there is one (opened as the image's
     /// other files were, by the thread that calls this).
     pub fn files(&self) -> io::Result<Option<File>> {
-        match open_regular(self.dir.as_fd(), FILES) {
+        match open_regular(Some(self.dir.as_fd()), Path::new(FILES)) {
             Ok(f) => Ok(Some(f)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(ctx("open", &self.path.join(FILES), e)),
@@ -146,16 +146,12 @@ pub fn open_at(dir: Option<BorrowedFd>, path: &Path, flags: i32, mode: u32) -> i
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Opens image file `name` in `dir` for reading: `O_NONBLOCK` (opening a
-/// FIFO does not wait for a writer), then it must be a regular file
-/// (`fstat`; else `InvalidInput`, naming its type), then blocking again.
-pub fn open_regular(dir: BorrowedFd, name: &str) -> io::Result<File> {
-    let f = open_at(
-        Some(dir),
-        Path::new(name),
-        libc::O_RDONLY | libc::O_NONBLOCK,
-        0,
-    )?;
+/// Opens `name` (relative to `dir`, else to the working directory; see
+/// [`open_at`]) for reading: `O_NONBLOCK` (opening a FIFO does not wait
+/// for a writer), then it must be a regular file (`fstat`; else
+/// `InvalidInput`, naming its type), then blocking again.
+pub fn open_regular(dir: Option<BorrowedFd>, name: &Path) -> io::Result<File> {
+    let f = open_at(dir, name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
     regular(&f)?;
     // SAFETY: fcntl on an fd we own, integer arguments.
     let fl = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
@@ -227,7 +223,8 @@ fn dir_fd(path: &Path, create: bool) -> io::Result<OwnedFd> {
 /// for a checkpoint; without `with_files`, removes the `files.img` an
 /// earlier checkpoint left there (restored with the new image, it would
 /// overwrite its file pages with old contents). Other files in `dir` are
-/// left alone; the image's own are overwritten. Errors name the path.
+/// left alone; the image's own are replaced by new files (renamed over
+/// them: a FIFO or a hard link there is not opened). Errors name the path.
 pub fn create(dir: &Path, with_files: bool) -> io::Result<ImageOut> {
     let d = dir_fd(dir, true).map_err(|e| ctx("mkdir", dir, e))?;
     let d = d.as_fd();
@@ -298,8 +295,9 @@ fn create_file(d: BorrowedFd, name: &str, flags: i32) -> io::Result<File> {
 /// Opens the image in `dir` for a restore. Errors name the path.
 pub fn open(dir: &Path) -> io::Result<ImageIn> {
     let d = dir_fd(dir, false).map_err(|e| ctx("open", dir, e))?;
-    let read =
-        |name: &str| open_regular(d.as_fd(), name).map_err(|e| ctx("open", &dir.join(name), e));
+    let read = |name: &str| {
+        open_regular(Some(d.as_fd()), Path::new(name)).map_err(|e| ctx("open", &dir.join(name), e))
+    };
     let manifest = read(MANIFEST)?;
     let pages = read(PAGES)?;
     Ok(ImageIn {
@@ -389,7 +387,10 @@ mod tests {
         create(&dir, false).unwrap();
         let f = std::fs::File::create(dir.join(MANIFEST)).unwrap();
         f.set_len(MANIFEST_MAX + 1).unwrap();
-        let e = open(&dir).unwrap().read_manifest().unwrap_err();
+        // (Not `unwrap_err`: on failure it would print 64 MiB.)
+        let Err(e) = open(&dir).unwrap().read_manifest() else {
+            panic!("a manifest over {MANIFEST_MAX} bytes was read");
+        };
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
         assert!(e.to_string().contains("more than 64 MiB"), "{e}");
         f.set_len(3).unwrap();

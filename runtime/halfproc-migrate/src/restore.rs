@@ -303,7 +303,7 @@ fn open_helpers(pages: Option<File>, m: &Manifest, opts: &RestoreOptions) -> Res
                     path.clone(),
                     match &opts.creds {
                         Some(c) => c.open(path),
-                        None => File::open(path),
+                        None => crate::image_dir::open_regular(None, path.as_ref()),
                     }
                     .map_err(|e| Error::io(format!("open {path}"), e))?,
                 );
