@@ -407,8 +407,18 @@ mod tests {
             "{e}"
         );
         let me = std::process::id() as i32;
-        let a = admit_target(&node, me, 0, "checkpoint").unwrap();
+        let mut a = admit_target(&node, me, 0, "checkpoint").unwrap();
         assert!(a.recheck().is_ok());
+        // Ids other than those admitted (as after an exec of a
+        // set-user-ID program) are refused, for root too.
+        a.ids = Some(([1; 4], [1; 4]));
+        let e = a.recheck().unwrap_err();
+        assert!(
+            e.contains(&format!("pid {me} changed its ids"))
+                && e.contains("uids [1, 1, 1, 1], gids [1, 1, 1, 1] when admitted")
+                && e.contains("it changed after the checkpoint request was admitted"),
+            "{e}"
+        );
     }
 
     #[test]
