@@ -206,6 +206,19 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 ));
                 byes.insert(from);
             }
+            Event::Net(NetEvent::Dead(from, reason), _)
+                if addrs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(from as usize)
+                    .is_none() =>
+            {
+                // `from` may come from a peer's Abort frame: not trusted.
+                report(&format!(
+                    "dmi: node {me}: ignored the failure of node {from}, which is no node of \
+                     the run: {reason}"
+                ));
+            }
             Event::Net(NetEvent::Dead(from, reason), _) => {
                 // Before the Abort below: a node stops reading this one
                 // once it hears of the failure from it.

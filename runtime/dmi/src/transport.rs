@@ -89,7 +89,9 @@ pub enum Frame {
 /// 4: `InstMsg::Moving` and `InstMsg::Lost` (the origin knows where a
 /// moved instance is from the commit on, and that it is lost if its source
 /// failed before the commit reached the target).
-pub const PROTOCOL: u32 = 4;
+/// 5: `InstMsg::Moving.token` and `InstMsg::MovingSeen` (the source commits
+/// only once the origin recorded the move).
+pub const PROTOCOL: u32 = 5;
 
 /// Why a peer speaking protocol `theirs` is refused.
 pub(crate) fn wrong_protocol(theirs: u32) -> String {
