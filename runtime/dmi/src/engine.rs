@@ -153,6 +153,11 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
             Event::Net(NetEvent::Bye(from), _) => {
                 byes.insert(from);
             }
+            Event::Net(NetEvent::Silent(from, failed), _) => {
+                // It closed its side: what it hosts, or moves here, can no
+                // longer be heard of (`xmove::peer_silent`).
+                send_inst(&peers, crate::xmove::peer_silent(from, failed));
+            }
             Event::Joins(open) if accepting != Accepting::Never => {
                 accepting = if open {
                     Accepting::Open

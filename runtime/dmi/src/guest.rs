@@ -203,21 +203,26 @@ impl xmove::Host for GuestHost {
         }
     }
 
-    fn peer_dead(&self, node: NodeId) {
+    fn peer_dead(&self, node: NodeId, silent: Option<NodeId>) {
         let Some(g) = GUESTS.get() else { return };
-        // Barrier arrivals at it: an origin that failed answers nothing.
+        // Barrier arrivals at it: an origin that failed (or no longer
+        // talks to this node) answers nothing.
+        let why = match silent {
+            Some(x) => format!("node {node} stopped talking after node {x} failed"),
+            None => format!("node {node} failed"),
+        };
         let mut w = locked(&g.waiting);
         locked(&g.dead).insert(node);
         for (_, (o, tx)) in w.iter() {
             if *o == node {
-                let _ = tx.send(Some(format!("node {node} failed")));
+                let _ = tx.send(Some(why.clone()));
             }
         }
         w.retain(|_, (o, _)| *o != node);
         drop(w);
         // After `dead` has it: a report of a move to it that comes later
         // (`away_at`) sees it there.
-        lost_with(g.me, node);
+        lost_with(g.me, node, silent);
     }
 
     fn committed(&self, id: i64, origin: Option<NodeId>, to: NodeId, yields: u64) {
@@ -237,12 +242,20 @@ impl xmove::Host for GuestHost {
         origin: Option<NodeId>,
         from: NodeId,
         yields: u64,
+        silent: Option<NodeId>,
     ) -> Option<(NodeId, InstMsg)> {
         let (g, o) = (GUESTS.get()?, origin?);
-        let why = format!(
-            "was lost with node {from}, which was moving it to node {}",
-            g.me
-        );
+        let why = match silent {
+            Some(x) => format!(
+                "was lost: node {from}, which was moving it to node {}, stopped talking \
+                 after node {x} failed",
+                g.me
+            ),
+            None => format!(
+                "was lost with node {from}, which was moving it to node {}",
+                g.me
+            ),
+        };
         if o == g.me {
             // Coming home: this node records it (and says so).
             lost_moving(g.me, id, yields, why);
@@ -381,7 +394,7 @@ fn away_at(g: &Guests, id: i64, to: NodeId, yields: u64, how: Report) {
     // After the entry says where (`peer_dead` marks the node dead before it
     // looks at the entries): one of the two sees the other.
     if locked(&g.dead).contains(&to) {
-        lost_with(g.me, to);
+        lost_with(g.me, to, None);
     }
 }
 
@@ -417,9 +430,10 @@ fn ended_away(me: NodeId, id: i64, from: NodeId, ended: Ended) {
     }
 }
 
-/// Origin: node `node` failed; this node's instances running there, or
-/// moving there, are lost.
-fn lost_with(me: NodeId, node: NodeId) {
+/// Origin: node `node` failed (or, `silent`, stopped talking to this node
+/// after it reported that node's failure); this node's instances running
+/// there, or moving there, are lost.
+fn lost_with(me: NodeId, node: NodeId, silent: Option<NodeId>) {
     let Ok(reg) = serve::registry() else { return };
     let there = move |w: Where| matches!(w, Where::At(n, _) | Where::Moving(n, _) if n == node);
     let lost: Vec<i64> = reg_locked(&reg)
@@ -430,9 +444,15 @@ fn lost_with(me: NodeId, node: NodeId) {
         .collect();
     for id in lost {
         serve::record_away(&reg, id, me, there, |w| {
-            Ended::Failed(match w {
-                Where::Moving(..) => format!("was lost with node {node}, to which it was moving"),
-                _ => format!("was lost with node {node}, where it ran"),
+            let r = match w {
+                Where::Moving(..) => "to which it was moving",
+                _ => "where it ran",
+            };
+            Ended::Failed(match silent {
+                Some(x) => {
+                    format!("was lost: node {node}, {r}, stopped talking after node {x} failed")
+                }
+                None => format!("was lost with node {node}, {r}"),
             })
         });
     }

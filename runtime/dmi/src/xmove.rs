@@ -93,21 +93,25 @@ pub(crate) trait Host: Send + Sync {
     fn arm(&self, id: i64, mailbox: &'static Mailbox, yields: u64);
     /// Plans, reports, barriers and ends of instances, the end of the run.
     fn message(&self, from: NodeId, m: InstMsg);
-    /// Node `node` failed (after moves to it were called off).
-    fn peer_dead(&self, _node: NodeId) {}
+    /// Node `node` failed, or (`silent`: `Some(x)`) stopped talking to
+    /// this node after it reported node `x`'s failure (after moves to it
+    /// were called off).
+    fn peer_dead(&self, _node: NodeId, _silent: Option<NodeId>) {}
     /// Source: instance `id`'s original is gone, its copy on node `to`
     /// (moved at its yield number `yields`) is the instance now; `Commit`
     /// goes out next.
     fn committed(&self, _id: i64, _origin: Option<NodeId>, _to: NodeId, _yields: u64) {}
     /// Target: the copy of instance `id` (moved at `yields`) is ended
-    /// because its source, node `from`, failed before its word came; what
-    /// to tell another node about it (its origin), if anything.
+    /// because its source, node `from`, failed before its word came (or,
+    /// `silent`, stopped talking as in [`Host::peer_dead`]); what to tell
+    /// another node about it (its origin), if anything.
     fn source_failed(
         &self,
         _id: i64,
         _origin: Option<NodeId>,
         _from: NodeId,
         _yields: u64,
+        _silent: Option<NodeId>,
     ) -> Option<(NodeId, InstMsg)> {
         None
     }
@@ -271,15 +275,32 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
 /// (which stop reading this node then): the losses of copies from `node`.
 #[must_use]
 pub(crate) fn peer_dead(node: NodeId) -> Vec<(NodeId, InstMsg)> {
+    gone(node, None)
+}
+
+/// From the engine: node `node` reported node `failed`'s failure and stops
+/// talking to this node (it reads nothing more from it and this node
+/// nothing more from it): as if it had failed, for moves and instances
+/// between the two (`docs/dmi.md`, "Not done").
+#[must_use]
+pub(crate) fn peer_silent(node: NodeId, failed: NodeId) -> Vec<(NodeId, InstMsg)> {
+    gone(node, Some(failed))
+}
+
+fn gone(node: NodeId, silent: Option<NodeId>) -> Vec<(NodeId, InstMsg)> {
     let Some(mv) = mover() else {
         return Vec::new();
+    };
+    let how = match silent {
+        Some(x) => format!("it stopped talking after node {x} failed (node {node})"),
+        None => format!("it failed (node {node})"),
     };
     // First: a source about to kill an original for a move to it sees it.
     locked(&mv.dead).insert(node);
     let mut w = locked(&mv.waiting);
     for (_, (to, tx)) in w.iter() {
         if *to == node {
-            let _ = tx.send(Answer::Refused(format!("it failed (node {node})")));
+            let _ = tx.send(Answer::Refused(how.clone()));
         }
     }
     w.retain(|_, (to, _)| *to != node);
@@ -288,11 +309,14 @@ pub(crate) fn peer_dead(node: NodeId) -> Vec<(NodeId, InstMsg)> {
     let mut tell = Vec::new();
     for a in locked(&mv.arrived).values() {
         if a.from == node && a.word.send(Word::SourceFailed).is_ok() {
-            tell.extend(mv.host.source_failed(a.id, a.origin, node, a.yields));
+            tell.extend(
+                mv.host
+                    .source_failed(a.id, a.origin, node, a.yields, silent),
+            );
         }
     }
     locked(&mv.arrived).retain(|_, a| a.from != node);
-    mv.host.peer_dead(node);
+    mv.host.peer_dead(node, silent);
     tell
 }
 

@@ -630,3 +630,27 @@ fn an_origin_that_fails_before_it_records_a_move_leaves_the_instance_at_its_sour
         "{seen}"
     );
 }
+
+#[test]
+fn an_instance_on_a_node_that_stops_talking_after_a_failure_is_lost_at_its_origin() {
+    // Node 0's instance 0 moved to node 1 at yield 2; node 1 holds back
+    // its At and node 2 is killed then. Node 1 reports node 2's failure to
+    // node 0 (Abort) and the two stop talking: node 0 records its instance
+    // lost instead of waiting in DMI_join for an end it can no longer hear.
+    let seen = kill_during_move(
+        &[("DMI_TEST_AT_DELAY", "1:50000")],
+        "dmi: node 1: node 0's instance 0 arrived; At held back (test delay",
+        &[],
+        2,
+    );
+    let how = "was lost: node 1, to which it was moving, stopped talking after node 2 failed";
+    assert!(lost_line(&seen, 0, how), "node 0 did not say so: {seen}");
+    assert!(
+        seen.contains(&format!("DMI_join: instance 0 {how}")),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("node 0 still running 60 s after a failure"),
+        "{seen}"
+    );
+}
