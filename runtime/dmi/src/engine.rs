@@ -225,15 +225,15 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 ));
             }
             Event::Net(NetEvent::Dead(from, reason), _) => {
-                // Before the Abort below: a node stops reading this one
-                // once it hears of the failure from it.
-                send_inst(&peers, crate::xmove::peer_dead(from));
-                if !byes.contains(&from) {
+                let fresh = !byes.contains(&from);
+                if fresh {
                     let peer = addrs.lock().unwrap_or_else(|e| e.into_inner())[from as usize]
                         .map_or("?".to_string(), |a| a.to_string());
                     report(&format!(
                         "dmi: node {me}: node {from} ({peer}) failed: {reason}"
                     ));
+                    // Before moves to it are called off (`peer_dead`): an
+                    // instance that resumes then sees the failure.
                     node.fail(
                         DmiError::NodeFailed {
                             node: from,
@@ -241,6 +241,11 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                         },
                         &mut fx,
                     );
+                }
+                // Before the Abort below: a node stops reading this one
+                // once it hears of the failure from it.
+                send_inst(&peers, crate::xmove::peer_dead(from));
+                if fresh {
                     for p in peers.iter().flatten() {
                         let _ = p.send(Frame::Abort {
                             node: from,

@@ -530,7 +530,7 @@ pub(crate) fn send_away(
                     ))));
                 }
             }
-            let frozen = {
+            {
                 let dead = locked(&mv.dead);
                 // Without a third node's word, this node decides: a target
                 // known to have failed gets nothing. (With it, the origin
@@ -542,12 +542,13 @@ pub(crate) fn send_away(
                         "node {to} failed before the commit"
                     ))));
                 }
-                let frozen = dumped.kill();
-                // Under the lock: a failure of `to` seen after it finds the
-                // instance recorded as moving there (`peer_dead`).
+                // Under the lock: a failure of `to` marked after this finds
+                // the instance recorded as moving there (`peer_dead`). The
+                // kill, which waits for the original's end, comes after (the
+                // engine marks failures under this lock).
                 mv.host.committed(id, origin, to, yields);
-                frozen
-            };
+            }
+            let frozen = dumped.kill();
             // The original's slot: its exit (SIGKILL) is recorded by the reaper.
             let _ = old.join();
             test_hold(
