@@ -349,10 +349,13 @@ fn take_in(
     manifest: &[u8],
     pages: &[u8],
 ) -> Result<(Member, &'static Mailbox), DmiError> {
-    if let Some(ms) = std::env::var("DMI_TEST_ARRIVE_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    static ARRIVE_DELAY: OnceLock<Option<u64>> = OnceLock::new();
+    let delay = ARRIVE_DELAY.get_or_init(|| {
+        std::env::var("DMI_TEST_ARRIVE_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+    });
+    if let Some(ms) = *delay {
         // Tests only: a window to kill this node in while it restores.
         report(&format!(
             "dmi: node {}: restoring instance {id} (test delay {ms} ms)",
