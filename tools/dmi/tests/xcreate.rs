@@ -52,7 +52,9 @@ fn command_grace(n: u32, grace: u32, args: &[&str], env: &[(&str, &str)]) -> Com
     .env_remove("DMI_MOVE_AT")
     .env_remove("DMI_TEST_ARRIVE_DELAY_MS")
     .env_remove("DMI_TEST_AT_DELAY")
-    .env_remove("DMI_TEST_COMMIT_DELAY");
+    .env_remove("DMI_TEST_COMMIT_DELAY")
+    .env_remove("DMI_TEST_READY_DELAY")
+    .env_remove("DMI_TEST_MOVING_DELAY");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -421,7 +423,7 @@ fn a_reconfigurable_programs_instance_stays_on_its_node() {
 /// line `held` of node 0's instance (and `also`, if any) is seen, and 2 s
 /// more. Returns all of stderr; panics if the run did not end within 90 s
 /// of the kill (the nodes killed then).
-fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim: u32) -> String {
+fn kill_during_move(env: &[(&str, &str)], held: &str, also: &[&str], victim: u32) -> String {
     let mut all = vec![("DMI_MOVE_AT", "2:0@1,4:0@2"), ("DMI_ERRORS", "return")];
     all.extend_from_slice(env);
     // A long grace: node 0 must end by itself, not by `dmi run`'s kill.
@@ -448,7 +450,7 @@ fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim
         let _ = child.wait();
     };
     let mut seen = String::new();
-    let mut want: Vec<&str> = std::iter::once(held).chain(also).collect();
+    let mut want: Vec<&str> = std::iter::once(held).chain(also.iter().copied()).collect();
     let t0 = std::time::Instant::now();
     while !want.is_empty() {
         match rx.recv_timeout(std::time::Duration::from_secs(120).saturating_sub(t0.elapsed())) {
@@ -463,8 +465,6 @@ fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim
             }
         }
     }
-    // The messages the line follows (a source's Moving) reach the others.
-    std::thread::sleep(std::time::Duration::from_secs(2));
     let pid = nodes_of(child.id())[&victim];
     // SAFETY: kill(2) of a node process of the run this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -507,10 +507,13 @@ fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim
 /// Node `n`'s report that its instance 0 `how`.
 fn lost_line(seen: &str, n: u32, how: &str) -> bool {
     seen.lines().any(|l| {
-        l.starts_with(&format!("dmi: node {n}: instance 0 (pid "))
+        l.starts_with(&format!("dmi: node {n}: instance 0 (last pid "))
             && l.ends_with(&format!(") {how}"))
     })
 }
+
+/// Node 0's line when it records that node 1 moves its instance 0 on.
+const MOVING_SEEN: &str = "dmi: node 0: instance 0 moves from node 1 to node 2 at yield 4";
 
 #[test]
 fn an_instance_whose_target_dies_before_its_at_is_lost_at_its_origin() {
@@ -521,9 +524,12 @@ fn an_instance_whose_target_dies_before_its_at_is_lost_at_its_origin() {
     // node 2 fails; its DMI_join returns (errors returned, not fatal)
     // instead of waiting for ever.
     let seen = kill_during_move(
-        &[("DMI_TEST_AT_DELAY", "2:20000")],
+        &[("DMI_TEST_AT_DELAY", "2:50000")],
         "dmi: node 2: node 0's instance 0 arrived; At held back (test delay",
-        Some("dmi: node 2: node 1's instance 0 arrived; At held back (test delay"),
+        &[
+            "dmi: node 2: node 1's instance 0 arrived; At held back (test delay",
+            MOVING_SEEN,
+        ],
         2,
     );
     let how = "was lost with node 2, to which it was moving";
@@ -547,9 +553,9 @@ fn an_instance_whose_source_dies_before_its_commit_is_lost_at_its_origin() {
     // back its Commit, after it told node 0 (Moving); killed then, node 2
     // ends its parked copy and tells node 0 (Lost), whose DMI_join fails.
     let seen = kill_during_move(
-        &[("DMI_TEST_COMMIT_DELAY", "1:20000")],
+        &[("DMI_TEST_COMMIT_DELAY", "1:50000")],
         "dmi: node 1: instance 0 (node 0's) committed to node 2; Commit held back (test delay",
-        None,
+        &[MOVING_SEEN],
         1,
     );
     let how = "was lost with node 1, which was moving it to node 2";
@@ -559,8 +565,8 @@ fn an_instance_whose_source_dies_before_its_commit_is_lost_at_its_origin() {
         )),
         "{seen}"
     );
-    // Node 1's Moving reached node 0 before node 1 died (2 s after its
-    // delay line), so only node 2's Lost tells node 0.
+    // Node 1's Moving reached node 0 before the commit (node 0 answered
+    // it), so only node 2's Lost tells node 0.
     assert!(lost_line(&seen, 0, how), "node 0 did not say so: {seen}");
     assert!(
         seen.contains(&format!("DMI_join: instance 0 {how}")),
@@ -568,6 +574,83 @@ fn an_instance_whose_source_dies_before_its_commit_is_lost_at_its_origin() {
     );
     assert!(
         !seen.contains("still running 60 s after a failure"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn a_source_that_sees_its_target_fail_before_the_commit_keeps_the_instance() {
+    // Node 2 answered Ready for both instances 0 (node 0's and node 1's
+    // own) that node 1 moves there at yield 4; node 1 holds both back
+    // before the commit and node 2 is killed then. Node 1 keeps both (it
+    // knows node 2 failed before it asks node 0 or kills an original).
+    // Nothing is lost.
+    let seen = kill_during_move(
+        &[("DMI_TEST_READY_DELAY", "1:50000")],
+        "dmi: node 1: instance 0 (node 0's) ready at node 2; commit held back (test delay",
+        &["dmi: node 1: instance 0 ready at node 2; commit held back (test delay"],
+        2,
+    );
+    let stays = |of: &str, why: &str| {
+        seen.lines().any(|l| {
+            l.starts_with(&format!("dmi: node 1: instance 0{of} (pid "))
+                && l.contains(") stays: ")
+                && l.contains(why)
+        })
+    };
+    assert!(stays("", "node 2 failed before the commit"), "{seen}");
+    assert!(
+        stays(" (node 0's)", "node 2 failed before the commit"),
+        "{seen}"
+    );
+    assert!(!seen.contains(" lost with node 2"), "{seen}");
+}
+
+#[test]
+fn an_origin_that_fails_before_it_records_a_move_leaves_the_instance_at_its_source() {
+    // Node 0 holds back its answer to node 1's Moving (node 0's instance 0
+    // to node 2 at yield 4) and is killed then: node 1 did not commit,
+    // its original runs on there and node 2 ends its copy.
+    let seen = kill_during_move(
+        &[("DMI_TEST_MOVING_DELAY", "0:50000")],
+        "dmi: node 0: instance 0 moves to node 2; MovingSeen held back (test delay",
+        &[],
+        0,
+    );
+    assert!(
+        seen.lines().any(
+            |l| l.starts_with("dmi: node 1: instance 0 (node 0's) (pid ")
+                && l.contains(") stays: ")
+                && l.contains("node 0 (its origin) did not record the move")
+        ),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("dmi: node 1: instance 0 (node 0's) moved at yield 4 to node 2"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn an_instance_on_a_node_that_stops_talking_after_a_failure_is_lost_at_its_origin() {
+    // Node 0's instance 0 moved to node 1 at yield 2; node 1 holds back
+    // its At and node 2 is killed then. Node 1 reports node 2's failure to
+    // node 0 (Abort) and the two stop talking: node 0 records its instance
+    // lost instead of waiting in DMI_join for an end it can no longer hear.
+    let seen = kill_during_move(
+        &[("DMI_TEST_AT_DELAY", "1:50000")],
+        "dmi: node 1: node 0's instance 0 arrived; At held back (test delay",
+        &[],
+        2,
+    );
+    let how = "was lost: node 1, to which it was moving, stopped talking after node 2 failed";
+    assert!(lost_line(&seen, 0, how), "node 0 did not say so: {seen}");
+    assert!(
+        seen.contains(&format!("DMI_join: instance 0 {how}")),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("node 0 still running 60 s after a failure"),
         "{seen}"
     );
 }
