@@ -277,6 +277,12 @@ pub enum Backing {
         id: FileId,
         shared: bool,
     },
+    /// Shared anonymous memory (`MAP_SHARED | MAP_ANONYMOUS`, `/dev/zero
+    /// (deleted)` in the maps) that no other process mapped: the VMAs with
+    /// the same `object` are one shmem object of `size` bytes, this one
+    /// mapping it from `offset`. Every page is carried. (Readers before
+    /// this variant refuse such an image as unknown: no version bump.)
+    SharedAnon { object: u64, offset: u64, size: u64 },
     /// The kernel's vdso or vvar pages (`[vdso]`, `[vvar]`, `[vvar_vclock]`).
     Special { name: String },
 }

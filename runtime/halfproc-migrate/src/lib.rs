@@ -16,7 +16,8 @@
 //! - [`restore_need`]: the address space a restore needs (for `RLIMIT_AS`);
 //! - `restore`, `restore_plan`, `restore_moves`, `restorer`, `sigframe`: [`restore`],
 //!   the blob's op table, which runs it moves rather than copies, the blob, the
-//!   `rt_sigreturn` frame.
+//!   `rt_sigreturn` frame; `shmem`, `restore_shmem`: lone shared anonymous
+//!   memory, checked and restored.
 
 pub mod creds;
 pub mod error;
@@ -45,6 +46,8 @@ mod restore_itimers;
 mod restore_moves;
 pub mod restore_need;
 mod restore_plan;
+mod restore_shmem;
+mod shmem;
 
 pub use creds::Creds;
 pub use dump::{

@@ -211,13 +211,19 @@ fn restore_with(
         0 => fixed,
         n => fixed + 2 * HUGE + n,
     };
-    let r = choose_region(m, &own, r_len)?;
+    // Shared anonymous objects are made right above `R` (see
+    // `restore_shmem`), once everything above it is unmapped: that room is
+    // chosen free with `R` but not mapped with it (the address space at
+    // the fork, see `restore_need`, does not grow) and not left behind.
+    let shm_len = page_up(crate::restore_shmem::scratch_len(m)?);
+    let r = choose_region(m, &own, r_len + shm_len)?;
     let data_base = r + CODE_SIZE + STACK_SIZE;
     let scratch = data_base + page_up(dry.data.len() as u64);
     let lay = Layout {
         base: data_base,
         scratch,
         pages_at: (scratch + scratch_len).next_multiple_of(HUGE) + span.0 % HUGE,
+        shm_at: r + r_len,
         end: r + r_len,
     };
     let p = plan(m, &helpers, &specials, lay, &source, stop)?;
