@@ -375,17 +375,9 @@ fn take_in(
         .map(|f| (f.fd, f.fd))
         .collect();
     let set = crate::serve::node_set()?;
-    let (member, mailbox) = restore_adopted(set, &m, pages, inherit, &format!("instance {id}"))?;
-    let home = home as usize;
-    let words = [mailbox as *const Mailbox as u64, std::process::id() as u64];
-    if let Err(e) = set_home(
-        member.pid(),
-        home + std::mem::offset_of!(Home, mailbox),
-        &words,
-    ) {
-        end_copy(member, mailbox);
-        return Err(e);
-    }
+    let what = format!("instance {id}");
+    let (member, mailbox) = restore_adopted(set, &m, pages, inherit, home as usize, &what)?;
+    crate::relocate::test_kill_resumed(mv.me, id, member.pid());
     Ok((member, mailbox))
 }
 

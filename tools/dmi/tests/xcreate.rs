@@ -9,7 +9,8 @@
 //! instance stays; a target that dies before it answered leaves the
 //! instance running at home; an instance whose move committed is reported
 //! lost by its creator when its target dies before its `At`, or its
-//! source before its `Commit` (`DMI_join` returns instead of waiting).
+//! source before its `Commit` (`DMI_join` returns instead of waiting); a
+//! parked copy whose target dies just after letting it run ends at once.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -54,7 +55,8 @@ fn command_grace(n: u32, grace: u32, args: &[&str], env: &[(&str, &str)]) -> Com
     .env_remove("DMI_TEST_AT_DELAY")
     .env_remove("DMI_TEST_COMMIT_DELAY")
     .env_remove("DMI_TEST_READY_DELAY")
-    .env_remove("DMI_TEST_MOVING_DELAY");
+    .env_remove("DMI_TEST_MOVING_DELAY")
+    .env_remove("DMI_TEST_RESUMED_KILL");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -653,4 +655,137 @@ fn an_instance_on_a_node_that_stops_talking_after_a_failure_is_lost_at_its_origi
         !seen.contains("node 0 still running 60 s after a failure"),
         "{seen}"
     );
+}
+
+/// Whether `pid` is a live (not zombie) process.
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+    !state.is_empty() && !state.starts_with('Z')
+}
+
+/// Whether `pid` is a live process running the test program.
+fn copy_alive(pid: i32) -> bool {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    alive(pid) && cmd.starts_with(program().as_os_str().as_encoded_bytes())
+}
+
+#[test]
+fn a_parked_copy_whose_target_dies_after_resuming_it_ends() {
+    // Node 0's instance 0 moves to node 1 at yield 3; node 1 kills itself
+    // right after it let the restored copy run parked (before Ready, so
+    // long before any commit). The copy, reparented, must end within
+    // seconds (it used to take its new parent for its node, or miss the
+    // death in the first 1 ms, and stay parked for ever); the original
+    // stays on node 0 (errors returned, not fatal). Five runs: without
+    // the fix, how the death and the copy's first look fell decided
+    // whether a run left the copy behind (2 of 5 in a test).
+    for _ in 0..5 {
+        parked_copy_run();
+    }
+}
+
+/// One run of [`a_parked_copy_whose_target_dies_after_resuming_it_ends`].
+fn parked_copy_run() {
+    let env = [
+        ("DMI_MOVE_AT", "3:0@1"),
+        ("DMI_TEST_RESUMED_KILL", "1"),
+        ("DMI_ERRORS", "return"),
+    ];
+    let mut child = command(2, &["1"], &env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in err.lines() {
+            if tx.send(l.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let stop = |child: &mut std::process::Child| {
+        for (_, node) in nodes_of(child.id()) {
+            // SAFETY: kill(2) of a node of the run this test started.
+            unsafe { libc::kill(node, libc::SIGKILL) };
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    let mut seen = String::new();
+    let t0 = std::time::Instant::now();
+    let copy: i32 = loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(60).saturating_sub(t0.elapsed())) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                if let Some(p) = l
+                    .strip_prefix("dmi: node 1: instance 0 resumed parked as pid ")
+                    .and_then(|r| r.split(';').next())
+                    .and_then(|p| p.parse().ok())
+                {
+                    break p;
+                }
+            }
+            Err(_) => {
+                stop(&mut child);
+                panic!("node 1 did not resume a copy within 60 s: {seen}");
+            }
+        }
+    };
+    let nodes: Vec<i32> = nodes_of(child.id()).into_values().collect();
+    // Node 1 is dead now. The copy must be gone within 10 s.
+    let t1 = std::time::Instant::now();
+    while copy_alive(copy) && t1.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let orphan = copy_alive(copy);
+    let took = t1.elapsed();
+    if orphan {
+        // SAFETY: kill(2) of the parked copy this test's run left behind.
+        unsafe { libc::kill(copy, libc::SIGKILL) };
+    }
+    // The rest of the run (node 0 ends by itself), bounded.
+    let mut ended = None;
+    while t1.elapsed() < std::time::Duration::from_secs(60) {
+        match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                ended = Some(child.wait().unwrap());
+                break;
+            }
+            Err(_) => {}
+        }
+        if ended.is_none() {
+            ended = child.try_wait().unwrap();
+        }
+    }
+    let left: Vec<i32> = nodes.into_iter().filter(|&p| alive(p)).collect();
+    if ended.is_none() {
+        stop(&mut child);
+    }
+    assert!(
+        !orphan,
+        "the parked copy (pid {copy}) still ran 10 s after its node died: {seen}"
+    );
+    assert!(left.is_empty(), "nodes {left:?} still ran: {seen}");
+    assert!(ended.is_some(), "the run did not end within 60 s: {seen}");
+    eprintln!("the copy ended {took:?} after its node's death");
+    for l in seen.lines().filter(|l| l.contains("parked copy")) {
+        eprintln!("{l}");
+    }
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("dmi: node 0: instance 0 (pid ")
+                && l.contains(" stays: ")
+                && l.contains("it failed (node 1)")),
+        "{seen}"
+    );
+    assert!(!seen.contains("arrived from node 0"), "{seen}");
 }
