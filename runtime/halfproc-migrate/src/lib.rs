@@ -10,6 +10,7 @@
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
 //! - `dump`: [`checkpoint`]; `dump_mem`: which pages are carried, and reading them;
 //! - [`image`]: the on-disk format (manifest + pages); [`PageBuf`]: page contents in memory;
+//! - [`pages_file`]: `pages.img` checked, and restored from, with bounded memory;
 //! - [`files_img`]: mapped files' contents, for a restore where a file differs;
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
@@ -27,6 +28,7 @@ pub mod image_dir;
 mod itimers;
 mod mem;
 mod pagebuf;
+pub mod pages_file;
 mod pagescan;
 pub mod phases;
 pub mod precopy;

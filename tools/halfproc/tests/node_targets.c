@@ -11,7 +11,9 @@
  *           would run on (the fault tests check that none does)
  *   mapfile FILE (fourth argument) mapped private and read-only at the
  *           start; a hash of its bytes is printed last
- *   nodump  prctl(PR_SET_DUMPABLE, 0): only root may read its memory */
+ *   nodump  prctl(PR_SET_DUMPABLE, 0): only root may read its memory
+ *   big     MIB (fourth argument) MiB of anonymous memory, every byte
+ *           written at the start; checked last ("big ok" or "big BAD") */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +44,8 @@ int main(int argc, char **argv)
 	uint64_t h = 1469598103934665603ULL;
 	const unsigned char *map = NULL;
 	size_t maplen = 0;
+	unsigned char *big = NULL;
+	size_t biglen = 0;
 
 	if (!strcmp(mode, "thread")) {
 		pthread_t t;
@@ -69,6 +73,13 @@ int main(int argc, char **argv)
 		close(fd);
 		if (map == MAP_FAILED)
 			return 94;
+	} else if (!strcmp(mode, "big")) {
+		biglen = (argc > 4 ? (size_t)atol(argv[4]) : 256) << 20;
+		big = mmap(NULL, biglen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (big == MAP_FAILED)
+			return 96;
+		for (size_t i = 0; i < biglen; i += 4096)
+			memset(big + i, (int)(i >> 12) % 251 + 1, 4096);
 	} else if (!strcmp(mode, "nodump")) {
 		if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 			return 95;
@@ -96,6 +107,18 @@ int main(int argc, char **argv)
 	if (argc > 3 && !strcmp(argv[3], "wait"))
 		while (getchar() != EOF)
 			;
+	if (big) {
+		size_t bad = 0;
+
+		for (size_t i = 0; i < biglen && !bad; i += 4096)
+			for (size_t k = 0; k < 4096; k += 512)
+				if (big[i + k] != (unsigned char)((i >> 12) % 251 + 1))
+					bad = i + k + 1;
+		if (bad)
+			printf("big BAD at %zu\n", bad - 1);
+		else
+			printf("big ok\n");
+	}
 	if (map) {
 		uint64_t s = 0;
 
