@@ -160,6 +160,17 @@ pub extern "C" fn DMI_errmsg() -> *const c_char {
 /// Connects this node to the others (environment of `dmi run`).
 #[no_mangle]
 pub extern "C" fn DMI_init() -> c_int {
+    // First: a finalized process starts nothing (a movable run's program
+    // neither). Set under NODE's write lock, so a DMI_init that holds
+    // that lock sees it.
+    if FINALIZED.load(Ordering::SeqCst) {
+        set_err(&DmiError::BadArgument(
+            "DMI_init after DMI_finalize: a process takes part in one DMI run (its instance \
+             mover and instance registry are set up once); start a new process for another run"
+                .into(),
+        ));
+        return -1;
+    }
     let started = NODE.read().unwrap_or_else(|e| e.into_inner()).is_some();
     if crate::host::requested() && !started {
         // Returns in the program's instance only; the node process hosts.
@@ -175,6 +186,7 @@ pub extern "C" fn DMI_init() -> c_int {
     if g.is_some() {
         return 0;
     }
+    // Again under the lock: a DMI_finalize may have ended the node since.
     if FINALIZED.load(Ordering::SeqCst) {
         set_err(&DmiError::BadArgument(
             "DMI_init after DMI_finalize: a process takes part in one DMI run (its instance \
@@ -198,11 +210,16 @@ pub extern "C" fn DMI_init() -> c_int {
 /// Barrier with every node, then disconnects.
 #[no_mangle]
 pub extern "C" fn DMI_finalize() -> c_int {
-    let d = NODE.write().unwrap_or_else(|e| e.into_inner()).take();
-    let d = match d.map(Arc::try_unwrap) {
-        Some(Ok(d)) => Some(d),
+    let mut g = NODE.write().unwrap_or_else(|e| e.into_inner());
+    let d = match g.take().map(Arc::try_unwrap) {
+        Some(Ok(d)) => {
+            // Under the lock: no DMI_init starts another node meanwhile.
+            FINALIZED.store(true, Ordering::SeqCst);
+            drop(g);
+            Some(d)
+        }
         Some(Err(d)) => {
-            *NODE.write().unwrap_or_else(|e| e.into_inner()) = Some(d);
+            *g = Some(d);
             set_err(&DmiError::BadArgument(
                 "DMI_finalize while another thread is in a DMI call".into(),
             ));
@@ -211,11 +228,7 @@ pub extern "C" fn DMI_finalize() -> c_int {
         None => None,
     };
     match d {
-        Some(d) => status({
-            FINALIZED.store(true, Ordering::SeqCst);
-            d.finalize()
-        })
-        .unwrap_or_else(|e| {
+        Some(d) => status(d.finalize()).unwrap_or_else(|e| {
             set_err(&e);
             -1
         }),

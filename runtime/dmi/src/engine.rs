@@ -153,6 +153,11 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
             Event::Net(NetEvent::Bye(from), _) => {
                 byes.insert(from);
             }
+            Event::Net(NetEvent::Silent(from, failed), _) => {
+                // It closed its side: what it hosts, or moves here, can no
+                // longer be heard of (`xmove::peer_silent`).
+                send_inst(&peers, crate::xmove::peer_silent(from, failed));
+            }
             Event::Joins(open) if accepting != Accepting::Never => {
                 accepting = if open {
                     Accepting::Open
@@ -206,16 +211,29 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 ));
                 byes.insert(from);
             }
+            Event::Net(NetEvent::Dead(from, reason), _)
+                if addrs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(from as usize)
+                    .is_none() =>
+            {
+                // `from` may come from a peer's Abort frame: not trusted.
+                report(&format!(
+                    "dmi: node {me}: ignored the failure of node {from}, which is no node of \
+                     the run: {reason}"
+                ));
+            }
             Event::Net(NetEvent::Dead(from, reason), _) => {
-                // Before the Abort below: a node stops reading this one
-                // once it hears of the failure from it.
-                send_inst(&peers, crate::xmove::peer_dead(from));
-                if !byes.contains(&from) {
+                let fresh = !byes.contains(&from);
+                if fresh {
                     let peer = addrs.lock().unwrap_or_else(|e| e.into_inner())[from as usize]
                         .map_or("?".to_string(), |a| a.to_string());
                     report(&format!(
                         "dmi: node {me}: node {from} ({peer}) failed: {reason}"
                     ));
+                    // Before moves to it are called off (`peer_dead`): an
+                    // instance that resumes then sees the failure.
                     node.fail(
                         DmiError::NodeFailed {
                             node: from,
@@ -223,6 +241,11 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                         },
                         &mut fx,
                     );
+                }
+                // Before the Abort below: a node stops reading this one
+                // once it hears of the failure from it.
+                send_inst(&peers, crate::xmove::peer_dead(from));
+                if fresh {
                     for p in peers.iter().flatten() {
                         let _ = p.send(Frame::Abort {
                             node: from,

@@ -160,8 +160,13 @@ impl xmove::Host for GuestHost {
     fn message(&self, from: NodeId, m: InstMsg) {
         let Some(g) = GUESTS.get() else { return };
         match m {
-            InstMsg::At { id, node, yields } => away_at(g, id, node, yields, true),
-            InstMsg::Moving { id, node, yields } => away_at(g, id, node, yields, false),
+            InstMsg::At { id, node, yields } => away_at(g, id, node, yields, Report::At),
+            InstMsg::Moving {
+                id,
+                node,
+                yields,
+                token,
+            } => moving(g, from, id, node, yields, token),
             InstMsg::Lost { id, yields, why } => lost_moving(g.me, id, yields, why),
             InstMsg::Arrive { id, token } => {
                 let caller = g.caller.clone();
@@ -198,40 +203,36 @@ impl xmove::Host for GuestHost {
         }
     }
 
-    fn peer_dead(&self, node: NodeId) {
+    fn peer_dead(&self, node: NodeId, silent: Option<NodeId>) {
         let Some(g) = GUESTS.get() else { return };
-        // Barrier arrivals at it: an origin that failed answers nothing.
+        // Barrier arrivals at it: an origin that failed (or no longer
+        // talks to this node) answers nothing.
+        let why = match silent {
+            Some(x) => format!("node {node} stopped talking after node {x} failed"),
+            None => format!("node {node} failed"),
+        };
         let mut w = locked(&g.waiting);
         locked(&g.dead).insert(node);
         for (_, (o, tx)) in w.iter() {
             if *o == node {
-                let _ = tx.send(Some(format!("node {node} failed")));
+                let _ = tx.send(Some(why.clone()));
             }
         }
         w.retain(|_, (o, _)| *o != node);
         drop(w);
         // After `dead` has it: a report of a move to it that comes later
         // (`away_at`) sees it there.
-        lost_with(g.me, node);
+        lost_with(g.me, node, silent);
     }
 
     fn committed(&self, id: i64, origin: Option<NodeId>, to: NodeId, yields: u64) {
         let (Some(g), Some(o)) = (GUESTS.get(), origin) else {
             return;
         };
+        // Another origin recorded the move before the commit (`Moving`,
+        // answered `MovingSeen`), or is the target.
         if o == g.me {
-            return away_at(g, id, to, yields, false);
-        }
-        let m = InstMsg::Moving {
-            id,
-            node: to,
-            yields,
-        };
-        if let Err(e) = xmove::send(o, m) {
-            report(&format!(
-                "dmi: node {}: cannot tell node {o} that its instance {id} moves to node {to}: {e}",
-                g.me
-            ));
+            away_at(g, id, to, yields, Report::Committed);
         }
     }
 
@@ -241,12 +242,20 @@ impl xmove::Host for GuestHost {
         origin: Option<NodeId>,
         from: NodeId,
         yields: u64,
+        silent: Option<NodeId>,
     ) -> Option<(NodeId, InstMsg)> {
         let (g, o) = (GUESTS.get()?, origin?);
-        let why = format!(
-            "was lost with node {from}, which was moving it to node {}",
-            g.me
-        );
+        let why = match silent {
+            Some(x) => format!(
+                "was lost: node {from}, which was moving it to node {}, stopped talking \
+                 after node {x} failed",
+                g.me
+            ),
+            None => format!(
+                "was lost with node {from}, which was moving it to node {}",
+                g.me
+            ),
+        };
         if o == g.me {
             // Coming home: this node records it (and says so).
             lost_moving(g.me, id, yields, why);
@@ -319,28 +328,64 @@ fn serve_arrived(caller: Caller, me: NodeId, origin: NodeId, a: Arrival) {
     serve::serve(&reg, s);
 }
 
+/// Who says where an instance of this node went.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Report {
+    /// The node it arrived on (`At`).
+    At,
+    /// Its source, before the commit (`Moving`).
+    Moving,
+    /// This node, moving it away, at the commit.
+    Committed,
+}
+
+/// Origin: node `from` moves instance `id` on to node `to` at its yield
+/// `yields` and waits for this node's answer before it commits: refused
+/// if `to` is known to have failed, else recorded (`away_at`).
+fn moving(g: &Guests, from: NodeId, id: i64, to: NodeId, yields: u64, token: u64) {
+    // On the engine's thread, as `peer_dead`: `dead` is current.
+    let refused = if locked(&g.dead).contains(&to) {
+        Some(format!("node {to} failed"))
+    } else {
+        report(&format!(
+            "dmi: node {}: instance {id} moves from node {from} to node {to} at yield {yields}",
+            g.me
+        ));
+        away_at(g, id, to, yields, Report::Moving);
+        None
+    };
+    let m = InstMsg::MovingSeen { token, refused };
+    if xmove::hold_ms("DMI_TEST_MOVING_DELAY", g.me).is_none() {
+        let _ = xmove::send(from, m);
+        return;
+    }
+    let me = g.me;
+    let _ = std::thread::Builder::new()
+        .name("dmi-test-hold".into())
+        .spawn(move || {
+            let what = format!("instance {id} moves to node {to}; MovingSeen held back");
+            xmove::test_hold("DMI_TEST_MOVING_DELAY", me, &what);
+            let _ = xmove::send(from, m);
+        });
+}
+
 /// Origin: its instance `id` moved to node `to` at its yield `yields`, as
-/// `to` says (`confirmed`: `At`) or its source (`Moving`, or this node's
-/// own move's commit). A report older than what this node knows is
-/// dropped (the target's `At` of a move replaces the source's word, not
-/// the other way round). A node already known to have failed loses it.
-fn away_at(g: &Guests, id: i64, to: NodeId, yields: u64, confirmed: bool) {
+/// `how` says. A report older than what this node knows is dropped (the
+/// target's `At` of a move replaces the source's word, not the other way
+/// round); while this node moves it away (`Going`), only its own commit
+/// counts (a late report of an earlier move must not hide that the move
+/// may fail and leave it here). A node already known to have failed loses it.
+fn away_at(g: &Guests, id: i64, to: NodeId, yields: u64, how: Report) {
     let Ok(reg) = serve::registry() else { return };
     {
         let mut st = reg_locked(&reg);
         let Some(e) = st.entries.get_mut(&id) else {
             return;
         };
-        let newer = match e.at {
-            Where::Here => false,
-            Where::Going(_) => true,
-            Where::Moving(_, y) if confirmed => y <= yields,
-            Where::Moving(_, y) | Where::At(_, y) => y < yields,
-        };
-        if !newer || e.ended.is_some() {
+        if !replaces(e.at, how, yields) || e.ended.is_some() {
             return;
         }
-        e.at = if confirmed {
+        e.at = if how == Report::At {
             Where::At(to, yields)
         } else {
             Where::Moving(to, yields)
@@ -349,8 +394,25 @@ fn away_at(g: &Guests, id: i64, to: NodeId, yields: u64, confirmed: bool) {
     // After the entry says where (`peer_dead` marks the node dead before it
     // looks at the entries): one of the two sees the other.
     if locked(&g.dead).contains(&to) {
-        lost_with(g.me, to);
+        lost_with(g.me, to, None);
     }
+}
+
+/// Whether a report (`how`) of a move at yield `yields` replaces `at`.
+fn replaces(at: Where, how: Report, yields: u64) -> bool {
+    match at {
+        Where::Here => false,
+        Where::Going(_) => how == Report::Committed,
+        Where::Moving(_, y) if how == Report::At => y <= yields,
+        Where::Moving(_, y) | Where::At(_, y) => y < yields,
+    }
+}
+
+/// Whether a loss of the move at yield `yields` (`Lost`) is about where
+/// `at` says the instance is (not a later move; not while it is here or
+/// being moved away by this node: `Going`).
+fn lost_applies(at: Where, yields: u64) -> bool {
+    at.since().is_some_and(|y| y <= yields)
 }
 
 /// Origin: its instance `id` ended on node `from` as `ended` says.
@@ -362,14 +424,16 @@ fn ended_away(me: NodeId, id: i64, from: NodeId, ended: Ended) {
     };
     if !serve::record_away(&reg, id, me, |_| true, |_| ended) {
         report(&format!(
-            "dmi: node {me}: node {from} says instance {id} ended, but it does not run there"
+            "dmi: node {me}: node {from} says instance {id} ended, but this node recorded it \
+             ended or lost already, or it does not run there"
         ));
     }
 }
 
-/// Origin: node `node` failed; this node's instances running there, or
-/// moving there, are lost.
-fn lost_with(me: NodeId, node: NodeId) {
+/// Origin: node `node` failed (or, `silent`, stopped talking to this node
+/// after it reported that node's failure); this node's instances running
+/// there, or moving there, are lost.
+fn lost_with(me: NodeId, node: NodeId, silent: Option<NodeId>) {
     let Ok(reg) = serve::registry() else { return };
     let there = move |w: Where| matches!(w, Where::At(n, _) | Where::Moving(n, _) if n == node);
     let lost: Vec<i64> = reg_locked(&reg)
@@ -380,9 +444,15 @@ fn lost_with(me: NodeId, node: NodeId) {
         .collect();
     for id in lost {
         serve::record_away(&reg, id, me, there, |w| {
-            Ended::Failed(match w {
-                Where::Moving(..) => format!("was lost with node {node}, to which it was moving"),
-                _ => format!("was lost with node {node}, where it ran"),
+            let r = match w {
+                Where::Moving(..) => "to which it was moving",
+                _ => "where it ran",
+            };
+            Ended::Failed(match silent {
+                Some(x) => {
+                    format!("was lost: node {node}, {r}, stopped talking after node {x} failed")
+                }
+                None => format!("was lost with node {node}, {r}"),
             })
         });
     }
@@ -393,6 +463,35 @@ fn lost_with(me: NodeId, node: NodeId) {
 /// this node knows of a later move (or its end).
 fn lost_moving(me: NodeId, id: i64, yields: u64, why: String) {
     let Ok(reg) = serve::registry() else { return };
-    let older = |w: Where| w.since().is_none_or(|y| y <= yields);
+    let older = |w: Where| lost_applies(w, yields);
     serve::record_away(&reg, id, me, older, |_| Ended::Failed(why));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn while_this_node_moves_an_instance_only_its_commit_says_where() {
+        // A late report of an earlier move (to node 1, at yield 2) must
+        // not replace Going(2): if node 2 refuses, the instance is here.
+        for how in [Report::At, Report::Moving] {
+            assert!(!replaces(Where::Going(2), how, 2));
+        }
+        assert!(replaces(Where::Going(2), Report::Committed, 6));
+        assert!(!replaces(Where::Here, Report::At, 6));
+        // The target's At of the same move replaces the source's word.
+        assert!(replaces(Where::Moving(2, 6), Report::At, 6));
+        assert!(!replaces(Where::At(2, 6), Report::Moving, 6));
+        assert!(!replaces(Where::At(2, 6), Report::At, 4));
+    }
+
+    #[test]
+    fn a_loss_of_a_move_counts_only_for_that_move_or_an_earlier_one() {
+        assert!(!lost_applies(Where::Going(2), 6));
+        assert!(!lost_applies(Where::Here, 6));
+        assert!(lost_applies(Where::Moving(2, 6), 6));
+        assert!(lost_applies(Where::At(1, 4), 6));
+        assert!(!lost_applies(Where::At(1, 8), 6));
+    }
 }

@@ -265,10 +265,19 @@ pub enum InstMsg {
     /// To a `DMI_create` instance's origin: its instance `id` now runs on
     /// node `node` (moved there at its yield number `yields`).
     At { id: i64, node: NodeId, yields: u64 },
-    /// Source to the origin, before `Commit`: the original of its instance
-    /// `id` is gone and the copy on node `node` (moved at its yield number
-    /// `yields`) is the instance now; `node`'s own `At` may come later.
-    Moving { id: i64, node: NodeId, yields: u64 },
+    /// Source to the origin, before it kills the original: its instance
+    /// `id` moves to node `node` (at its yield number `yields`); `node`'s
+    /// own `At` may come later. Answered `MovingSeen` with the same token;
+    /// the source commits only after that answer.
+    Moving {
+        id: i64,
+        node: NodeId,
+        yields: u64,
+        token: u64,
+    },
+    /// Origin to source: the origin recorded `Moving(token)` (`refused`:
+    /// it did not, the move is off: why).
+    MovingSeen { token: u64, refused: Option<String> },
     /// Target to the origin: the copy of its instance `id` (moved at its
     /// yield number `yields`) was ended because its source failed before
     /// it committed: the instance is lost (`why`).

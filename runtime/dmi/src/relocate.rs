@@ -2,15 +2,17 @@
 //! Moving a compute instance at `DMI_yield` (`docs/dmi-reconf.md`, "DMI_yield"):
 //! the policy ([`MoveSchedule`], `DMI_MOVE_AT`) and the move itself
 //! ([`relocate`]): the parked instance is checkpointed with the migration
-//! engine (its set range left out), restored as a child of this node that
-//! shares this node's set range, adopted as a member, given a fresh
-//! mailbox through its private [`Home`], and the original is killed. Any
+//! engine (its set range left out), restored (stopped) as a child of this
+//! node that shares this node's set range, adopted as a member, given a
+//! fresh mailbox and this node's pid through its private [`Home`] before
+//! it runs, and the original is killed. Any
 //! failure before the copy is told to go on resumes the original, which
 //! stays where it was (nothing lost).
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use halfproc::{Member, Set};
@@ -142,42 +144,96 @@ pub(crate) fn stdio_pipes(pid: i32) -> Vec<(i32, u64)> {
 }
 
 /// Restores an instance's image as this node's child (with the node's
-/// credentials; `inherit` its stdio), makes it a member of `set` and gives
-/// it a fresh mailbox. Whatever fails, nothing is left behind: the copy is
-/// killed and reaped. `what` names the instance in errors. The within-node
-/// move and the arrival of a cross-node move share it.
+/// credentials; `inherit` its stdio), makes it a member of `set`, gives it
+/// a fresh mailbox and lets it run, parked. The copy is restored stopped
+/// (dying with this thread meanwhile) and only continued once its [`Home`]
+/// (at `home`) holds its mailbox, this node's pid and the restore's number
+/// (`Home::restored`): it knows from its first instruction that it is a
+/// copy and which node to watch. Whatever fails, nothing is left behind:
+/// the copy is killed and reaped. `what` names the instance in errors.
+/// The within-node move and the arrival of a cross-node move share it.
 pub(crate) fn restore_adopted(
     set: &'static Set,
     manifest: &halfproc_migrate::image::Manifest,
     pages: &[u8],
     inherit: Vec<(i32, i32)>,
+    home: usize,
     what: &str,
 ) -> Result<(Member, &'static Mailbox), DmiError> {
+    static RESTORES: AtomicU64 = AtomicU64::new(0);
     let file = memfd_with(pages)?;
     let opts = RestoreOptions {
         inherit,
-        stopped: false,
+        stopped: true,
         // the instance is the node's own child, restored with its credentials
         creds: None,
     };
     let r = restore_from(manifest, file, &opts)
         .map_err(|e| DmiError::Setup(format!("restore of {what}: {e}")))?;
     let member = Member::adopt(set, r.pid).map_err(|e| {
-        // SAFETY: kill and reap our own child, which waits parked.
+        // SAFETY: kill and reap our own child, which waits stopped.
         unsafe {
             libc::kill(r.pid, libc::SIGKILL);
             libc::waitpid(r.pid, std::ptr::null_mut(), 0);
         }
         DmiError::Setup(format!("adopting {what} (pid {}): {e}", r.pid))
     })?;
-    match Mailbox::new() {
-        Ok(mb) => Ok((member, mb)),
+    let mb = match Mailbox::new() {
+        Ok(mb) => mb,
         Err(e) => {
             let _ = member.kill(libc::SIGKILL);
             let _ = member.join();
-            Err(e)
+            return Err(e);
+        }
+    };
+    let me = std::process::id() as u64;
+    let n = RESTORES.fetch_add(1, Ordering::Relaxed) + 1;
+    let words = [mb as *const Mailbox as u64, me, n];
+    let told = set_home(r.pid, home + std::mem::offset_of!(Home, mailbox), &words);
+    if let Err(e) = told.and_then(|_| resume_stopped(r.pid)) {
+        let _ = member.kill(libc::SIGKILL);
+        let _ = member.join();
+        // SAFETY: the copy is dead and nobody else has the new mailbox.
+        unsafe { mb.release() };
+        return Err(e);
+    }
+    Ok((member, mb))
+}
+
+/// Lets a copy restored stopped run (parked): back in this node's process
+/// group (the restore put it in one of its own to stop it), then SIGCONT.
+fn resume_stopped(pid: i32) -> Result<(), DmiError> {
+    // SAFETY: setpgid, getpgrp and kill with integer arguments, on our own
+    // child. Another group is no failure: the copy only has others' job
+    // control signals (a terminal's) then.
+    unsafe {
+        libc::setpgid(pid, libc::getpgrp());
+        if libc::kill(pid, libc::SIGCONT) != 0 {
+            return Err(DmiError::Setup(format!(
+                "continuing the copy (pid {pid}): {}",
+                std::io::Error::last_os_error()
+            )));
         }
     }
+    Ok(())
+}
+
+/// Tests only: with `DMI_TEST_RESUMED_KILL=NODE`, node `NODE` kills itself
+/// (SIGKILL) right after it let a copy of instance `id` (pid `pid`) that
+/// arrived from another node run parked, before it says `Ready`: the copy
+/// must notice and end (`ring.rs`, `Link::yield_now`).
+pub(crate) fn test_kill_resumed(me: crate::addr::NodeId, id: i64, pid: i32) {
+    let Ok(v) = std::env::var("DMI_TEST_RESUMED_KILL") else {
+        return;
+    };
+    if v.parse::<crate::addr::NodeId>().ok() != Some(me) {
+        return;
+    }
+    crate::transport::report(&format!(
+        "dmi: node {me}: instance {id} resumed parked as pid {pid}; killing this node (test)"
+    ));
+    // SAFETY: kill(2) of this very process.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
 }
 
 pub(crate) fn memfd_with(bytes: &[u8]) -> Result<std::fs::File, DmiError> {
@@ -249,6 +305,7 @@ pub fn relocate(
             &dumped.manifest,
             &dumped.pages,
             inherit,
+            home,
             &format!("instance pid {pid}"),
         )
     };
@@ -256,15 +313,7 @@ pub fn relocate(
         Ok((member, mb)) => {
             arm(mb);
             let bytes = dumped.manifest.pages_len;
-            let me = std::process::id() as u64;
-            let words = [mb as *const Mailbox as u64, me];
-            let told = set_home(
-                member.pid(),
-                home + std::mem::offset_of!(Home, mailbox),
-                &words,
-            )
-            .and_then(|_| set_home(member.pid(), home + state, &[HOME_MOVED]));
-            if let Err(e) = told {
+            if let Err(e) = set_home(member.pid(), home + state, &[HOME_MOVED]) {
                 let _ = member.kill(libc::SIGKILL);
                 let _ = member.join();
                 // SAFETY: nobody else has the new mailbox.

@@ -33,6 +33,11 @@ pub const POLL: Duration = Duration::from_millis(20);
 /// How often a parked instance looks whether its move is done.
 const PARK_POLL: Duration = Duration::from_millis(1);
 
+/// How long a restored copy waits parked for its move to commit before it
+/// ends itself: longer than its node waits for the source's word
+/// (`WORD_LIMIT` in `xmove.rs`, 60 s), after which the node ends the copy.
+const COPY_PARK_LIMIT: Duration = Duration::from_secs(120);
+
 /// Room every staging buffer has for an error message.
 const ERR_ROOM: usize = 4096;
 
@@ -463,9 +468,9 @@ impl Mailbox {
 }
 
 /// [`Home::state`]: the instance runs; it waits to be moved (its node may
-/// checkpoint it now: it holds no lock and uses no shared memory); it was
-/// restored elsewhere (`mailbox` and `node_pid` are new); the move failed
-/// and it stays.
+/// checkpoint it now: it holds no lock and uses no shared memory); the
+/// move is committed (in a copy: go on with `mailbox` and `node_pid`); the
+/// move failed and it stays.
 pub const HOME_RUNNING: u64 = 0;
 pub const HOME_PARKED: u64 = 1;
 pub const HOME_MOVED: u64 = 2;
@@ -474,14 +479,22 @@ pub const HOME_STAYED: u64 = 3;
 /// Where an instance finds its mailbox and its node: private memory of the
 /// instance (a static: one per process, and an instance has one mailbox),
 /// so a copy restored by another node finds the values that node wrote
-/// into it with `dmwrite` before letting it go on.
+/// into it with `dmwrite` before letting it run (it is restored stopped:
+/// `relocate::restore_adopted`).
 #[repr(C)]
 pub struct Home {
     /// Yields so far (private: a copy carries it).
     pub yields: AtomicU64,
     pub state: AtomicU64,
     pub mailbox: AtomicU64,
+    /// The node: the instance's parent (it created or restored it).
     pub node_pid: AtomicU64,
+    /// 0 in an instance that parks; in a copy restored from its image, the
+    /// restoring node's number for the restore (from 1), written with
+    /// `mailbox` and `node_pid` before the copy runs. Only a restore writes
+    /// it, so a copy knows it is one from its first instruction, whatever
+    /// its pid.
+    pub restored: AtomicU64,
 }
 
 /// The instance's [`Home`] (unused in the node process).
@@ -490,7 +503,32 @@ pub static HOME: Home = Home {
     state: AtomicU64::new(HOME_RUNNING),
     mailbox: AtomicU64::new(0),
     node_pid: AtomicU64::new(0),
+    restored: AtomicU64::new(0),
 };
+
+/// Instance: whether its node, `node`, is gone. The node is the
+/// instance's parent (it forked or restored it); once it dies the instance
+/// is someone else's child for good, and no other process can have the
+/// dead node's pid while the instance still has it as its parent (unlike a
+/// look at the pid, which a new process may have taken).
+fn node_gone(node: i32) -> bool {
+    // SAFETY: getppid takes no arguments.
+    unsafe { libc::getppid() != node }
+}
+
+/// A restored copy that is not the instance (its move did not commit)
+/// ends, without running anything of the program (its original may run
+/// on), saying `why`.
+fn copy_ends(why: &str) -> ! {
+    let line = format!(
+        "dmi: a parked copy (pid {}) of an instance ends: {why}\n",
+        std::process::id()
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    // SAFETY: _exit ends the process at once (no atexit handlers of the
+    // program, which is a copy: its buffers are its original's).
+    unsafe { libc::_exit(crate::runtime::PEER_FAILED_EXIT) }
+}
 
 /// `DMI_TRACE_YIELDS=1`: each yield of an instance prints `dmi: trace yield
 /// RANK N SECONDS` (its `DMI_RANK`, the yield's number, the wall clock) to
@@ -572,34 +610,35 @@ impl Link {
         if out.first() != Some(&1) {
             return Ok(false);
         }
-        // A copy restored from this process's image parks here too, with
-        // another pid. Until its new node commits the move, HOME.node_pid
-        // still names the node that dumped it (its node writes its own pid
-        // there just before the commit): on another machine that pid is
-        // nothing or someone else, and the copy, judging by it, gave up
-        // (seen between two guests). A copy watches its parent instead,
-        // the node that restored it: gone once the copy is reparented.
-        // Both set before PARKED: the node dumps this process only then.
-        let parked_as = std::process::id();
-        let mut restorer: Option<i32> = None;
+        // A copy restored from this process's image parks here too, as
+        // another process, a child of the node that restored it. That node
+        // wrote its pid, the copy's mailbox and `restored` into HOME before
+        // the copy ran (before, a copy judged by its pid whether it was
+        // one and watched the pid in HOME, which still named the node that
+        // dumped it: on another machine that pid is nobody, or anybody).
+        // Both parked and copy watch their node, their parent, with
+        // getppid: a node dying at any time is seen at the next look. A
+        // copy dies with its node (PR_SET_PDEATHSIG from its first look)
+        // and waits at most COPY_PARK_LIMIT. All set before PARKED: the
+        // node dumps this process only then.
+        HOME.restored.store(0, Ordering::SeqCst);
         HOME.state.store(HOME_PARKED, Ordering::SeqCst);
+        let mut copy_since: Option<std::time::Instant> = None;
         loop {
             match HOME.state.load(Ordering::SeqCst) {
                 HOME_MOVED => {
                     halfproc::member::resumed_after_restore();
                     // Die with the node that restored this copy (its
                     // parent), like a created instance dies with its node.
-                    // SAFETY: prctl and getppid with integer arguments.
-                    let parent = unsafe {
-                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                        libc::getppid()
-                    };
-                    if parent != self.node_pid() {
+                    // SAFETY: prctl with integer arguments.
+                    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+                    if node_gone(self.node_pid()) {
                         return Err(DmiError::Setup(format!(
                             "the node (pid {}) that moved this instance is gone",
                             self.node_pid()
                         )));
                     }
+                    HOME.restored.store(0, Ordering::SeqCst);
                     HOME.state.store(HOME_RUNNING, Ordering::SeqCst);
                     return Ok(true);
                 }
@@ -608,21 +647,36 @@ impl Link {
                     return Ok(false);
                 }
                 _ => {
-                    std::thread::sleep(PARK_POLL);
-                    let gone = if std::process::id() == parked_as {
-                        let node = self.node_pid();
-                        (!halfproc_sys::task::task_alive(node)).then_some(node)
-                    } else {
-                        // SAFETY: getppid takes no arguments.
-                        let parent = unsafe { libc::getppid() };
-                        let first = *restorer.get_or_insert(parent);
-                        (parent != first).then_some(first)
-                    };
-                    if let Some(node) = gone {
+                    let node = self.node_pid();
+                    if HOME.restored.load(Ordering::SeqCst) != 0 {
+                        let since = *copy_since.get_or_insert_with(|| {
+                            // The restore cleared the death signal when it
+                            // let the copy run; a node gone before this is
+                            // seen just below.
+                            // SAFETY: prctl with integer arguments.
+                            unsafe {
+                                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
+                            };
+                            std::time::Instant::now()
+                        });
+                        if node_gone(node) {
+                            copy_ends(&format!(
+                                "the node (pid {node}) that restored it is gone before the move \
+                                 committed"
+                            ));
+                        }
+                        if since.elapsed() > COPY_PARK_LIMIT {
+                            copy_ends(&format!(
+                                "its move did not commit within {COPY_PARK_LIMIT:?} (node pid \
+                                 {node})"
+                            ));
+                        }
+                    } else if node_gone(node) {
                         return Err(DmiError::Setup(format!(
                             "the node (pid {node}) is gone while moving this instance"
                         )));
                     }
+                    std::thread::sleep(PARK_POLL);
                 }
             }
         }
@@ -673,7 +727,7 @@ impl Link {
                     .ok_or(DmiError::NotInitialized)?,
             };
             g = ng;
-            if timed_out && g.state != REPLY && !halfproc_sys::task::task_alive(self.node_pid()) {
+            if timed_out && g.state != REPLY && node_gone(self.node_pid()) {
                 return Err(DmiError::Setup(format!(
                     "the node (pid {}) is gone",
                     self.node_pid()

@@ -25,9 +25,13 @@ use crate::node::{CallReq, Outcome};
 use crate::relocate::MoveSchedule;
 use crate::ring::{Link, Mailbox, ReplyPath, Taken, POLL};
 use crate::rmw::RmwTable;
-use crate::runtime::{Caller, Dmi, PEER_FAILED_EXIT};
+use crate::runtime::{Caller, Dmi};
 use crate::serve_single::Receivers;
 use crate::transport::report;
+
+#[path = "serve_record.rs"]
+mod record;
+pub(crate) use record::{record, record_away};
 
 /// How an instance ended, as [`join`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -573,83 +577,6 @@ pub(crate) fn finish(reg: &Registry, s: Served, status: Result<ExitStatus, Strin
     }
     crate::host::gone(id, matches!(ended, Ended::Returned(_)));
     record(reg, id, member.pid(), rank, fatal, ended);
-}
-
-/// Records how this node's instance `id` ended (here, or on another node:
-/// `guest.rs`): one fewer running, a failure reported (and the node ended
-/// if `fatal`), the end kept for `join`.
-pub(crate) fn record(reg: &Registry, id: i64, pid: i32, rank: NodeId, fatal: bool, ended: Ended) {
-    record_locked(reg, locked(reg), id, pid, rank, fatal, ended);
-}
-
-/// Records how this node's instance `id`, away on another node, ended, if
-/// its entry still says it runs where `away` accepts (and has not ended):
-/// the check and the record are one step, so an end reported twice (a
-/// node's failure seen twice, a loss reported by two nodes) counts once.
-/// Whether it recorded.
-pub(crate) fn record_away(
-    reg: &Registry,
-    id: i64,
-    rank: NodeId,
-    away: impl FnOnce(Where) -> bool,
-    ended: impl FnOnce(Where) -> Ended,
-) -> bool {
-    let s = locked(reg);
-    let Some(e) = s.entries.get(&id) else {
-        return false;
-    };
-    if e.ended.is_some() || e.at == Where::Here || !away(e.at) {
-        return false;
-    }
-    let (pid, fatal, ended) = (e.pid, e.fatal, ended(e.at));
-    record_locked(reg, s, id, pid, rank, fatal, ended);
-    true
-}
-
-fn record_locked(
-    reg: &Registry,
-    mut s: MutexGuard<'_, State>,
-    id: i64,
-    pid: i32,
-    rank: NodeId,
-    fatal: bool,
-    ended: Ended,
-) {
-    s.running -= 1;
-    let pid = s.entries.get(&id).map_or(pid, |e| e.pid);
-    let mut poison = None;
-    if let Ended::Failed(how) = &ended {
-        let msg = format!("instance {id} (pid {pid}) {how}");
-        report(&format!("dmi: node {rank}: {msg}"));
-        if fatal {
-            report(&format!(
-                "dmi: node {rank}: stopping (set DMI_ERRORS=return to handle it instead)"
-            ));
-            std::process::exit(PEER_FAILED_EXIT);
-        }
-        // Waiting arrivals see it and fail their round; every other
-        // node's barriers fail too (they would wait for this node).
-        if s.failed.is_none() {
-            poison = Some(msg.clone());
-        }
-        s.failed.get_or_insert(DmiError::Instance(msg));
-    }
-    // Either way the barrier's waiters look again (one fewer to wait for).
-    match s.entries.get_mut(&id) {
-        Some(e) if e.detached => {
-            s.entries.remove(&id);
-        }
-        Some(e) => e.ended = Some(ended),
-        None => {}
-    }
-    drop(s);
-    reg.changed.notify_all();
-    if let Some(why) = poison {
-        // An event, not a call: `record` also runs on the engine's thread
-        // (an instance that ended on another node, `guest.rs`), where a
-        // call into the engine would wait for itself.
-        crate::xmove::poison_barriers(&why);
-    }
 }
 
 fn describe(st: ExitStatus) -> String {

@@ -89,7 +89,9 @@ pub enum Frame {
 /// 4: `InstMsg::Moving` and `InstMsg::Lost` (the origin knows where a
 /// moved instance is from the commit on, and that it is lost if its source
 /// failed before the commit reached the target).
-pub const PROTOCOL: u32 = 4;
+/// 5: `InstMsg::Moving.token` and `InstMsg::MovingSeen` (the source commits
+/// only once the origin recorded the move).
+pub const PROTOCOL: u32 = 5;
 
 /// Why a peer speaking protocol `theirs` is refused.
 pub(crate) fn wrong_protocol(theirs: u32) -> String {
@@ -104,6 +106,9 @@ pub(crate) fn wrong_protocol(theirs: u32) -> String {
 pub enum NetEvent {
     Msg(NodeId, Msg),
     Bye(NodeId),
+    /// The peer (`.0`) reported node `.1`'s failure (`Frame::Abort`) and
+    /// stops talking to this node: comes before its `Bye`.
+    Silent(NodeId, NodeId),
     Dead(NodeId, String),
     /// A joiner is connected to every node (`Frame::Connected`).
     Connected(NodeId),
@@ -440,6 +445,7 @@ pub(crate) fn spawn_peer(peer: NodeId, f: Conn, wire: Wire) -> SendQ {
                         return;
                     }
                     Ok(Frame::Abort { node, reason }) => {
+                        let _ = wire.send(NetEvent::Silent(peer, node), None);
                         let _ = wire.send(NetEvent::Bye(peer), None);
                         let _ = wire.send(
                             NetEvent::Dead(node, format!("{reason} (reported by node {peer})")),

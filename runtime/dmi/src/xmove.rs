@@ -9,21 +9,25 @@
 //!                                                     Member::adopt, new mailbox,
 //!                                                     dmwrite HOME.mailbox/node_pid
 //!                                                     (the copy stays parked)
-//!  kill the original  <-------------------------------- Ready(token, pid)
-//!  (a DMI_create instance: Moving to its origin)
+//!  T known failed? stay   <---------------------------- Ready(token, pid)
+//!  (a DMI_create instance of a third node O:
+//!   Moving(token) to O, wait for O's MovingSeen)
+//!  T known failed (no O)? stay; else kill the original
 //!  Commit(token) -------------------------------------> dmwrite HOME.state = MOVED,
 //!                                                     serve the copy
-//!  (Refused, a timeout or T failing before Ready: resume the original,
-//!   HOME.state = STAYED, Abort(token) to T, which ends its copy; S failing
-//!   before its word came: T ends the copy and tells the origin it is Lost)
+//!  (Refused, a timeout, T failing before Ready, O refusing, failing or
+//!   not answering: resume the original, HOME.state = STAYED, Abort(token)
+//!   to T, which ends its copy; S failing before its word came: T ends the
+//!   copy and tells the origin it is Lost)
 //! ```
 //!
-//! The source kills its original only once the target confirmed, so any
-//! failure before that leaves the instance running where it was. The
+//! The source kills its original only once the target confirmed (and the
+//! origin recorded the move), so any failure before that leaves the
+//! instance running where it was. The
 //! instances are a movable run's ranks (`host.rs`) or, in other runs,
 //! `DMI_create`'s (`guest.rs`): one kind per run, chosen by [`start`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -45,6 +49,8 @@ const ANSWER_LIMIT: Duration = Duration::from_secs(30);
 /// What a source hears back about its image.
 enum Answer {
     Ready(i32),
+    /// The origin recorded the move (`MovingSeen`).
+    Seen,
     Refused(String),
 }
 
@@ -87,21 +93,25 @@ pub(crate) trait Host: Send + Sync {
     fn arm(&self, id: i64, mailbox: &'static Mailbox, yields: u64);
     /// Plans, reports, barriers and ends of instances, the end of the run.
     fn message(&self, from: NodeId, m: InstMsg);
-    /// Node `node` failed (after moves to it were called off).
-    fn peer_dead(&self, _node: NodeId) {}
+    /// Node `node` failed, or (`silent`: `Some(x)`) stopped talking to
+    /// this node after it reported node `x`'s failure (after moves to it
+    /// were called off).
+    fn peer_dead(&self, _node: NodeId, _silent: Option<NodeId>) {}
     /// Source: instance `id`'s original is gone, its copy on node `to`
     /// (moved at its yield number `yields`) is the instance now; `Commit`
     /// goes out next.
     fn committed(&self, _id: i64, _origin: Option<NodeId>, _to: NodeId, _yields: u64) {}
     /// Target: the copy of instance `id` (moved at `yields`) is ended
-    /// because its source, node `from`, failed before its word came; what
-    /// to tell another node about it (its origin), if anything.
+    /// because its source, node `from`, failed before its word came (or,
+    /// `silent`, stopped talking as in [`Host::peer_dead`]); what to tell
+    /// another node about it (its origin), if anything.
     fn source_failed(
         &self,
         _id: i64,
         _origin: Option<NodeId>,
         _from: NodeId,
         _yields: u64,
+        _silent: Option<NodeId>,
     ) -> Option<(NodeId, InstMsg)> {
         None
     }
@@ -123,8 +133,12 @@ struct Mover {
     nodes: u32,
     caller: Caller,
     host: Box<dyn Host>,
-    /// Sources waiting for an answer: token -> (target, channel).
+    /// Sources waiting for an answer: token -> (the node that answers: the
+    /// target, or the origin for `MovingSeen`; channel).
     waiting: Mutex<HashMap<u64, (NodeId, mpsc::Sender<Answer>)>>,
+    /// Nodes known to have failed: a source checks it, under this lock,
+    /// before it kills an original (`peer_dead` marks it under the lock).
+    dead: Mutex<HashSet<NodeId>>,
     /// Copies waiting for Commit or Abort.
     arrived: Mutex<HashMap<u64, Arrived>>,
     next: Mutex<u64>,
@@ -145,6 +159,7 @@ pub(crate) fn start(
         caller,
         host,
         waiting: Mutex::new(HashMap::new()),
+        dead: Mutex::new(HashSet::new()),
         arrived: Mutex::new(HashMap::new()),
         next: Mutex::new(0),
     };
@@ -246,6 +261,9 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
         }
         InstMsg::Ready { token, pid } => answer(mv, token, Answer::Ready(pid)),
         InstMsg::Refused { token, why } => answer(mv, token, Answer::Refused(why)),
+        InstMsg::MovingSeen { token, refused } => {
+            answer(mv, token, refused.map_or(Answer::Seen, Answer::Refused));
+        }
         InstMsg::Commit { token } => word(mv, token, Word::Commit),
         InstMsg::Abort { token } => word(mv, token, Word::Abort),
         other => mv.host.message(from, other),
@@ -257,13 +275,32 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
 /// (which stop reading this node then): the losses of copies from `node`.
 #[must_use]
 pub(crate) fn peer_dead(node: NodeId) -> Vec<(NodeId, InstMsg)> {
+    gone(node, None)
+}
+
+/// From the engine: node `node` reported node `failed`'s failure and stops
+/// talking to this node (it reads nothing more from it and this node
+/// nothing more from it): as if it had failed, for moves and instances
+/// between the two (`docs/dmi.md`, "Not done").
+#[must_use]
+pub(crate) fn peer_silent(node: NodeId, failed: NodeId) -> Vec<(NodeId, InstMsg)> {
+    gone(node, Some(failed))
+}
+
+fn gone(node: NodeId, silent: Option<NodeId>) -> Vec<(NodeId, InstMsg)> {
     let Some(mv) = mover() else {
         return Vec::new();
     };
+    let how = match silent {
+        Some(x) => format!("it stopped talking after node {x} failed (node {node})"),
+        None => format!("it failed (node {node})"),
+    };
+    // First: a source about to kill an original for a move to it sees it.
+    locked(&mv.dead).insert(node);
     let mut w = locked(&mv.waiting);
     for (_, (to, tx)) in w.iter() {
         if *to == node {
-            let _ = tx.send(Answer::Refused(format!("it failed (node {node})")));
+            let _ = tx.send(Answer::Refused(how.clone()));
         }
     }
     w.retain(|_, (to, _)| *to != node);
@@ -272,11 +309,14 @@ pub(crate) fn peer_dead(node: NodeId) -> Vec<(NodeId, InstMsg)> {
     let mut tell = Vec::new();
     for a in locked(&mv.arrived).values() {
         if a.from == node && a.word.send(Word::SourceFailed).is_ok() {
-            tell.extend(mv.host.source_failed(a.id, a.origin, node, a.yields));
+            tell.extend(
+                mv.host
+                    .source_failed(a.id, a.origin, node, a.yields, silent),
+            );
         }
     }
     locked(&mv.arrived).retain(|_, a| a.from != node);
-    mv.host.peer_dead(node);
+    mv.host.peer_dead(node, silent);
     tell
 }
 
@@ -309,10 +349,13 @@ fn take_in(
     manifest: &[u8],
     pages: &[u8],
 ) -> Result<(Member, &'static Mailbox), DmiError> {
-    if let Some(ms) = std::env::var("DMI_TEST_ARRIVE_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    static ARRIVE_DELAY: OnceLock<Option<u64>> = OnceLock::new();
+    let delay = ARRIVE_DELAY.get_or_init(|| {
+        std::env::var("DMI_TEST_ARRIVE_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+    });
+    if let Some(ms) = *delay {
         // Tests only: a window to kill this node in while it restores.
         report(&format!(
             "dmi: node {}: restoring instance {id} (test delay {ms} ms)",
@@ -332,17 +375,9 @@ fn take_in(
         .map(|f| (f.fd, f.fd))
         .collect();
     let set = crate::serve::node_set()?;
-    let (member, mailbox) = restore_adopted(set, &m, pages, inherit, &format!("instance {id}"))?;
-    let home = home as usize;
-    let words = [mailbox as *const Mailbox as u64, std::process::id() as u64];
-    if let Err(e) = set_home(
-        member.pid(),
-        home + std::mem::offset_of!(Home, mailbox),
-        &words,
-    ) {
-        end_copy(member, mailbox);
-        return Err(e);
-    }
+    let what = format!("instance {id}");
+    let (member, mailbox) = restore_adopted(set, &m, pages, inherit, home as usize, &what)?;
+    crate::relocate::test_kill_resumed(mv.me, id, member.pid());
     Ok((member, mailbox))
 }
 
@@ -463,28 +498,70 @@ pub(crate) fn send_away(
     locked(&mv.waiting).remove(&token);
     match heard {
         Answer::Ready(new) => {
+            test_hold(
+                "DMI_TEST_READY_DELAY",
+                mv.me,
+                &format!(
+                    "instance {id}{} ready at node {to}; commit held back",
+                    of(mv, origin)
+                ),
+            );
+            // The origin, a third node, records where the instance goes
+            // before the original is killed; its answer decides the move
+            // (it refuses a move to a node it knows failed).
+            let third = origin.filter(|&o| o != mv.me && o != to);
+            if locked(&mv.dead).contains(&to) {
+                dumped.resume();
+                return Err(stay(DmiError::Setup(format!(
+                    "node {to} failed before the commit"
+                ))));
+            }
+            if let Some(o) = third {
+                if let Err(why) = origin_records(mv, token, o, id, to, yields) {
+                    dumped.resume();
+                    let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
+                    return Err(stay(DmiError::Setup(format!(
+                        "node {o} (its origin) did not record the move: {why}"
+                    ))));
+                }
+            }
+            {
+                let dead = locked(&mv.dead);
+                // Without a third node's word, this node decides: a target
+                // known to have failed gets nothing. (With it, the origin
+                // decided: it records the loss when it sees the target fail.)
+                if third.is_none() && dead.contains(&to) {
+                    drop(dead);
+                    dumped.resume();
+                    return Err(stay(DmiError::Setup(format!(
+                        "node {to} failed before the commit"
+                    ))));
+                }
+                // Under the lock: a failure of `to` marked after this finds
+                // the instance recorded as moving there (`peer_dead`). The
+                // kill, which waits for the original's end, comes after (the
+                // engine marks failures under this lock).
+                mv.host.committed(id, origin, to, yields);
+            }
             let frozen = dumped.kill();
             // The original's slot: its exit (SIGKILL) is recorded by the reaper.
             let _ = old.join();
-            // The copy is the instance from here on: its origin learns
-            // where it is before the target can run it (or fail).
-            mv.host.committed(id, origin, to, yields);
             test_hold(
                 "DMI_TEST_COMMIT_DELAY",
                 mv.me,
                 &format!(
                     "instance {id}{} committed to node {to}; Commit held back",
-                    origin
-                        .filter(|&o| o != mv.me)
-                        .map_or(String::new(), |o| format!(" (node {o}'s)"))
+                    of(mv, origin)
                 ),
             );
             if let Err(e) = mv.caller.send_inst(to, InstMsg::Commit { token }) {
                 // Not an error of the move: the original is gone and there
-                // is no going back. A failed node ends its copy (and the
-                // origin records the instance lost with it).
+                // is no going back. This node's engine has stopped (this
+                // node is failing): node `to` ends its copy when it sees
+                // this node fail (`Word::SourceFailed`) and tells the origin.
                 report(&format!(
-                    "dmi: node {}: instance {id}: the commit to node {to} was not sent: {e}",
+                    "dmi: node {}: instance {id}: no Commit to node {to}: this node's engine \
+                     has stopped ({e})",
                     mv.me
                 ));
             }
@@ -496,6 +573,13 @@ pub(crate) fn send_away(
                 total: t0.elapsed(),
             })
         }
+        Answer::Seen => {
+            dumped.resume();
+            let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
+            Err(stay(DmiError::Setup(format!(
+                "node {to} sent no image answer"
+            ))))
+        }
         Answer::Refused(why) => {
             dumped.resume();
             let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
@@ -504,25 +588,98 @@ pub(crate) fn send_away(
     }
 }
 
+/// How a report names an instance of another node (" (node O's)").
+fn of(mv: &Mover, origin: Option<NodeId>) -> String {
+    origin
+        .filter(|&o| o != mv.me)
+        .map_or(String::new(), |o| format!(" (node {o}'s)"))
+}
+
+/// Source: tells node `o`, the origin of instance `id`, that it moves to
+/// node `to` at its yield `yields` and waits for its answer (`MovingSeen`:
+/// the origin recorded it). `o` failing, refusing or not answering calls
+/// the move off.
+fn origin_records(
+    mv: &Mover,
+    token: u64,
+    o: NodeId,
+    id: i64,
+    to: NodeId,
+    yields: u64,
+) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel();
+    {
+        let mut w = locked(&mv.waiting);
+        if locked(&mv.dead).contains(&o) {
+            return Err(format!("node {o} failed"));
+        }
+        w.insert(token, (o, tx));
+    }
+    let m = InstMsg::Moving {
+        id,
+        node: to,
+        yields,
+        token,
+    };
+    let heard = match mv.caller.send_inst(o, m) {
+        Ok(()) => rx
+            .recv_timeout(ANSWER_LIMIT)
+            .unwrap_or_else(|_| Answer::Refused(format!("no answer within {ANSWER_LIMIT:?}"))),
+        Err(e) => Answer::Refused(e.to_string()),
+    };
+    locked(&mv.waiting).remove(&token);
+    match heard {
+        Answer::Seen => Ok(()),
+        Answer::Refused(why) => Err(why),
+        Answer::Ready(_) => Err("a wrong answer".into()),
+    }
+}
+
+/// The test-only holds (`VAR=NODE:MS`), read once per process.
+const HOLDS: [&str; 4] = [
+    "DMI_TEST_AT_DELAY",
+    "DMI_TEST_COMMIT_DELAY",
+    "DMI_TEST_READY_DELAY",
+    "DMI_TEST_MOVING_DELAY",
+];
+
 /// Tests only: with `VAR=NODE:MS`, node `NODE` waits `MS` ms here (saying
 /// `what`), a window to kill a node in at that point of a move
-/// (`DMI_TEST_COMMIT_DELAY`: the source, after the commit and before its
-/// `Commit`; `DMI_TEST_AT_DELAY`: the target, before its `At`).
+/// (`DMI_TEST_READY_DELAY`: the source, after `Ready`, before it asks the
+/// origin; `DMI_TEST_COMMIT_DELAY`: the source, after the commit and
+/// before its `Commit`; `DMI_TEST_AT_DELAY`: the target, before its `At`;
+/// `DMI_TEST_MOVING_DELAY`: the origin, before its `MovingSeen`). The
+/// variables are read once; a malformed one is reported once.
 pub(crate) fn test_hold(var: &str, me: NodeId, what: &str) {
-    let Ok(v) = std::env::var(var) else {
-        return;
-    };
-    let parsed = v
-        .split_once(':')
-        .and_then(|(n, ms)| Some((n.parse::<NodeId>().ok()?, ms.parse::<u64>().ok()?)));
-    match parsed {
-        Some((n, ms)) if n == me => {
-            report(&format!("dmi: node {me}: {what} (test delay {ms} ms)"));
-            std::thread::sleep(Duration::from_millis(ms));
-        }
-        Some(_) => {}
-        None => report(&format!(
-            "dmi: node {me}: {var}={v:?} ignored (want NODE:MS)"
-        )),
+    if let Some(ms) = hold_ms(var, me) {
+        report(&format!("dmi: node {me}: {what} (test delay {ms} ms)"));
+        std::thread::sleep(Duration::from_millis(ms));
     }
+}
+
+/// How long node `me` holds at `var` (`test_hold`), if at all.
+pub(crate) fn hold_ms(var: &str, me: NodeId) -> Option<u64> {
+    static READ: OnceLock<Vec<(&'static str, NodeId, u64)>> = OnceLock::new();
+    let holds = READ.get_or_init(|| {
+        let mut v = Vec::new();
+        for name in HOLDS {
+            let Ok(val) = std::env::var(name) else {
+                continue;
+            };
+            let parsed = val
+                .split_once(':')
+                .and_then(|(n, ms)| Some((n.parse::<NodeId>().ok()?, ms.parse::<u64>().ok()?)));
+            match parsed {
+                Some((n, ms)) => v.push((name, n, ms)),
+                None => report(&format!(
+                    "dmi: node {me}: {name}={val:?} ignored (want NODE:MS)"
+                )),
+            }
+        }
+        v
+    });
+    holds
+        .iter()
+        .find(|&&(n, node, _)| n == var && node == me)
+        .map(|&(_, _, ms)| ms)
 }

@@ -176,6 +176,7 @@ fn path(v: &Vma) -> &str {
         Backing::File { path, .. } => path,
         Backing::Special { name } => name,
         Backing::Anon => "anonymous",
+        Backing::SharedAnon { .. } => crate::shmem::SHARED_ANON,
     }
 }
 
@@ -193,6 +194,13 @@ fn plan(
     // (index in vmas, start, end) of each VMA whose pages are scanned.
     let mut scan = Vec::new();
     let skip = restorer_regions(reader, maps);
+    let carried: Vec<procfs::MapsEntry> = maps
+        .iter()
+        .filter(|m| !refuse::in_range(m, set_range))
+        .cloned()
+        .collect();
+    crate::shmem::check_lone(pid, &carried)?;
+    let shm_sizes = crate::shmem::sizes(pid, &carried);
     for m in maps {
         if m.path == "[vsyscall]"
             || skip.iter().any(|&(s, e)| s <= m.start && m.end <= e)
@@ -202,7 +210,14 @@ fn plan(
         }
         refuse::classify_mapping(m)?;
         let deleted = m.path.ends_with(" (deleted)") || procfs::replaced(m);
-        let backing = if is_special(&m.path) {
+        let shared_anon = crate::shmem::is_shared_anon(m);
+        let backing = if shared_anon {
+            Backing::SharedAnon {
+                object: m.inode,
+                offset: m.offset,
+                size: shm_sizes[&m.inode],
+            }
+        } else if is_special(&m.path) {
             Backing::Special {
                 name: m.path.clone(),
             }
@@ -218,6 +233,12 @@ fn plan(
         };
         let runs = match &backing {
             Backing::Special { .. } | Backing::File { shared: true, .. } => Vec::new(),
+            // Shared anonymous memory: the pages its object holds.
+            // pagemap shows only those mapped in this process's page
+            // tables, not those dropped from them (MADV_DONTNEED keeps a
+            // shared page's contents) or swapped out; the object is asked
+            // instead, and without the rights to, every page is carried.
+            _ if shared_anon => crate::shmem::data_runs(pid, m).unwrap_or(vec![(m.start, m.end)]),
             // A deleted (or replaced) file cannot be mapped again: every
             // page is carried.
             _ if deleted => vec![(m.start, m.end)],

@@ -21,6 +21,24 @@ pub enum Refusal {
     UnsupportedFd { fd: i32, target: String },
     /// A shared writable (or shared anonymous) mapping.
     SharedMapping { start: u64, end: u64, path: String },
+    /// A mapping of a shared memory object (`/dev/zero (deleted)`: shared
+    /// anonymous memory) that another process maps too.
+    SharedMemoryWith {
+        start: u64,
+        end: u64,
+        path: String,
+        pid: i32,
+    },
+    /// A mapping of a shared memory object while the maps of process `pid`
+    /// cannot be read: it may map the object too.
+    SharedMemoryUnknown {
+        start: u64,
+        end: u64,
+        path: String,
+        pid: i32,
+    },
+    /// A SysV shared memory segment (`shmat`).
+    SysvShm { start: u64, end: u64, path: String },
     /// A mapping that cannot be carried (device mapping, deleted file with shared flag, ...).
     UnsupportedMapping { start: u64, end: u64, path: String },
     /// It has child processes, which would be left behind (and could no
@@ -61,6 +79,29 @@ impl fmt::Display for Refusal {
             Refusal::SharedMapping { start, end, path } => {
                 write!(f, "shared writable mapping {start:#x}-{end:#x} ({path})")
             }
+            Refusal::SharedMemoryWith {
+                start,
+                end,
+                path,
+                pid,
+            } => write!(
+                f,
+                "shared mapping {start:#x}-{end:#x} ({path}) is shared with pid {pid}"
+            ),
+            Refusal::SharedMemoryUnknown {
+                start,
+                end,
+                path,
+                pid,
+            } => write!(
+                f,
+                "shared mapping {start:#x}-{end:#x} ({path}) may be shared with pid {pid}, \
+                 whose maps cannot be read"
+            ),
+            Refusal::SysvShm { start, end, path } => write!(
+                f,
+                "SysV shared memory mapping {start:#x}-{end:#x} ({path}): SysV shm is not supported"
+            ),
             Refusal::UnsupportedMapping { start, end, path } => {
                 write!(f, "mapping {start:#x}-{end:#x} cannot be carried ({path})")
             }

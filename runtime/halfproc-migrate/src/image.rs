@@ -277,6 +277,12 @@ pub enum Backing {
         id: FileId,
         shared: bool,
     },
+    /// Shared anonymous memory (`MAP_SHARED | MAP_ANONYMOUS`, `/dev/zero
+    /// (deleted)` in the maps) that no other process mapped: the VMAs with
+    /// the same `object` are one shmem object of `size` bytes, this one
+    /// mapping it from `offset`. Every page is carried. (Readers before
+    /// this variant refuse such an image as unknown: no version bump.)
+    SharedAnon { object: u64, offset: u64, size: u64 },
     /// The kernel's vdso or vvar pages (`[vdso]`, `[vvar]`, `[vvar_vclock]`).
     Special { name: String },
 }
@@ -365,7 +371,8 @@ pub fn write_manifest_to(f: &fs::File, manifest: &Manifest) -> Result<()> {
         .map_err(|e| Error::io(format!("write {MANIFEST}"), e))
 }
 
-/// Reads and verifies the image in `dir`: version, xsave and page checksums.
+/// Reads and verifies the image in `dir`: version, xsave and page checksums
+/// (the pages streamed: [`crate::pages_file::verify_pages_file`]).
 pub fn read(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text = fs::read(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
@@ -373,8 +380,9 @@ pub fn read(dir: &Path) -> Result<Manifest> {
         .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
     check_manifest(&m)?;
     let pages = dir.join(PAGES);
-    let data = fs::read(&pages).map_err(|e| Error::io(format!("read {}", pages.display()), e))?;
-    verify_pages(&m, &data)?;
+    let f =
+        fs::File::open(&pages).map_err(|e| Error::io(format!("open {}", pages.display()), e))?;
+    crate::pages_file::verify_pages_file(&m, &f)?;
     Ok(m)
 }
 
@@ -441,9 +449,17 @@ pub fn verify_pages(m: &Manifest, data: &[u8]) -> Result<()> {
     if data.len() as u64 != m.pages_len || crc32fast::hash(data) != m.pages_crc {
         return Err(Error::Image("pages size or checksum mismatch".into()));
     }
+    check_runs(m)
+}
+
+/// Every page run of `m` inside its VMA and inside the contents.
+pub(crate) fn check_runs(m: &Manifest) -> Result<()> {
     for v in &m.vmas {
         for r in &v.pages {
-            if r.addr < v.start || r.addr + r.len > v.end || r.file_off + r.len > m.pages_len {
+            if r.addr < v.start
+                || r.addr.saturating_add(r.len) > v.end
+                || r.file_off.saturating_add(r.len) > m.pages_len
+            {
                 return Err(Error::Image(format!(
                     "page run {:#x}+{:#x} outside its VMA",
                     r.addr, r.len

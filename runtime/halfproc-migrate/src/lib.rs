@@ -10,13 +10,15 @@
 //! - `mem`: the [`MemoryReader`] trait (`process_vm_readv`, or `dmread` on the kernel backend);
 //! - `dump`: [`checkpoint`]; `dump_mem`: which pages are carried, and reading them;
 //! - [`image`]: the on-disk format (manifest + pages); [`PageBuf`]: page contents in memory;
+//! - [`pages_file`]: `pages.img` checked, and restored from, with bounded memory;
 //! - [`files_img`]: mapped files' contents, for a restore where a file differs;
 //! - [`precopy`]: pre-copy rounds and dirty tracking for live migration;
 //! - [`phases`]: optional per-phase timing (`halfproc bench migrate --phases`);
 //! - [`restore_need`]: the address space a restore needs (for `RLIMIT_AS`);
 //! - `restore`, `restore_plan`, `restore_moves`, `restorer`, `sigframe`: [`restore`],
 //!   the blob's op table, which runs it moves rather than copies, the blob, the
-//!   `rt_sigreturn` frame.
+//!   `rt_sigreturn` frame; `shmem`, `restore_shmem`: lone shared anonymous
+//!   memory, checked and restored.
 
 pub mod creds;
 pub mod error;
@@ -26,6 +28,7 @@ pub mod image_dir;
 mod itimers;
 mod mem;
 mod pagebuf;
+pub mod pages_file;
 mod pagescan;
 pub mod phases;
 pub mod precopy;
@@ -45,6 +48,8 @@ mod restore_itimers;
 mod restore_moves;
 pub mod restore_need;
 mod restore_plan;
+mod restore_shmem;
+mod shmem;
 
 pub use creds::Creds;
 pub use dump::{

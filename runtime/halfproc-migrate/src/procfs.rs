@@ -12,6 +12,8 @@ pub struct MapsEntry {
     pub prot: i32,
     pub shared: bool,
     pub offset: u64,
+    /// Device (major, minor) of the mapped file; (0, 0) for anonymous memory.
+    pub dev: (u32, u32),
     pub inode: u64,
     /// Path or `[heap]`-style name; empty for anonymous memory.
     pub path: String,
@@ -63,7 +65,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>> {
         let range = it.next().unwrap_or("");
         let perms = it.next().unwrap_or("");
         let offset = it.next().unwrap_or("0");
-        let _dev = it.next();
+        let dev = it.next().unwrap_or("0:0");
         let inode = it.next().unwrap_or("0");
         let path = it.next().unwrap_or("").trim_start().to_string();
         let (s, e) = range
@@ -89,6 +91,13 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>> {
             prot,
             shared: b[3] == b's',
             offset: hex(offset, "maps offset")?,
+            dev: match dev.split_once(':') {
+                Some((ma, mi)) => (
+                    hex(ma, "maps device")? as u32,
+                    hex(mi, "maps device")? as u32,
+                ),
+                None => return Err(Error::Image(format!("maps line {line:?}"))),
+            },
             inode: inode.parse().unwrap_or(0),
             path,
         });

@@ -148,6 +148,18 @@ pub fn classify_mapping(m: &procfs::MapsEntry) -> std::result::Result<(), Refusa
         }
     };
     let anon_like = m.path.is_empty() || m.path.starts_with("[anon:");
+    if m.shared && m.path.starts_with("/SYSV") {
+        return Err(Refusal::SysvShm {
+            start: m.start,
+            end: m.end,
+            path: m.path.clone(),
+        });
+    }
+    // Shared anonymous memory is carried if no other process maps it
+    // (checked with all the maps: `crate::shmem::check_lone`).
+    if crate::shmem::is_shared_anon(m) {
+        return Ok(());
+    }
     if m.shared {
         // Shared read-only file mappings are reopened; anything else shared
         // (writable, anonymous, SysV, memfd) would lose its other users.
@@ -243,11 +255,14 @@ pub fn check_member(pid: i32, relayed: &[u64], set_range: Option<(u64, u64)>) ->
     for (fd, target) in procfs::fds(pid)? {
         classify_fd(pid, fd, &target, relayed)?;
     }
-    for m in procfs::maps(pid)? {
-        if !in_range(&m, set_range) {
-            classify_mapping(&m)?;
-        }
+    let maps: Vec<procfs::MapsEntry> = procfs::maps(pid)?
+        .into_iter()
+        .filter(|m| !in_range(m, set_range))
+        .collect();
+    for m in &maps {
+        classify_mapping(m)?;
     }
+    crate::shmem::check_lone(pid, &maps)?;
     // Last, so a pipe to a child is named as the pipe it is.
     let kids = children(pid);
     if !kids.is_empty() {

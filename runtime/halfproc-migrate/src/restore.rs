@@ -77,7 +77,11 @@ fn page_up(x: u64) -> u64 {
 }
 
 /// Restores the image in `dir` as a new child process and returns its pid
-/// once the blob has rebuilt it (the process then runs on its own).
+/// once the blob has rebuilt it (the process then runs on its own). The
+/// pages are checked with bounded memory ([`image::read`]); a file
+/// changed after that check is not noticed here (the node daemon's
+/// restore notices it: [`crate::pages_file::restore_file_checked`], which
+/// needs the calling thread to outlive the continued process's restorer).
 pub fn restore(dir: &Path) -> Result<Restored> {
     let m = image::read(dir)?;
     let pages_path = dir.join(image::PAGES);
@@ -88,7 +92,9 @@ pub fn restore(dir: &Path) -> Result<Restored> {
 
 /// Restores the image described by `m` whose page contents are in `pages`
 /// (a file, memfd, ... read with `pread`; the caller has checked it, e.g.
-/// with [`image::verify_pages`]). See [`RestoreOptions`].
+/// with [`crate::pages_file::verify_pages_file`], and knows it unchanged
+/// since, or uses [`crate::pages_file::restore_file_checked`]). See
+/// [`RestoreOptions`].
 pub fn restore_from(m: &Manifest, pages: File, opts: &RestoreOptions) -> Result<Restored> {
     restore_with(m, Some(pages), None, opts)
 }
@@ -211,13 +217,19 @@ fn restore_with(
         0 => fixed,
         n => fixed + 2 * HUGE + n,
     };
-    let r = choose_region(m, &own, r_len)?;
+    // Shared anonymous objects are made right above `R` (see
+    // `restore_shmem`), once everything above it is unmapped: that room is
+    // chosen free with `R` but not mapped with it (the address space at
+    // the fork, see `restore_need`, does not grow) and not left behind.
+    let shm_len = page_up(crate::restore_shmem::scratch_len(m)?);
+    let r = choose_region(m, &own, r_len + shm_len)?;
     let data_base = r + CODE_SIZE + STACK_SIZE;
     let scratch = data_base + page_up(dry.data.len() as u64);
     let lay = Layout {
         base: data_base,
         scratch,
         pages_at: (scratch + scratch_len).next_multiple_of(HUGE) + span.0 % HUGE,
+        shm_at: r + r_len,
         end: r + r_len,
     };
     let p = plan(m, &helpers, &specials, lay, &source, stop)?;
@@ -276,7 +288,12 @@ fn restore_with(
             None if idx == CREDS_STEP => "taking the owner's uid/gid/groups".into(),
             None => "mapping the restorer region".into(),
         };
-        let err = std::io::Error::from_raw_os_error((-ret) as i32);
+        // A negative errno, or a count other than the one expected (a
+        // `pread` cut short by a file truncated meanwhile).
+        let err = match ret {
+            ..0 => std::io::Error::from_raw_os_error((-ret) as i32).to_string(),
+            n => format!("it returned {n} (short)"),
+        };
         return Err(Error::Restore(format!(
             "restorer step {idx} ({what}) failed: {err}"
         )));

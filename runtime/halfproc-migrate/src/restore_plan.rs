@@ -52,6 +52,9 @@ pub(crate) struct Layout {
     pub(crate) scratch: u64,
     /// Where the first page of a [`Source::Memory`] span is moved.
     pub(crate) pages_at: u64,
+    /// Where shared anonymous objects are made (see `restore_shmem`): the
+    /// end of `R`, free once everything above `R` is unmapped.
+    pub(crate) shm_at: u64,
     /// End of `R`.
     pub(crate) end: u64,
 }
@@ -298,13 +301,17 @@ pub(crate) fn plan(
         at += len;
     }
 
+    crate::restore_shmem::map_objects(m, lay.shm_at, &mut op)?;
     let mut moves = Moves::new(m, source);
     let nohuge = moves.any && crate::pagebuf::thp_on_request();
     for v in &m.vmas {
         let len = v.end - v.start;
         let mut moved = Vec::new();
         let grows = if v.grows_down { MAP_GROWSDOWN } else { 0 };
-        let wprot = if v.pages.is_empty() {
+        let shared_anon = matches!(v.backing, Backing::SharedAnon { .. });
+        let wprot = if shared_anon {
+            PROT_READ | PROT_WRITE
+        } else if v.pages.is_empty() {
             v.prot
         } else {
             v.prot | PROT_WRITE
@@ -312,6 +319,8 @@ pub(crate) fn plan(
         let what = |s: &str| format!("{s} {:#x}-{:#x} ({:?})", v.start, v.end, v.backing);
         match &v.backing {
             Backing::Special { .. } => continue,
+            // In place already (`restore_shmem::map_objects`).
+            Backing::SharedAnon { .. } => {}
             Backing::Anon => op(
                 SYS_mmap,
                 &[

@@ -95,6 +95,46 @@ fn refuses_shared_writable_mappings() {
     }
 }
 
+/// Shared anonymous memory that a child maps too (stress-ng's case): the
+/// refusal names the child (before issue 11: "shared writable mapping").
+#[test]
+fn refuses_shared_anonymous_memory_mapped_by_another_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let pid = spawn(targets(), &["sharedanonchild"], None, &out);
+    let child: i32 = wait_line(&out, "child ")
+        .trim()
+        .strip_prefix("child ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let r = checkpoint(pid, &tmp.path().join("img"), Leave::Kill);
+    for p in [pid, child] {
+        let (state, tracer) = state_and_tracer(p);
+        assert!(state == 'R' || state == 'S', "{p} left in state {state}");
+        assert_eq!(tracer, 0, "{p} left traced");
+    }
+    kill(pid);
+    let text = r.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+    match r {
+        Err(Error::Refused(Refusal::SharedMemoryWith {
+            pid: with, path, ..
+        })) => {
+            assert_eq!((with, path.as_str()), (child, "/dev/zero (deleted)"));
+            assert!(text.contains(&format!("shared with pid {child}")), "{text}");
+        }
+        other => panic!("expected a refusal naming pid {child}, got {other:?}"),
+    }
+}
+
+#[test]
+fn refuses_sysv_shared_memory() {
+    match refused("sysvshm", &[]) {
+        Refusal::SysvShm { path, .. } => assert!(path.starts_with("/SYSV"), "{path}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn refuses_traced_processes() {
     let tmp = tempfile::tempdir().unwrap();

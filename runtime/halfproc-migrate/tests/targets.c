@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -481,6 +483,95 @@ int main(int argc, char **argv)
 		       head1 == head0 && len1 == len0, has1 == has0 && tid1 == tid0,
 		       owner_ok, unlock);
 		return 9;
+	} else if (!strcmp(mode, "sharedanon")) {
+		/*
+		 * Lone shared anonymous memory, 3 pages: page 0 written then
+		 * dropped from the page tables (MADV_DONTNEED keeps a shared
+		 * page's contents), page 1 never touched, page 2 written then
+		 * made read-only (one object, two VMAs). After SIGUSR1: the
+		 * contents, then a forked child's write into page 1 must be
+		 * seen (still shared), kept across MADV_DONTNEED, and seen
+		 * through an mremap of page 1 grown over page 2.
+		 */
+		long pg = sysconf(_SC_PAGESIZE);
+		unsigned char *p = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE,
+					MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		struct sigaction sa;
+		char line[512];
+		int ok = 1, vmas = 0, same = 1;
+		unsigned long ino0 = 0;
+
+		if (p == MAP_FAILED)
+			return 1;
+		for (long i = 0; i < pg; i++) {
+			p[i] = (unsigned char)(i * 7 + 1);
+			p[2 * pg + i] = (unsigned char)(i * 13 + 5);
+		}
+		if (madvise(p, pg, MADV_DONTNEED) || mprotect(p + 2 * pg, pg, PROT_READ))
+			return 2;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		printf("ready\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		for (long i = 0; i < pg; i++)
+			ok &= p[i] == (unsigned char)(i * 7 + 1) && p[pg + i] == 0 &&
+			      p[2 * pg + i] == (unsigned char)(i * 13 + 5);
+		FILE *f = fopen("/proc/self/maps", "r");
+		while (f && fgets(line, sizeof(line), f)) {
+			unsigned long s, e, ino;
+			char perms[8];
+			if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &s, &e, perms, &ino) == 4 &&
+			    s >= (unsigned long)p && e <= (unsigned long)(p + 3 * pg) &&
+			    perms[3] == 's' && strstr(line, "/dev/zero (deleted)")) {
+				if (vmas++ == 0)
+					ino0 = ino;
+				same &= ino == ino0;
+			}
+		}
+		if (f)
+			fclose(f);
+		pid_t c = fork();
+		if (c == 0) {
+			memcpy(p + pg, "child was here", 15);
+			_exit(0);
+		}
+		int st;
+		waitpid(c, &st, 0);
+		int seen = !memcmp(p + pg, "child was here", 15);
+		madvise(p, 3 * pg, MADV_DONTNEED);
+		int kept = !memcmp(p + pg, "child was here", 15) && p[1] == 8;
+		/* page 1 moved and grown over page 2 of the object: its offset
+		 * and the object's size (3 pages) are the original's */
+		unsigned char *q = mremap(p + pg, pg, 2 * pg, MREMAP_MAYMOVE);
+		int moved = q != MAP_FAILED && !memcmp(q, "child was here", 15) &&
+			    q[pg + 1] == 13 + 5;
+		printf("contents ok=%d; vmas=%d same object=%d; child write seen=%d; "
+		       "kept after dontneed=%d; mremap=%d\n", ok, vmas, same, seen, kept, moved);
+		return 12;
+	} else if (!strcmp(mode, "sharedanonchild")) {
+		/* Shared anonymous memory also mapped by a child (pid printed). */
+		char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+			       -1, 0);
+		if (p == MAP_FAILED)
+			return 1;
+		pid_t c = fork();
+		if (c == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			for (;;)
+				pause();
+		}
+		printf("child %d\n", c);
+		fflush(stdout);
+	} else if (!strcmp(mode, "sysvshm")) {
+		/* A SysV shared memory segment, removed (freed at detach). */
+		int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+		void *p = id < 0 ? (void *)-1 : shmat(id, NULL, 0);
+		if (p == (void *)-1)
+			return 1;
+		shmctl(id, IPC_RMID, NULL);
 	} else if (!strcmp(mode, "rwlock")) {
 		/*
 		 * A lock held across the moves: glibc's rwlock records its

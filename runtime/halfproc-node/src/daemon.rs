@@ -582,17 +582,17 @@ async fn run_session(
 /// an image they can read, and learns nothing of one they cannot (the
 /// mapped files are compared with those rights too).
 fn read_image(dir: &std::path::Path) -> Result<ImageDir, ImageErr> {
-    use halfproc_migrate::{files_img, image, image_dir};
+    use halfproc_migrate::{files_img, image, image_dir, pages_file};
     use std::io::Read;
     let other = |e: halfproc_migrate::Error| ImageErr::Other(e.to_string());
     let img = image_dir::open(dir).map_err(ImageErr::Io)?;
     let text = img.read_manifest().map_err(ImageErr::Io)?;
     let mut m = image::parse_manifest(&text).map_err(other)?;
-    let mut pages = &img.pages;
-    let mut data = Vec::new();
-    pages.read_to_end(&mut data).map_err(ImageErr::Io)?;
-    image::verify_pages(&m, &data).map_err(other)?;
-    drop(data);
+    // Streamed, in pieces of `pages_file::CHUNK` bytes: a large image
+    // costs no memory of its size here. The restore reads the pages from
+    // this same file, then checks the process holds them (the file may
+    // change meanwhile): `pages_file::restore_file_checked`.
+    pages_file::verify_pages_file(&m, &img.pages).map_err(other)?;
     let differ = halfproc_migrate::differing_files(&m).map_err(other)?;
     let files = match differ.is_empty() {
         true => None,

@@ -342,7 +342,10 @@ pub enum How {
 
 /// Where a restore finds the image's page contents.
 pub enum Pages {
-    /// A file (`pages.bin` of a checkpoint directory).
+    /// A file (`pages.img` of an image directory), checked with
+    /// `halfproc_migrate::pages_file::verify_pages_file`: the restore
+    /// checks the process holds those contents before it runs
+    /// (`restore_file_checked`).
     File(File),
     /// The daemon's memory: an image that arrived over the network and was
     /// checked there. The restorer moves (or copies) its pages into place,
@@ -584,7 +587,9 @@ fn keeper(
                 creds: owner,
             };
             let r = match pages {
-                Pages::File(f) => halfproc_migrate::restore_from(&manifest, f, &opts),
+                Pages::File(f) => {
+                    halfproc_migrate::pages_file::restore_file_checked(&manifest, f, &opts)
+                }
                 Pages::Memory(m) => {
                     let r = halfproc_migrate::restore_from_memory(&manifest, &m, &opts);
                     // Before the copy is continued: see `Pages::Memory`.

@@ -48,6 +48,45 @@ fn bad_input_is_an_error_on_1_and_3_nodes() {
     }
 }
 
+/// Runs `c`, killed (and the test failed) if it is not done within `limit`.
+fn bounded(c: &mut Command, limit: std::time::Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) of the `dmi run` this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("not done within {limit:?}");
+        }
+    }
+}
+
+#[test]
+fn init_after_finalize_is_refused_in_a_movable_run_too() {
+    // The program's instance of a movable run: DMI_init after
+    // DMI_finalize is refused there as in other runs (it once started
+    // hosting a movable run again).
+    let (prog, lib) = program();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dmi"));
+    c.args(["run", "-n", "1", "--movable", "--"])
+        .arg(prog)
+        .env("LD_LIBRARY_PATH", lib);
+    let o = bounded(&mut c, std::time::Duration::from_secs(60));
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("bad input ok: 1 nodes, "), "{}", text(&o));
+}
+
 #[test]
 fn init_without_an_environment_is_an_error() {
     let (prog, lib) = program();

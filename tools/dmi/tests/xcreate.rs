@@ -9,7 +9,8 @@
 //! instance stays; a target that dies before it answered leaves the
 //! instance running at home; an instance whose move committed is reported
 //! lost by its creator when its target dies before its `At`, or its
-//! source before its `Commit` (`DMI_join` returns instead of waiting).
+//! source before its `Commit` (`DMI_join` returns instead of waiting); a
+//! parked copy whose target dies just after letting it run ends at once.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -52,7 +53,10 @@ fn command_grace(n: u32, grace: u32, args: &[&str], env: &[(&str, &str)]) -> Com
     .env_remove("DMI_MOVE_AT")
     .env_remove("DMI_TEST_ARRIVE_DELAY_MS")
     .env_remove("DMI_TEST_AT_DELAY")
-    .env_remove("DMI_TEST_COMMIT_DELAY");
+    .env_remove("DMI_TEST_COMMIT_DELAY")
+    .env_remove("DMI_TEST_READY_DELAY")
+    .env_remove("DMI_TEST_MOVING_DELAY")
+    .env_remove("DMI_TEST_RESUMED_KILL");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -421,7 +425,7 @@ fn a_reconfigurable_programs_instance_stays_on_its_node() {
 /// line `held` of node 0's instance (and `also`, if any) is seen, and 2 s
 /// more. Returns all of stderr; panics if the run did not end within 90 s
 /// of the kill (the nodes killed then).
-fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim: u32) -> String {
+fn kill_during_move(env: &[(&str, &str)], held: &str, also: &[&str], victim: u32) -> String {
     let mut all = vec![("DMI_MOVE_AT", "2:0@1,4:0@2"), ("DMI_ERRORS", "return")];
     all.extend_from_slice(env);
     // A long grace: node 0 must end by itself, not by `dmi run`'s kill.
@@ -448,7 +452,7 @@ fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim
         let _ = child.wait();
     };
     let mut seen = String::new();
-    let mut want: Vec<&str> = std::iter::once(held).chain(also).collect();
+    let mut want: Vec<&str> = std::iter::once(held).chain(also.iter().copied()).collect();
     let t0 = std::time::Instant::now();
     while !want.is_empty() {
         match rx.recv_timeout(std::time::Duration::from_secs(120).saturating_sub(t0.elapsed())) {
@@ -463,8 +467,6 @@ fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim
             }
         }
     }
-    // The messages the line follows (a source's Moving) reach the others.
-    std::thread::sleep(std::time::Duration::from_secs(2));
     let pid = nodes_of(child.id())[&victim];
     // SAFETY: kill(2) of a node process of the run this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -507,10 +509,13 @@ fn kill_during_move(env: &[(&str, &str)], held: &str, also: Option<&str>, victim
 /// Node `n`'s report that its instance 0 `how`.
 fn lost_line(seen: &str, n: u32, how: &str) -> bool {
     seen.lines().any(|l| {
-        l.starts_with(&format!("dmi: node {n}: instance 0 (pid "))
+        l.starts_with(&format!("dmi: node {n}: instance 0 (last pid "))
             && l.ends_with(&format!(") {how}"))
     })
 }
+
+/// Node 0's line when it records that node 1 moves its instance 0 on.
+const MOVING_SEEN: &str = "dmi: node 0: instance 0 moves from node 1 to node 2 at yield 4";
 
 #[test]
 fn an_instance_whose_target_dies_before_its_at_is_lost_at_its_origin() {
@@ -521,9 +526,12 @@ fn an_instance_whose_target_dies_before_its_at_is_lost_at_its_origin() {
     // node 2 fails; its DMI_join returns (errors returned, not fatal)
     // instead of waiting for ever.
     let seen = kill_during_move(
-        &[("DMI_TEST_AT_DELAY", "2:20000")],
+        &[("DMI_TEST_AT_DELAY", "2:50000")],
         "dmi: node 2: node 0's instance 0 arrived; At held back (test delay",
-        Some("dmi: node 2: node 1's instance 0 arrived; At held back (test delay"),
+        &[
+            "dmi: node 2: node 1's instance 0 arrived; At held back (test delay",
+            MOVING_SEEN,
+        ],
         2,
     );
     let how = "was lost with node 2, to which it was moving";
@@ -547,9 +555,9 @@ fn an_instance_whose_source_dies_before_its_commit_is_lost_at_its_origin() {
     // back its Commit, after it told node 0 (Moving); killed then, node 2
     // ends its parked copy and tells node 0 (Lost), whose DMI_join fails.
     let seen = kill_during_move(
-        &[("DMI_TEST_COMMIT_DELAY", "1:20000")],
+        &[("DMI_TEST_COMMIT_DELAY", "1:50000")],
         "dmi: node 1: instance 0 (node 0's) committed to node 2; Commit held back (test delay",
-        None,
+        &[MOVING_SEEN],
         1,
     );
     let how = "was lost with node 1, which was moving it to node 2";
@@ -559,8 +567,8 @@ fn an_instance_whose_source_dies_before_its_commit_is_lost_at_its_origin() {
         )),
         "{seen}"
     );
-    // Node 1's Moving reached node 0 before node 1 died (2 s after its
-    // delay line), so only node 2's Lost tells node 0.
+    // Node 1's Moving reached node 0 before the commit (node 0 answered
+    // it), so only node 2's Lost tells node 0.
     assert!(lost_line(&seen, 0, how), "node 0 did not say so: {seen}");
     assert!(
         seen.contains(&format!("DMI_join: instance 0 {how}")),
@@ -570,4 +578,214 @@ fn an_instance_whose_source_dies_before_its_commit_is_lost_at_its_origin() {
         !seen.contains("still running 60 s after a failure"),
         "{seen}"
     );
+}
+
+#[test]
+fn a_source_that_sees_its_target_fail_before_the_commit_keeps_the_instance() {
+    // Node 2 answered Ready for both instances 0 (node 0's and node 1's
+    // own) that node 1 moves there at yield 4; node 1 holds both back
+    // before the commit and node 2 is killed then. Node 1 keeps both (it
+    // knows node 2 failed before it asks node 0 or kills an original).
+    // Nothing is lost.
+    let seen = kill_during_move(
+        &[("DMI_TEST_READY_DELAY", "1:50000")],
+        "dmi: node 1: instance 0 (node 0's) ready at node 2; commit held back (test delay",
+        &["dmi: node 1: instance 0 ready at node 2; commit held back (test delay"],
+        2,
+    );
+    let stays = |of: &str, why: &str| {
+        seen.lines().any(|l| {
+            l.starts_with(&format!("dmi: node 1: instance 0{of} (pid "))
+                && l.contains(") stays: ")
+                && l.contains(why)
+        })
+    };
+    assert!(stays("", "node 2 failed before the commit"), "{seen}");
+    assert!(
+        stays(" (node 0's)", "node 2 failed before the commit"),
+        "{seen}"
+    );
+    assert!(!seen.contains(" lost with node 2"), "{seen}");
+}
+
+#[test]
+fn an_origin_that_fails_before_it_records_a_move_leaves_the_instance_at_its_source() {
+    // Node 0 holds back its answer to node 1's Moving (node 0's instance 0
+    // to node 2 at yield 4) and is killed then: node 1 did not commit,
+    // its original runs on there and node 2 ends its copy.
+    let seen = kill_during_move(
+        &[("DMI_TEST_MOVING_DELAY", "0:50000")],
+        "dmi: node 0: instance 0 moves to node 2; MovingSeen held back (test delay",
+        &[],
+        0,
+    );
+    assert!(
+        seen.lines().any(
+            |l| l.starts_with("dmi: node 1: instance 0 (node 0's) (pid ")
+                && l.contains(") stays: ")
+                && l.contains("node 0 (its origin) did not record the move")
+        ),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("dmi: node 1: instance 0 (node 0's) moved at yield 4 to node 2"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn an_instance_on_a_node_that_stops_talking_after_a_failure_is_lost_at_its_origin() {
+    // Node 0's instance 0 moved to node 1 at yield 2; node 1 holds back
+    // its At and node 2 is killed then. Node 1 reports node 2's failure to
+    // node 0 (Abort) and the two stop talking: node 0 records its instance
+    // lost instead of waiting in DMI_join for an end it can no longer hear.
+    let seen = kill_during_move(
+        &[("DMI_TEST_AT_DELAY", "1:50000")],
+        "dmi: node 1: node 0's instance 0 arrived; At held back (test delay",
+        &[],
+        2,
+    );
+    let how = "was lost: node 1, to which it was moving, stopped talking after node 2 failed";
+    assert!(lost_line(&seen, 0, how), "node 0 did not say so: {seen}");
+    assert!(
+        seen.contains(&format!("DMI_join: instance 0 {how}")),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("node 0 still running 60 s after a failure"),
+        "{seen}"
+    );
+}
+
+/// Whether `pid` is a live (not zombie) process.
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+    !state.is_empty() && !state.starts_with('Z')
+}
+
+/// Whether `pid` is a live process running the test program.
+fn copy_alive(pid: i32) -> bool {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    alive(pid) && cmd.starts_with(program().as_os_str().as_encoded_bytes())
+}
+
+#[test]
+fn a_parked_copy_whose_target_dies_after_resuming_it_ends() {
+    // Node 0's instance 0 moves to node 1 at yield 3; node 1 kills itself
+    // right after it let the restored copy run parked (before Ready, so
+    // long before any commit). The copy, reparented, must end within
+    // seconds (it used to take its new parent for its node, or miss the
+    // death in the first 1 ms, and stay parked for ever); the original
+    // stays on node 0 (errors returned, not fatal). Five runs: without
+    // the fix, how the death and the copy's first look fell decided
+    // whether a run left the copy behind (2 of 5 in a test).
+    for _ in 0..5 {
+        parked_copy_run();
+    }
+}
+
+/// One run of [`a_parked_copy_whose_target_dies_after_resuming_it_ends`].
+fn parked_copy_run() {
+    let env = [
+        ("DMI_MOVE_AT", "3:0@1"),
+        ("DMI_TEST_RESUMED_KILL", "1"),
+        ("DMI_ERRORS", "return"),
+    ];
+    let mut child = command(2, &["1"], &env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in err.lines() {
+            if tx.send(l.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let stop = |child: &mut std::process::Child| {
+        for (_, node) in nodes_of(child.id()) {
+            // SAFETY: kill(2) of a node of the run this test started.
+            unsafe { libc::kill(node, libc::SIGKILL) };
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    let mut seen = String::new();
+    let t0 = std::time::Instant::now();
+    let copy: i32 = loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(60).saturating_sub(t0.elapsed())) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                if let Some(p) = l
+                    .strip_prefix("dmi: node 1: instance 0 resumed parked as pid ")
+                    .and_then(|r| r.split(';').next())
+                    .and_then(|p| p.parse().ok())
+                {
+                    break p;
+                }
+            }
+            Err(_) => {
+                stop(&mut child);
+                panic!("node 1 did not resume a copy within 60 s: {seen}");
+            }
+        }
+    };
+    let nodes: Vec<i32> = nodes_of(child.id()).into_values().collect();
+    // Node 1 is dead now. The copy must be gone within 10 s.
+    let t1 = std::time::Instant::now();
+    while copy_alive(copy) && t1.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let orphan = copy_alive(copy);
+    let took = t1.elapsed();
+    if orphan {
+        // SAFETY: kill(2) of the parked copy this test's run left behind.
+        unsafe { libc::kill(copy, libc::SIGKILL) };
+    }
+    // The rest of the run (node 0 ends by itself), bounded.
+    let mut ended = None;
+    while t1.elapsed() < std::time::Duration::from_secs(60) {
+        match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                ended = Some(child.wait().unwrap());
+                break;
+            }
+            Err(_) => {}
+        }
+        if ended.is_none() {
+            ended = child.try_wait().unwrap();
+        }
+    }
+    let left: Vec<i32> = nodes.into_iter().filter(|&p| alive(p)).collect();
+    if ended.is_none() {
+        stop(&mut child);
+    }
+    assert!(
+        !orphan,
+        "the parked copy (pid {copy}) still ran 10 s after its node died: {seen}"
+    );
+    assert!(left.is_empty(), "nodes {left:?} still ran: {seen}");
+    assert!(ended.is_some(), "the run did not end within 60 s: {seen}");
+    eprintln!("the copy ended {took:?} after its node's death");
+    for l in seen.lines().filter(|l| l.contains("parked copy")) {
+        eprintln!("{l}");
+    }
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("dmi: node 0: instance 0 (pid ")
+                && l.contains(" stays: ")
+                && l.contains("it failed (node 1)")),
+        "{seen}"
+    );
+    assert!(!seen.contains("arrived from node 0"), "{seen}");
 }

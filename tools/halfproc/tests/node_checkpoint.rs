@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::process::Stdio;
 
 fn checkpoint(d: &Daemon, pid: i32, dir: &std::path::Path, kill: bool) -> Result<String, String> {
@@ -213,4 +214,77 @@ fn with_files_an_image_restores_where_its_binary_changed() {
         out.is_empty() && err.contains("is not the one this image's manifest was written with"),
         "{err}"
     );
+}
+
+/// `VmRSS` and `VmHWM` (peak) of `pid`, in KiB.
+fn rss_and_peak_kib(pid: i32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+    };
+    (kib("VmRSS:"), kib("VmHWM:"))
+}
+
+/// A 256 MiB image restored through the daemon: `pages.img` is checked
+/// and restored with bounded memory (the daemon's peak resident size
+/// grows by less than 32 MiB, not by the image's size, as when it read
+/// the whole file to check its CRC), and the restored program holds every
+/// byte it wrote.
+#[test]
+fn a_large_image_restores_with_bounded_daemon_memory() {
+    const MIB: u64 = 256;
+    let tmp = tempfile::tempdir().unwrap();
+    let mib = MIB.to_string();
+    let argv = [targets(), "big", "4000", &mib];
+    let a = Daemon::start();
+    let r = run(&a, &argv, None, tmp.path(), "big");
+    let pid = r.pid();
+    r.wait_output("tick 1 ");
+    let img = tmp.path().join("img");
+    checkpoint(&a, pid, &img, true).expect("checkpoint");
+    let (_, code, err) = r.finish();
+    assert_eq!(code, 75, "run after checkpoint --kill ({err})");
+    let pages = std::fs::metadata(img.join("pages.img")).unwrap().len();
+    assert!(pages >= MIB << 20, "pages.img of {pages} bytes");
+    // The peak from here on: what the checkpoint held is freed.
+    std::fs::write(format!("/proc/{}/clear_refs", a.pid()), "5").unwrap();
+    let (before, _) = rss_and_peak_kib(a.pid());
+    let (out, code, err) = restore_err(&a, &img, tmp.path());
+    let (_, peak) = rss_and_peak_kib(a.pid());
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "restore of {} MiB of pages: daemon resident {before} KiB, peak {peak} KiB (+{grew} KiB)",
+        pages >> 20
+    );
+    assert_eq!(code, 7, "restored program's exit status ({err})");
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.ends_with("big ok\n"), "restored output ends {:?}", {
+        let t = out.len().saturating_sub(200);
+        &out[t..]
+    });
+    assert!(
+        grew < 32 << 10,
+        "the daemon's peak resident size grew by {grew} KiB restoring {} MiB",
+        pages >> 20
+    );
+    // Damaged (one byte flipped), then cut short: refused before anything
+    // runs, saying so.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(img.join("pages.img"))
+        .unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, pages / 2).unwrap();
+    f.write_all_at(&[!b[0]], pages / 2).unwrap();
+    for what in ["damaged", "truncated"] {
+        let (out, code, err) = restore_err(&a, &img, tmp.path());
+        assert_ne!(code, 0, "restored a {what} pages.img: {err}");
+        assert!(out.is_empty(), "the refused restore ran: {out:?}");
+        assert!(err.contains("pages size or checksum mismatch"), "{err}");
+        f.set_len(pages / 2).unwrap();
+    }
 }

@@ -14,7 +14,9 @@
  *   nodump  prctl(PR_SET_DUMPABLE, 0): only root may read its memory;
  *           prints "ready" first, once it is not dumpable
  *   latenodump  prints "ready" first; makes itself not dumpable when a
- *           SIGUSR1 comes */
+ *           SIGUSR1 comes
+ *   big     MIB (fourth argument) MiB of anonymous memory, every byte
+ *           written at the start; checked last ("big ok" or "big BAD") */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +53,8 @@ int main(int argc, char **argv)
 	uint64_t h = 1469598103934665603ULL;
 	const unsigned char *map = NULL;
 	size_t maplen = 0;
+	unsigned char *big = NULL;
+	size_t biglen = 0;
 
 	if (!strcmp(mode, "thread")) {
 		pthread_t t;
@@ -78,6 +82,13 @@ int main(int argc, char **argv)
 		close(fd);
 		if (map == MAP_FAILED)
 			return 94;
+	} else if (!strcmp(mode, "big")) {
+		biglen = (argc > 4 ? (size_t)atol(argv[4]) : 256) << 20;
+		big = mmap(NULL, biglen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (big == MAP_FAILED)
+			return 96;
+		for (size_t i = 0; i < biglen; i += 4096)
+			memset(big + i, (int)(i >> 12) % 251 + 1, 4096);
 	} else if (!strcmp(mode, "nodump")) {
 		if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 			return 95;
@@ -117,6 +128,18 @@ int main(int argc, char **argv)
 	if (argc > 3 && !strcmp(argv[3], "wait"))
 		while (getchar() != EOF)
 			;
+	if (big) {
+		size_t bad = 0;
+
+		for (size_t i = 0; i < biglen && !bad; i += 4096)
+			for (size_t k = 0; k < 4096; k += 512)
+				if (big[i + k] != (unsigned char)((i >> 12) % 251 + 1))
+					bad = i + k + 1;
+		if (bad)
+			printf("big BAD at %zu\n", bad - 1);
+		else
+			printf("big ok\n");
+	}
 	if (map) {
 		uint64_t s = 0;
 
