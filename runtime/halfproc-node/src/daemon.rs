@@ -583,7 +583,6 @@ async fn run_session(
 /// mapped files are compared with those rights too).
 fn read_image(dir: &std::path::Path) -> Result<ImageDir, ImageErr> {
     use halfproc_migrate::{files_img, image, image_dir, pages_file};
-    use std::io::Read;
     let other = |e: halfproc_migrate::Error| ImageErr::Other(e.to_string());
     let img = image_dir::open(dir).map_err(ImageErr::Io)?;
     let text = img.read_manifest().map_err(ImageErr::Io)?;
