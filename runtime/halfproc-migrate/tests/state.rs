@@ -511,3 +511,30 @@ fn lone_shared_anonymous_memory_survives_three_moves() {
     assert_eq!(describe(wait(pid)), plain_st);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), want);
 }
+
+/// A "magic ring buffer": the same shared anonymous pages mapped twice,
+/// back to back (`mremap(p, 0, n, MREMAP_MAYMOVE | MREMAP_FIXED, p + n)`).
+/// Both VMAs are at offset 0 of one object; the restorer maps each from
+/// the object's scratch mapping with `mremap(old_size 0)`. Before, it
+/// moved the first away and the second `mremap` (from the same, now
+/// unmapped, offset) failed, after the original was killed.
+#[test]
+fn a_shared_anonymous_ring_buffer_survives_three_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plain_out = tmp.path().join("plain");
+    let plain = spawn(targets(), &["sharedanonring"], None, &plain_out);
+    wait_line(&plain_out, "ready");
+    sleep_ms(50);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(plain, libc::SIGUSR1) };
+    let plain_st = describe(wait(plain));
+    let want = std::fs::read_to_string(&plain_out).unwrap();
+    assert_eq!(
+        want,
+        "ready\nring contents ok=1; wrap seen=1; child write seen=1\n"
+    );
+    assert_eq!(plain_st, "exit 13");
+    let (text, st) = moved_three_times(&["sharedanonring"]);
+    assert_eq!(text, want);
+    assert_eq!(st, plain_st);
+}
