@@ -22,6 +22,9 @@ const PAGE: u64 = 4096;
 /// One object: its size and its VMAs (start, length, offset), in image order.
 struct Object {
     size: u64,
+    /// Made with `MAP_NORESERVE` (any of its VMAs says so: the flag is the
+    /// object's, given when it was made).
+    noreserve: bool,
     vmas: Vec<(u64, u64, u64)>,
 }
 
@@ -34,6 +37,7 @@ fn objects(vmas: &[Vma]) -> Result<BTreeMap<u64, Object>> {
             object,
             offset,
             size,
+            noreserve,
         } = v.backing
         else {
             continue;
@@ -57,8 +61,10 @@ fn objects(vmas: &[Vma]) -> Result<BTreeMap<u64, Object>> {
         }
         let o = out.entry(object).or_insert(Object {
             size,
+            noreserve: false,
             vmas: Vec::new(),
         });
+        o.noreserve |= noreserve;
         if o.size != size {
             return bad("another VMA gives the object another size");
         }
@@ -97,13 +103,14 @@ fn map_objects_of(
 ) -> Result<()> {
     use libc::*;
     for (id, o) in objects(vmas)? {
+        let noreserve = if o.noreserve { MAP_NORESERVE } else { 0 };
         op(
             SYS_mmap,
             &[
                 at,
                 o.size,
                 (PROT_READ | PROT_WRITE) as u64,
-                (MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED) as u64,
+                (MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | noreserve) as u64,
                 u64::MAX,
                 0,
             ],
@@ -151,6 +158,7 @@ mod tests {
                 object,
                 offset,
                 size,
+                noreserve: object == 9,
             },
             grows_down: false,
             pages: Vec::new(),
@@ -209,6 +217,22 @@ mod tests {
         }
         let ok = vma(0x1000, 0x2000, 1, 0, TASK_SIZE);
         assert_eq!(scratch_len_of(&[ok]).unwrap(), TASK_SIZE);
+    }
+
+    /// An object made with `MAP_NORESERVE` is made again with it.
+    #[test]
+    fn noreserve_is_passed_to_mmap() {
+        for (object, want) in [(9, libc::MAP_NORESERVE as u64), (1, 0)] {
+            let mut flags = Vec::new();
+            let mut op = |nr: libc::c_long, a: &[u64], _: u64, _: String| {
+                if nr == libc::SYS_mmap {
+                    flags.push(a[3]);
+                }
+            };
+            map_objects_of(&[vma(0x1000, 0x2000, object, 0, 0x1000)], 0x100000, &mut op).unwrap();
+            assert_eq!(flags.len(), 1);
+            assert_eq!(flags[0] & libc::MAP_NORESERVE as u64, want);
+        }
     }
 
     /// Overlapping VMAs at other offsets, in any order, are accepted.

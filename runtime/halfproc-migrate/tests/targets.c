@@ -557,7 +557,8 @@ int main(int argc, char **argv)
 		 * mapped twice, back to back (mremap with old_size 0 makes a
 		 * second mapping of the same pages). After SIGUSR1: both
 		 * mappings hold the contents, a write through one is seen
-		 * through the other, and a forked child's write is seen.
+		 * through the other, a forked child's write is seen, and
+		 * both are MAP_NORESERVE, as made.
 		 */
 		long pg = sysconf(_SC_PAGESIZE);
 		unsigned char *p = mmap(NULL, 4 * pg, PROT_NONE,
@@ -565,8 +566,8 @@ int main(int argc, char **argv)
 		struct sigaction sa;
 
 		if (p == MAP_FAILED ||
-		    mmap(p, 2 * pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED,
-			 -1, 0) == MAP_FAILED ||
+		    mmap(p, 2 * pg, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED ||
 		    mremap(p, 0, 2 * pg, MREMAP_MAYMOVE | MREMAP_FIXED, p + 2 * pg) == MAP_FAILED)
 			return 1;
 		for (long i = 0; i < 2 * pg; i++)
@@ -594,7 +595,21 @@ int main(int argc, char **argv)
 		int st;
 		waitpid(c, &st, 0);
 		int seen = !memcmp(p + 2 * pg + 10, "child", 5);
-		printf("ring contents ok=%d; wrap seen=%d; child write seen=%d\n", ok, wrap, seen);
+		/* both mappings MAP_NORESERVE ("nr" in smaps' VmFlags) */
+		char line[512];
+		int nr = 0, in = 0;
+		FILE *f = fopen("/proc/self/smaps", "r");
+		while (f && fgets(line, sizeof(line), f)) {
+			unsigned long s, e;
+			if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, ' ') > strchr(line, '-'))
+				in = s == (unsigned long)p || s == (unsigned long)(p + 2 * pg);
+			else if (in && !strncmp(line, "VmFlags:", 8) && strstr(line, " nr"))
+				nr++;
+		}
+		if (f)
+			fclose(f);
+		printf("ring contents ok=%d; wrap seen=%d; child write seen=%d; noreserve=%d\n", ok,
+		       wrap, seen, nr);
 		return 13;
 	} else if (!strcmp(mode, "sharedanonchild")) {
 		/* Shared anonymous memory also mapped by a child (pid printed). */
