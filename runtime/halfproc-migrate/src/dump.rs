@@ -376,7 +376,7 @@ fn dump_frozen(
     }
     let itimers = itimers::carried(&last_timers, &pending);
     let manifest = Manifest {
-        version: image::version_for(&itimers),
+        version: image::version_for(&itimers, &vmas),
         pid,
         comm: fs::read_to_string(format!("/proc/{pid}/comm"))
             .unwrap_or_default()

@@ -152,23 +152,43 @@ pub(crate) fn reserve_for(pid: i32, set_range: Option<(u64, u64)>) -> Option<Res
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
-    let private: u64 = procfs::maps(pid)
-        .ok()?
+    let maps = procfs::maps(pid).ok()?;
+    let carried = |m: &&procfs::MapsEntry| {
+        !is_special(&m.path) && m.path != "[vsyscall]" && !refuse::in_range(m, set_range)
+    };
+    let private: u64 = maps
         .iter()
-        .filter(|m| {
-            !m.shared
-                && !is_special(&m.path)
-                && m.path != "[vsyscall]"
-                && !refuse::in_range(m, set_range)
-        })
+        .filter(carried)
+        .filter(|m| !m.shared)
         .map(|m| m.end - m.start)
         .sum();
-    let est = ((kib("RssAnon") + kib("VmSwap")) << 10).min(private);
+    let shared_anon: u64 = maps
+        .iter()
+        .filter(carried)
+        .filter(|m| crate::shmem::is_shared_anon(m))
+        .map(|m| m.end - m.start)
+        .sum();
+    let est = estimate(
+        kib("RssAnon"),
+        kib("VmSwap"),
+        kib("RssShmem"),
+        private,
+        shared_anon,
+    );
     if est < PREFAULT_MIN {
         return None;
     }
     let cap = est + est / 8 + (8 << 20);
     Reserve::new(cap as usize, est as usize, reader_threads(est)).ok()
+}
+
+/// The bytes a dump is expected to carry, from `status` fields (KiB):
+/// anonymous resident and swapped pages, at most the `private` VMAs'
+/// size, and the resident shared memory (`RssShmem`), at most the
+/// `shared_anon` VMAs' size (0 without: then `RssShmem` is other shared
+/// memory, tmpfs files, not carried).
+fn estimate(rss_anon: u64, swap: u64, rss_shmem: u64, private: u64, shared_anon: u64) -> u64 {
+    ((rss_anon + swap) << 10).min(private) + (rss_shmem << 10).min(shared_anon)
 }
 
 fn path(v: &Vma) -> &str {
@@ -201,6 +221,15 @@ fn plan(
         .collect();
     crate::shmem::check_lone(pid, &carried)?;
     let shm_sizes = crate::shmem::sizes(pid, &carried);
+    // Shared anonymous objects made with MAP_NORESERVE (`nr`): smaps is
+    // read only when there is one such VMA at all.
+    let noreserve = if carried.iter().any(crate::shmem::is_shared_anon) {
+        let path = format!("/proc/{pid}/smaps");
+        let t = std::fs::read_to_string(&path).map_err(|e| Error::io(format!("read {path}"), e))?;
+        procfs::smaps_with_flag(&t, "nr")
+    } else {
+        Default::default()
+    };
     for m in maps {
         if m.path == "[vsyscall]"
             || skip.iter().any(|&(s, e)| s <= m.start && m.end <= e)
@@ -216,6 +245,7 @@ fn plan(
                 object: m.inode,
                 offset: m.offset,
                 size: shm_sizes[&m.inode],
+                noreserve: noreserve.contains(&m.start),
             }
         } else if is_special(&m.path) {
             Backing::Special {
@@ -238,7 +268,9 @@ fn plan(
             // tables, not those dropped from them (MADV_DONTNEED keeps a
             // shared page's contents) or swapped out; the object is asked
             // instead, and without the rights to, every page is carried.
-            _ if shared_anon => crate::shmem::data_runs(pid, m).unwrap_or(vec![(m.start, m.end)]),
+            _ if shared_anon => {
+                crate::shmem::data_runs(pid, m).unwrap_or_else(|| vec![(m.start, m.end)])
+            }
             // A deleted (or replaced) file cannot be mapped again: every
             // page is carried.
             _ if deleted => vec![(m.start, m.end)],
@@ -312,4 +344,20 @@ pub(crate) fn restorer_regions(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// Resident shared anonymous pages count, up to the size of the shared
+    /// anonymous VMAs (before, they were left out, so a process of mostly
+    /// shared anonymous memory got a reserve too small for its image).
+    #[test]
+    fn the_reserve_estimate_counts_shared_anonymous_memory() {
+        const M: u64 = 1 << 20;
+        // 10 MiB anonymous, 1 MiB swapped, 40 MiB shmem resident.
+        let (anon, swap, shmem) = (10 << 10, 1 << 10, 40 << 10);
+        assert_eq!(super::estimate(anon, swap, shmem, 100 * M, 0), 11 * M);
+        assert_eq!(super::estimate(anon, swap, shmem, 100 * M, 64 * M), 51 * M);
+        assert_eq!(super::estimate(anon, swap, shmem, 5 * M, 16 * M), 21 * M);
+    }
 }

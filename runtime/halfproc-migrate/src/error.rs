@@ -37,6 +37,14 @@ pub enum Refusal {
         path: String,
         pid: i32,
     },
+    /// A mapping of a shared memory object that cannot be checked or
+    /// carried as it is, and `why`.
+    SharedMemoryUnchecked {
+        start: u64,
+        end: u64,
+        path: String,
+        why: String,
+    },
     /// A SysV shared memory segment (`shmat`).
     SysvShm { start: u64, end: u64, path: String },
     /// A mapping that cannot be carried (device mapping, deleted file with shared flag, ...).
@@ -98,6 +106,12 @@ impl fmt::Display for Refusal {
                 "shared mapping {start:#x}-{end:#x} ({path}) may be shared with pid {pid}, \
                  whose maps cannot be read"
             ),
+            Refusal::SharedMemoryUnchecked {
+                start,
+                end,
+                path,
+                why,
+            } => write!(f, "shared mapping {start:#x}-{end:#x} ({path}): {why}"),
             Refusal::SysvShm { start, end, path } => write!(
                 f,
                 "SysV shared memory mapping {start:#x}-{end:#x} ({path}): SysV shm is not supported"

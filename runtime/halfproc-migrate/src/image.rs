@@ -17,12 +17,25 @@ use std::path::Path;
 /// tools still restore it. (Version 3 images written by tools before
 /// version 4 existed carried such a stopped timer armed with its interval,
 /// and their restorers re-arm it: that is in those images, not fixable at
-/// read.)
-pub const VERSION: u32 = 4;
-/// The version an image with the interval timers `itimers` is written in:
-/// 4 with a stopped one (`value_us` 0), 3 otherwise.
-pub fn version_for(itimers: &[Itimer]) -> u32 {
-    if itimers.iter().any(|t| t.value_us == 0) {
+/// read.) 5 added `noreserve` of shared anonymous memory (`MAP_NORESERVE`,
+/// see [`Backing::SharedAnon`]), which a reader of 4 would drop: the
+/// object would be charged in full against the commit limit at restore.
+pub const VERSION: u32 = 5;
+/// The version an image with the interval timers `itimers` and the VMAs
+/// `vmas` is written in: 5 with a `MAP_NORESERVE` shared anonymous object,
+/// else 4 with a stopped timer (`value_us` 0), else 3.
+pub fn version_for(itimers: &[Itimer], vmas: &[Vma]) -> u32 {
+    if vmas.iter().any(|v| {
+        matches!(
+            v.backing,
+            Backing::SharedAnon {
+                noreserve: true,
+                ..
+            }
+        )
+    }) {
+        5
+    } else if itimers.iter().any(|t| t.value_us == 0) {
         4
     } else {
         3
@@ -282,9 +295,22 @@ pub enum Backing {
     /// the same `object` are one shmem object of `size` bytes, this one
     /// mapping it from `offset`. Every page is carried. (Readers before
     /// this variant refuse such an image as unknown: no version bump.)
-    SharedAnon { object: u64, offset: u64, size: u64 },
+    /// `noreserve`: the object was made with `MAP_NORESERVE` (`nr` in the
+    /// smaps `VmFlags`), not charged against the commit limit; absent
+    /// (false) in older images, and written only when true, as version 5.
+    SharedAnon {
+        object: u64,
+        offset: u64,
+        size: u64,
+        #[serde(default, skip_serializing_if = "is_false")]
+        noreserve: bool,
+    },
     /// The kernel's vdso or vvar pages (`[vdso]`, `[vvar]`, `[vvar_vclock]`).
     Special { name: String },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A run of dumped pages: `len` bytes at `addr`, at `file_off` in `pages.img`.
@@ -513,8 +539,52 @@ mod tests {
             value_us,
             interval_us: 20_000,
         };
-        assert_eq!(version_for(&[]), 3);
-        assert_eq!(version_for(&[t(5)]), 3);
-        assert_eq!(version_for(&[t(0)]), 4);
+        assert_eq!(version_for(&[], &[]), 3);
+        assert_eq!(version_for(&[t(5)], &[]), 3);
+        assert_eq!(version_for(&[t(0)], &[]), 4);
+    }
+
+    fn shm(noreserve: bool) -> Vma {
+        Vma {
+            start: 0x1000,
+            end: 0x2000,
+            prot: 3,
+            backing: Backing::SharedAnon {
+                object: 1,
+                offset: 0,
+                size: 0x1000,
+                noreserve,
+            },
+            grows_down: false,
+            pages: Vec::new(),
+        }
+    }
+
+    /// `noreserve` makes version 5 (a reader of 4 refuses it rather than
+    /// drop it); without it the image is what version 3 or 4 wrote, the
+    /// field absent, and an absent field reads as false.
+    #[test]
+    fn noreserve_shared_anonymous_memory_is_version_5() {
+        let t0 = Itimer {
+            which: libc::ITIMER_REAL,
+            value_us: 0,
+            interval_us: 20_000,
+        };
+        assert_eq!(version_for(&[], &[shm(false)]), 3);
+        assert_eq!(version_for(&[t0], &[shm(false)]), 4);
+        assert_eq!(version_for(&[], &[shm(true)]), 5);
+        assert_eq!(version_for(&[t0], &[shm(false), shm(true)]), 5);
+        let plain = serde_json::to_string(&shm(false)).unwrap();
+        assert!(!plain.contains("noreserve"), "{plain}");
+        let nr = serde_json::to_string(&shm(true)).unwrap();
+        assert!(nr.contains("\"noreserve\":true"), "{nr}");
+        let back: Vma = serde_json::from_str(&plain).unwrap();
+        assert!(matches!(
+            back.backing,
+            Backing::SharedAnon {
+                noreserve: false,
+                ..
+            }
+        ));
     }
 }

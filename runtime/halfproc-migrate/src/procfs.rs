@@ -58,6 +58,32 @@ pub fn maps(pid: i32) -> Result<Vec<MapsEntry>> {
 }
 
 /// Parses maps text (also used for `/proc/self/maps`).
+/// The starts of the VMAs of `smaps` (the text of `/proc/PID/smaps`)
+/// whose `VmFlags` hold `flag` (such as `nr`, `MAP_NORESERVE`).
+pub fn smaps_with_flag(smaps: &str, flag: &str) -> std::collections::BTreeSet<u64> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut start = None;
+    for line in smaps.lines() {
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if let Some(s) = start
+                .take()
+                .filter(|_| flags.split_whitespace().any(|f| f == flag))
+            {
+                out.insert(s);
+            }
+        } else if let Some((range, _)) = line.split_once(' ') {
+            // A VMA's first line: "start-end perms ..." (field lines are
+            // "Name:   value", with no '-' before the first space).
+            if let Some((s, _)) = range.split_once('-') {
+                if let Ok(s) = u64::from_str_radix(s, 16) {
+                    start = Some(s);
+                }
+            }
+        }
+    }
+    out
+}
+
 pub fn parse_maps(text: &str) -> Result<Vec<MapsEntry>> {
     let mut out = Vec::new();
     for line in text.lines() {
@@ -470,5 +496,33 @@ mod limit_tests {
                 "resource {res}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smaps_flags_are_read_per_vma() {
+        let smaps = "\
+7f0000000000-7f0000002000 rw-s 00000000 00:01 17                         /dev/zero (deleted)
+Size:                  8 kB
+Rss:                   4 kB
+VmFlags: rd wr sh mr mw me ms nr sd
+7f0000002000-7f0000003000 rw-s 00002000 00:01 17                         /dev/zero (deleted)
+Size:                  4 kB
+VmFlags: rd wr sh mr mw me ms sd
+7f0000004000-7f0000005000 rw-p 00000000 00:00 0
+THPeligible:    0
+VmFlags: rd wr mr mw me nr ac sd
+";
+        let nr = smaps_with_flag(smaps, "nr");
+        assert_eq!(
+            nr.into_iter().collect::<Vec<_>>(),
+            [0x7f0000000000, 0x7f0000004000]
+        );
+        assert!(smaps_with_flag(smaps, "xx").is_empty());
+        assert!(smaps_with_flag("", "nr").is_empty());
     }
 }

@@ -214,15 +214,18 @@ fn restore_with(
     // so mremap moves huge page mappings whole; `R` itself is 2 MiB aligned.
     let span_len = span.1 - span.0;
     let r_len = match span_len {
-        0 => fixed,
-        n => fixed + 2 * HUGE + n,
+        0 => Some(fixed),
+        n => fixed.checked_add(2 * HUGE).and_then(|f| f.checked_add(n)),
     };
     // Shared anonymous objects are made right above `R` (see
     // `restore_shmem`), once everything above it is unmapped: that room is
     // chosen free with `R` but not mapped with it (the address space at
     // the fork, see `restore_need`, does not grow) and not left behind.
     let shm_len = page_up(crate::restore_shmem::scratch_len(m)?);
-    let r = choose_region(m, &own, r_len + shm_len)?;
+    let (r_len, r_all) = r_len
+        .and_then(|r| Some((r, r.checked_add(shm_len)?)))
+        .ok_or_else(|| Error::Image("the restorer region would not fit in 64 bits".into()))?;
+    let r = choose_region(m, &own, r_all)?;
     let data_base = r + CODE_SIZE + STACK_SIZE;
     let scratch = data_base + page_up(dry.data.len() as u64);
     let lay = Layout {
@@ -356,6 +359,11 @@ fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u6
         // Never in or below the shared range: a member could not map R there.
         if at < halfproc_sys::range::HALFPROC_RANGE_END {
             break;
+        }
+        // Not beyond the user address space (a hostile image's sizes).
+        if at.checked_add(len).is_none_or(|e| e > TASK_SIZE) {
+            at -= R_STEP;
+            continue;
         }
         let clash = m.vmas.iter().any(|v| overlaps(at, len, v.start, v.end))
             || own

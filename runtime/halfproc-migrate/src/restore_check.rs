@@ -171,5 +171,6 @@ pub(crate) fn match_specials(
 }
 
 pub(crate) fn overlaps(a: u64, alen: u64, b: u64, bend: u64) -> bool {
-    a < bend && b < a + alen
+    // Saturating: a hostile image's length must not wrap to a small end.
+    a < bend && b < a.saturating_add(alen)
 }

@@ -132,6 +132,29 @@ pub fn check_lone(pid: i32, maps: &[MapsEntry]) -> Result<(), Refusal> {
     if objects.is_empty() {
         return Ok(());
     }
+    // Without map_files every page of an object's VMAs is read at the
+    // dump, which allocates the pages never written: refused for large ones.
+    let mut read_whole: BTreeMap<((u32, u32), u64), u64> = BTreeMap::new();
+    for m in maps.iter().filter(|m| is_shared_anon(m)) {
+        if open_object(pid, m).is_none() {
+            *read_whole.entry((m.dev, m.inode)).or_default() += m.end - m.start;
+        }
+    }
+    for (key, bytes) in read_whole {
+        if let Some(why) = whole_read_refusal(bytes) {
+            return Err(unchecked(objects[&key], why));
+        }
+    }
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if hides_processes(&mountinfo) && !has_cap_sys_ptrace() {
+        let m = objects.values().next().expect("not empty");
+        return Err(unchecked(
+            m,
+            "/proc is mounted with hidepid (processes this one may not ptrace are not listed, \
+             so one of them may map it too) and this process lacks CAP_SYS_PTRACE"
+                .into(),
+        ));
+    }
     let Ok(procs) = fs::read_dir("/proc") else {
         let m = objects.values().next().expect("not empty");
         return Err(Refusal::SharedMemoryUnknown {
@@ -169,8 +192,17 @@ pub fn check_lone(pid: i32, maps: &[MapsEntry]) -> Result<(), Refusal> {
                 });
             }
         };
-        let Ok(theirs) = procfs::parse_maps(&text) else {
+        // Only a line naming a shared anonymous object can map one: the
+        // rest need not be parsed (most processes have none).
+        if !text.contains(SHARED_ANON) {
             continue;
+        }
+        let Ok(theirs) = procfs::parse_maps(&text) else {
+            let m = objects.values().next().expect("not empty");
+            return Err(unchecked(
+                m,
+                format!("the maps of pid {other} cannot be parsed: it may map it too"),
+            ));
         };
         if let Some(m) = theirs
             .iter()
@@ -185,6 +217,78 @@ pub fn check_lone(pid: i32, maps: &[MapsEntry]) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+fn unchecked(m: &MapsEntry, why: String) -> Refusal {
+    Refusal::SharedMemoryUnchecked {
+        start: m.start,
+        end: m.end,
+        path: m.path.clone(),
+        why,
+    }
+}
+
+/// The most bytes of an object's VMAs read whole at the dump when the
+/// object cannot be opened through `map_files` (see [`data_runs`]).
+pub(crate) const WHOLE_READ_MAX: u64 = 64 << 20;
+
+/// Why an object whose VMAs, `bytes` in all, must be read whole (its holes
+/// not known) is refused: reading a page never written allocates it in the
+/// original (a shmem read fault), so a large sparse object would grow to
+/// its full size. `None` up to [`WHOLE_READ_MAX`].
+pub(crate) fn whole_read_refusal(bytes: u64) -> Option<String> {
+    (bytes > WHOLE_READ_MAX).then(|| {
+        format!(
+            "its object cannot be opened through /proc/PID/map_files (that needs \
+             CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE) to find its unwritten pages, so all \
+             {bytes:#x} bytes mapped would be read, allocating every page never written \
+             (more than {WHOLE_READ_MAX:#x})"
+        )
+    })
+}
+
+/// Whether the `/proc` mount (the last one at `/proc` in `mountinfo`)
+/// hides processes: `hidepid=invisible` (2) or `ptraceable` (4) leaves out
+/// those the caller may not ptrace (`noaccess`, 1, lists them, unreadable:
+/// those are refused as unknown; `subset=pid` hides no process).
+pub(crate) fn hides_processes(mountinfo: &str) -> bool {
+    let proc_line = mountinfo
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some("/proc"));
+    let Some(line) = proc_line else {
+        return false;
+    };
+    // "... - proc proc rw,hidepid=invisible": the super options are last.
+    let Some((_, tail)) = line.split_once(" - ") else {
+        return false;
+    };
+    let mut f = tail.split(' ');
+    if f.next() != Some("proc") {
+        return false;
+    }
+    f.nth(1).unwrap_or("").split(',').any(|o| {
+        matches!(
+            o.strip_prefix("hidepid="),
+            Some("2" | "invisible" | "4" | "ptraceable")
+        )
+    })
+}
+
+/// Whether this process has `CAP_SYS_PTRACE` in its effective set
+/// (`CapEff` of `/proc/self/status`).
+pub(crate) fn has_cap_sys_ptrace() -> bool {
+    cap_eff_has(
+        &fs::read_to_string("/proc/self/status").unwrap_or_default(),
+        19,
+    )
+}
+
+fn cap_eff_has(status: &str, cap: u32) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|c| c & (1 << cap) != 0)
 }
 
 /// The parent of process `n` (`/proc/N/stat`, readable for every process).
@@ -225,5 +329,57 @@ fn unrelated_ancestors(pid: i32) -> Vec<i32> {
         ancestors(me)
     } else {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_objects_read_whole_are_refused() {
+        assert_eq!(whole_read_refusal(0), None);
+        assert_eq!(whole_read_refusal(WHOLE_READ_MAX), None);
+        let why = whole_read_refusal(WHOLE_READ_MAX + 4096).unwrap();
+        assert!(
+            why.contains("map_files") && why.contains("allocating"),
+            "{why}"
+        );
+    }
+
+    const PROC: &str = "22 28 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc ";
+
+    #[test]
+    fn hidepid_that_hides_processes_is_seen() {
+        for (opts, hides) in [
+            ("rw", false),
+            ("rw,hidepid=noaccess", false),
+            ("rw,hidepid=1", false),
+            ("rw,subset=pid", false),
+            ("rw,hidepid=invisible", true),
+            ("rw,hidepid=2,gid=5", true),
+            ("rw,hidepid=ptraceable,subset=pid", true),
+            ("rw,hidepid=4", true),
+        ] {
+            let mi = format!(
+                "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n{PROC}{opts}\n\
+                 40 22 0:40 / /proc/sys/fs/binfmt_misc rw - binfmt_misc x rw,hidepid=2\n"
+            );
+            assert_eq!(hides_processes(&mi), hides, "{opts}");
+        }
+        // The last mount at /proc is the one seen.
+        let mi = format!("{PROC}rw,hidepid=invisible\n{PROC}rw\n");
+        assert!(!hides_processes(&mi));
+        let mi = format!("{PROC}rw\n{PROC}rw,hidepid=invisible\n");
+        assert!(hides_processes(&mi));
+        assert!(!hides_processes(""));
+    }
+
+    #[test]
+    fn cap_sys_ptrace_is_read_from_cap_eff() {
+        assert!(cap_eff_has("Name:\tx\nCapEff:\t000001ffffffffff\n", 19));
+        assert!(!cap_eff_has("CapEff:\t0000000000000000\n", 19));
+        assert!(cap_eff_has("CapEff:\t0000000000080000\n", 19));
+        assert!(!cap_eff_has("CapPrm:\t0000000000080000\n", 19));
     }
 }

@@ -99,6 +99,9 @@ fn refuses_shared_writable_mappings() {
 /// refusal names the child (before issue 11: "shared writable mapping").
 #[test]
 fn refuses_shared_anonymous_memory_mapped_by_another_process() {
+    if !can_read_all_maps("refuses_shared_anonymous_memory_mapped_by_another_process") {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let pid = spawn(targets(), &["sharedanonchild"], None, &out);

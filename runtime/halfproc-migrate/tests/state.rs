@@ -439,6 +439,9 @@ fn a_lock_held_across_moves_is_released() {
 /// (deleted))").
 #[test]
 fn lone_shared_anonymous_memory_survives_three_moves() {
+    if !can_read_all_maps("lone_shared_anonymous_memory_survives_three_moves") {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let plain_out = tmp.path().join("plain");
     let plain = spawn(targets(), &["sharedanon"], None, &plain_out);
@@ -478,6 +481,7 @@ fn lone_shared_anonymous_memory_survives_three_moves() {
                     object,
                     offset,
                     size,
+                    ..
                 } => Some((
                     object,
                     offset,
@@ -510,4 +514,36 @@ fn lone_shared_anonymous_memory_survives_three_moves() {
     unsafe { libc::kill(pid, libc::SIGUSR1) };
     assert_eq!(describe(wait(pid)), plain_st);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), want);
+}
+
+/// A "magic ring buffer": the same shared anonymous pages mapped twice,
+/// back to back (`mremap(p, 0, n, MREMAP_MAYMOVE | MREMAP_FIXED, p + n)`).
+/// Both VMAs are at offset 0 of one object; the restorer maps each from
+/// the object's scratch mapping with `mremap(old_size 0)`. Before, it
+/// moved the first away and the second `mremap` (from the same, now
+/// unmapped, offset) failed, after the original was killed. The object
+/// is `MAP_NORESERVE`, and made again so (before, it was not: the image
+/// did not say).
+#[test]
+fn a_shared_anonymous_ring_buffer_survives_three_moves() {
+    if !can_read_all_maps("a_shared_anonymous_ring_buffer_survives_three_moves") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let plain_out = tmp.path().join("plain");
+    let plain = spawn(targets(), &["sharedanonring"], None, &plain_out);
+    wait_line(&plain_out, "ready");
+    sleep_ms(50);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(plain, libc::SIGUSR1) };
+    let plain_st = describe(wait(plain));
+    let want = std::fs::read_to_string(&plain_out).unwrap();
+    assert_eq!(
+        want,
+        "ready\nring contents ok=1; wrap seen=1; child write seen=1; noreserve=2\n"
+    );
+    assert_eq!(plain_st, "exit 13");
+    let (text, st) = moved_three_times(&["sharedanonring"]);
+    assert_eq!(text, want);
+    assert_eq!(st, plain_st);
 }

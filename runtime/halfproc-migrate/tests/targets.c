@@ -551,6 +551,66 @@ int main(int argc, char **argv)
 		printf("contents ok=%d; vmas=%d same object=%d; child write seen=%d; "
 		       "kept after dontneed=%d; mremap=%d\n", ok, vmas, same, seen, kept, moved);
 		return 12;
+	} else if (!strcmp(mode, "sharedanonring")) {
+		/*
+		 * A "magic ring buffer": 2 pages of shared anonymous memory
+		 * mapped twice, back to back (mremap with old_size 0 makes a
+		 * second mapping of the same pages). After SIGUSR1: both
+		 * mappings hold the contents, a write through one is seen
+		 * through the other, a forked child's write is seen, and
+		 * both are MAP_NORESERVE, as made.
+		 */
+		long pg = sysconf(_SC_PAGESIZE);
+		unsigned char *p = mmap(NULL, 4 * pg, PROT_NONE,
+					MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct sigaction sa;
+
+		if (p == MAP_FAILED ||
+		    mmap(p, 2 * pg, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED ||
+		    mremap(p, 0, 2 * pg, MREMAP_MAYMOVE | MREMAP_FIXED, p + 2 * pg) == MAP_FAILED)
+			return 1;
+		for (long i = 0; i < 2 * pg; i++)
+			p[i] = (unsigned char)(i * 11 + 3);
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_usr1;
+		sigaction(SIGUSR1, &sa, NULL);
+		printf("ready\n");
+		fflush(stdout);
+		while (!got)
+			spin++;
+		int ok = 1;
+		for (long i = 0; i < 2 * pg; i++)
+			ok &= p[i] == (unsigned char)(i * 11 + 3) &&
+			      p[2 * pg + i] == (unsigned char)(i * 11 + 3);
+		/* across the end of the first mapping: its start and the
+		 * second's end show the two halves */
+		memcpy(p + 2 * pg - 4, "wrapped!", 8);
+		int wrap = !memcmp(p, "ped!", 4) && !memcmp(p + 4 * pg - 4, "wrap", 4);
+		pid_t c = fork();
+		if (c == 0) {
+			memcpy(p + 10, "child", 5);
+			_exit(0);
+		}
+		int st;
+		waitpid(c, &st, 0);
+		int seen = !memcmp(p + 2 * pg + 10, "child", 5);
+		/* both mappings MAP_NORESERVE ("nr" in smaps' VmFlags) */
+		char line[512];
+		int nr = 0, in = 0;
+		FILE *f = fopen("/proc/self/smaps", "r");
+		while (f && fgets(line, sizeof(line), f)) {
+			unsigned long s, e;
+			if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, ' ') > strchr(line, '-'))
+				in = s == (unsigned long)p || s == (unsigned long)(p + 2 * pg);
+			else if (in && !strncmp(line, "VmFlags:", 8) && strstr(line, " nr"))
+				nr++;
+		}
+		if (f)
+			fclose(f);
+		printf("ring contents ok=%d; wrap seen=%d; child write seen=%d; noreserve=%d\n", ok,
+		       wrap, seen, nr);
+		return 13;
 	} else if (!strcmp(mode, "sharedanonchild")) {
 		/* Shared anonymous memory also mapped by a child (pid printed). */
 		char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,

@@ -365,18 +365,42 @@ impl Admission {
 
 /// The source's estimate of `pid`'s image: its anonymous resident and
 /// swapped memory (a dump carries anonymous pages and written private
-/// file pages, which are anonymous by then).
+/// file pages, which are anonymous by then), and its resident shared
+/// memory when it maps shared anonymous memory (whose pages a dump
+/// carries too; `RssShmem` may count more, shared tmpfs file pages).
 pub fn image_estimate(pid: i32) -> Result<u64, String> {
     let st = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| format!("/proc/{pid}/maps: {e}"))?;
+    estimate_of(&st, has_shared_anon(&maps))
+        .ok_or_else(|| format!("no RssAnon in /proc/{pid}/status"))
+}
+
+/// Whether `maps` (the text of `/proc/PID/maps`) has a shared anonymous
+/// VMA (shared, `/dev/zero (deleted)`).
+pub fn has_shared_anon(maps: &str) -> bool {
+    maps.lines().any(|l| {
+        l.ends_with(" /dev/zero (deleted)") && l.split(' ').nth(1).is_some_and(|p| p.ends_with('s'))
+    })
+}
+
+/// [`image_estimate`] from the text of `/proc/PID/status`.
+pub fn estimate_of(status: &str, shared_anon: bool) -> Option<u64> {
     let kib = |k: &str| {
-        st.lines()
+        status
+            .lines()
             .find(|l| l.starts_with(k))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse::<u64>().ok())
     };
-    let anon = kib("RssAnon:").ok_or_else(|| format!("no RssAnon in /proc/{pid}/status"))?;
-    Ok((anon + kib("VmSwap:").unwrap_or(0)) * 1024)
+    let anon = kib("RssAnon:")?;
+    let shmem = if shared_anon {
+        kib("RssShmem:").unwrap_or(0)
+    } else {
+        0
+    };
+    Some((anon + kib("VmSwap:").unwrap_or(0) + shmem) * 1024)
 }
 
 #[cfg(test)]
@@ -391,6 +415,24 @@ mod tests {
         // SAFETY: geteuid() has no preconditions and cannot fail.
         let euid = unsafe { libc::geteuid() };
         assert!(mapped(&id_map("/proc/self/uid_map"), euid));
+    }
+
+    /// Shared anonymous pages (`RssShmem`) count where the process maps
+    /// shared anonymous memory (before, they were left out: a process of
+    /// mostly shared anonymous memory got a reservation far too small).
+    #[test]
+    fn the_estimate_counts_shared_anonymous_memory() {
+        let st = "Name:\tx\nRssAnon:\t    100 kB\nRssFile:\t  50 kB\n\
+                  RssShmem:\t  4000 kB\nVmSwap:\t  20 kB\n";
+        assert_eq!(estimate_of(st, false), Some(120 * 1024));
+        assert_eq!(estimate_of(st, true), Some(4120 * 1024));
+        assert_eq!(estimate_of("VmSwap:\t1 kB\n", true), None);
+        let shm = "7f00-7f10 rw-s 00000000 00:01 17                         /dev/zero (deleted)\n";
+        let private =
+            "7f00-7f10 rw-p 00000000 00:01 17                         /dev/zero (deleted)\n";
+        let file = "7f00-7f10 r--s 00000000 08:01 17                         /usr/lib/x\n";
+        assert!(has_shared_anon(shm));
+        assert!(!has_shared_anon(private) && !has_shared_anon(file) && !has_shared_anon(""));
     }
 
     fn here() -> Here {

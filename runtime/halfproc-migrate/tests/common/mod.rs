@@ -171,3 +171,23 @@ pub fn kill(pid: i32) {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     wait(pid);
 }
+
+/// Whether this test process may read every process's maps (root, or
+/// `CAP_SYS_PTRACE`), as a lone shared anonymous object's check needs
+/// (otherwise another user's process makes it "may be shared"). When not,
+/// says the test `name` is skipped.
+pub fn can_read_all_maps(name: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ptrace = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let v = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(v.trim(), 16).ok()
+        })
+        .is_some_and(|c| c & (1 << 19) != 0);
+    if !(root || ptrace) {
+        eprintln!("SKIP {name}: needs euid 0 or CAP_SYS_PTRACE to read every process's maps");
+    }
+    root || ptrace
+}
