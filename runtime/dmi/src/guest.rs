@@ -44,10 +44,9 @@ struct Guests {
     /// Barrier arrivals sent to origins, waiting for `Passed`: token ->
     /// (origin, channel).
     waiting: Mutex<HashMap<u64, (NodeId, Passed)>>,
-    /// Nodes known to have failed (lock order: `waiting`, then `dead`): an
-    /// arrival for one fails at once instead of waiting for an answer
-    /// that cannot come.
-    /// (Node -> why: failed, or stopped talking to this node.)
+    /// Nodes known to have failed or to have stopped talking to this node,
+    /// and which (lock order: `waiting`, then `dead`): an arrival for one
+    /// fails at once instead of waiting for an answer that cannot come.
     dead: Mutex<HashMap<NodeId, String>>,
     next: Mutex<u64>,
 }
@@ -218,7 +217,12 @@ impl xmove::Host for GuestHost {
             None => format!("node {node} failed"),
         };
         let mut w = locked(&g.waiting);
-        locked(&g.dead).insert(node, why.clone());
+        // A failure says more than a silence (which may come first).
+        let mut dead = locked(&g.dead);
+        if silent.is_none() || !dead.contains_key(&node) {
+            dead.insert(node, why.clone());
+        }
+        drop(dead);
         for (_, (o, tx)) in w.iter() {
             if *o == node {
                 let _ = tx.send(Some(why.clone()));
@@ -240,15 +244,18 @@ impl xmove::Host for GuestHost {
         // handled next, must not record a loss), not served here yet.
         let Ok(reg) = serve::registry() else { return };
         let mut st = reg_locked(&reg);
-        if let Some(e) = st.entries.get_mut(&id) {
-            if e.ended.is_none() && e.at.since().is_some() {
-                report(&format!(
-                    "dmi: node {}: instance {id} comes back from node {from}",
-                    g.me
-                ));
-                e.at = Where::Going(g.me);
-            }
+        let Some(e) = st.entries.get_mut(&id) else {
+            return;
+        };
+        if e.ended.is_some() || e.at.since().is_none() {
+            return;
         }
+        e.at = Where::Going(g.me);
+        drop(st);
+        report(&format!(
+            "dmi: node {}: instance {id} comes back from node {from}",
+            g.me
+        ));
     }
 
     fn committed(&self, id: i64, origin: Option<NodeId>, to: NodeId, yields: u64) {

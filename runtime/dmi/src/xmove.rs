@@ -144,9 +144,9 @@ struct Mover {
     /// Sources waiting for an answer: token -> (the node that answers: the
     /// target, or the origin for `MovingSeen`; channel).
     waiting: Mutex<HashMap<u64, (NodeId, mpsc::Sender<Answer>)>>,
-    /// Nodes known to have failed: a source checks it, under this lock,
-    /// before it kills an original (`peer_dead` marks it under the lock).
-    /// (Node -> why: failed, or stopped talking to this node.)
+    /// Nodes known to have failed or to have stopped talking to this node,
+    /// and which: a source checks it, under this lock, before it kills an
+    /// original (`peer_dead` marks it under the lock).
     dead: Mutex<HashMap<NodeId, String>>,
     /// Copies waiting for Commit or Abort.
     arrived: Mutex<HashMap<u64, Arrived>>,
