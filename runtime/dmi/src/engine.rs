@@ -131,7 +131,10 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
             Event::Inst(to, m) if to == me => crate::xmove::inbox(me, m),
             Event::Inst(to, m) => match peers.get(to as usize).and_then(Option::as_ref) {
                 Some(p) => {
-                    let _ = p.send(Frame::Msg(Msg::Inst(m)));
+                    if p.send(Frame::Msg(Msg::Inst(m))).is_err() {
+                        // Its connection is closed: no answer comes.
+                        crate::xmove::unreachable(to);
+                    }
                 }
                 None => send_inst(&peers, crate::xmove::peer_dead(to)),
             },
@@ -155,8 +158,12 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
             }
             Event::Net(NetEvent::Silent(from, failed), _) => {
                 // It closed its side: what it hosts, or moves here, can no
-                // longer be heard of (`xmove::peer_silent`).
-                send_inst(&peers, crate::xmove::peer_silent(from, failed));
+                // longer be heard of (`xmove::peer_silent`). With fatal
+                // errors, the failure it reported (next: `Dead`) stops this
+                // node first, and says why.
+                if !cfg.fatal_errors {
+                    send_inst(&peers, crate::xmove::peer_silent(from, failed));
+                }
             }
             Event::Joins(open) if accepting != Accepting::Never => {
                 accepting = if open {

@@ -12,17 +12,22 @@
 //! * its end goes to the origin (`Ended`: the value its function returned
 //!   or how its process ended), which records it for `DMI_join` as its own
 //!   receiver would have;
-//! * the source of each move tells the origin where it goes once the
-//!   move commits (`Moving`, before the target can run it), and the node it
-//!   arrives on confirms it (`At`, with the yield of the move), so the
-//!   origin knows where it is: if that node fails, the instance is lost and
-//!   the origin reports it as failed; a target whose source failed before
-//!   its word came ends its copy and tells the origin (`Lost`).
+//! * the source of each move tells the origin where it goes before it
+//!   kills the original (`Moving`, which the origin answers `MovingSeen`,
+//!   or refuses for a target it knows failed; the source commits only on
+//!   that answer, and tells the origin `At` itself if it keeps the
+//!   instance after all), and the node it arrives on confirms it (`At`,
+//!   with the yield of the move), so the origin knows where it is: if that
+//!   node fails (or stops talking to it), the instance is lost and the
+//!   origin reports it as failed; a target whose source failed before its
+//!   word came ends its copy and tells the origin (`Lost`). A move home is
+//!   recorded at its `Commit` (`Going` to this node), before the source's
+//!   failure could be handled.
 //!
 //! Every node of a run that is not movable starts this (`DMI_init`), so a
 //! node that never created an instance can still host one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{mpsc, Mutex, OnceLock};
 
 use crate::addr::NodeId;
@@ -39,10 +44,10 @@ struct Guests {
     /// Barrier arrivals sent to origins, waiting for `Passed`: token ->
     /// (origin, channel).
     waiting: Mutex<HashMap<u64, (NodeId, Passed)>>,
-    /// Nodes known to have failed (lock order: `waiting`, then `dead`): an
-    /// arrival for one fails at once instead of waiting for an answer
-    /// that cannot come.
-    dead: Mutex<HashSet<NodeId>>,
+    /// Nodes known to have failed or to have stopped talking to this node,
+    /// and which (lock order: `waiting`, then `dead`): an arrival for one
+    /// fails at once instead of waiting for an answer that cannot come.
+    dead: Mutex<HashMap<NodeId, String>>,
     next: Mutex<u64>,
 }
 
@@ -63,7 +68,7 @@ pub(crate) fn start(d: &Dmi) -> Result<(), DmiError> {
         me: d.rank(),
         caller: d.caller()?,
         waiting: Mutex::new(HashMap::new()),
-        dead: Mutex::new(HashSet::new()),
+        dead: Mutex::new(HashMap::new()),
         next: Mutex::new(0),
     };
     if GUESTS.set(g).is_err() {
@@ -86,9 +91,9 @@ pub(crate) fn barrier(origin: NodeId, id: i64) -> Result<(), DmiError> {
     let (tx, rx) = mpsc::channel();
     {
         let mut w = locked(&g.waiting);
-        if locked(&g.dead).contains(&origin) {
+        if let Some(why) = locked(&g.dead).get(&origin) {
             return Err(DmiError::Instance(format!(
-                "barrier of node {origin}'s instance {id}: node {origin} failed"
+                "barrier of node {origin}'s instance {id}: {why}"
             )));
         }
         w.insert(token, (origin, tx));
@@ -212,7 +217,12 @@ impl xmove::Host for GuestHost {
             None => format!("node {node} failed"),
         };
         let mut w = locked(&g.waiting);
-        locked(&g.dead).insert(node);
+        // A failure says more than a silence (which may come first).
+        let mut dead = locked(&g.dead);
+        if silent.is_none() || !dead.contains_key(&node) {
+            dead.insert(node, why.clone());
+        }
+        drop(dead);
         for (_, (o, tx)) in w.iter() {
             if *o == node {
                 let _ = tx.send(Some(why.clone()));
@@ -223,6 +233,29 @@ impl xmove::Host for GuestHost {
         // After `dead` has it: a report of a move to it that comes later
         // (`away_at`) sees it there.
         lost_with(g.me, node, silent);
+    }
+
+    fn commit_heard(&self, id: i64, origin: Option<NodeId>, from: NodeId) {
+        let Some(g) = GUESTS.get() else { return };
+        if origin != Some(g.me) {
+            return;
+        }
+        // Coming home: no longer on node `from` (its failure or silence,
+        // handled next, must not record a loss), not served here yet.
+        let Ok(reg) = serve::registry() else { return };
+        let mut st = reg_locked(&reg);
+        let Some(e) = st.entries.get_mut(&id) else {
+            return;
+        };
+        if e.ended.is_some() || e.at.since().is_none() {
+            return;
+        }
+        e.at = Where::Going(g.me);
+        drop(st);
+        report(&format!(
+            "dmi: node {}: instance {id} comes back from node {from}",
+            g.me
+        ));
     }
 
     fn committed(&self, id: i64, origin: Option<NodeId>, to: NodeId, yields: u64) {
@@ -344,8 +377,9 @@ enum Report {
 /// if `to` is known to have failed, else recorded (`away_at`).
 fn moving(g: &Guests, from: NodeId, id: i64, to: NodeId, yields: u64, token: u64) {
     // On the engine's thread, as `peer_dead`: `dead` is current.
-    let refused = if locked(&g.dead).contains(&to) {
-        Some(format!("node {to} failed"))
+    let known = locked(&g.dead).get(&to).cloned();
+    let refused = if known.is_some() {
+        known
     } else {
         report(&format!(
             "dmi: node {}: instance {id} moves from node {from} to node {to} at yield {yields}",
@@ -356,17 +390,31 @@ fn moving(g: &Guests, from: NodeId, id: i64, to: NodeId, yields: u64, token: u64
     };
     let m = InstMsg::MovingSeen { token, refused };
     if xmove::hold_ms("DMI_TEST_MOVING_DELAY", g.me).is_none() {
+        // On the engine's thread: queued behind what it handled before.
         let _ = xmove::send(from, m);
         return;
     }
+    // Tests only: held back on a thread of its own (the engine goes on).
     let me = g.me;
-    let _ = std::thread::Builder::new()
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
         .name("dmi-test-hold".into())
         .spawn(move || {
             let what = format!("instance {id} moves to node {to}; MovingSeen held back");
             xmove::test_hold("DMI_TEST_MOVING_DELAY", me, &what);
-            let _ = xmove::send(from, m);
+            if let Ok(m) = rx.recv() {
+                let _ = xmove::send(from, m);
+            }
         });
+    match spawned {
+        Ok(_) => {
+            let _ = tx.send(m);
+        }
+        Err(e) => {
+            report(&format!("dmi: node {me}: MovingSeen not held back: {e}"));
+            let _ = xmove::send(from, m);
+        }
+    }
 }
 
 /// Origin: its instance `id` moved to node `to` at its yield `yields`, as
@@ -393,7 +441,7 @@ fn away_at(g: &Guests, id: i64, to: NodeId, yields: u64, how: Report) {
     }
     // After the entry says where (`peer_dead` marks the node dead before it
     // looks at the entries): one of the two sees the other.
-    if locked(&g.dead).contains(&to) {
+    if locked(&g.dead).contains_key(&to) {
         lost_with(g.me, to, None);
     }
 }

@@ -35,8 +35,8 @@ const PARK_POLL: Duration = Duration::from_millis(1);
 
 /// How long a restored copy waits parked for its move to commit before it
 /// ends itself: longer than its node waits for the source's word
-/// (`WORD_LIMIT` in `xmove.rs`, 60 s), after which the node ends the copy.
-const COPY_PARK_LIMIT: Duration = Duration::from_secs(120);
+/// ([`crate::xmove::WORD_LIMIT`]), after which the node ends the copy.
+const COPY_PARK_LIMIT: Duration = crate::xmove::WORD_LIMIT.saturating_add(Duration::from_secs(60));
 
 /// Room every staging buffer has for an error message.
 const ERR_ROOM: usize = 4096;

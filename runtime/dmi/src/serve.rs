@@ -57,7 +57,8 @@ pub(crate) struct Entry {
 pub(crate) enum Where {
     /// On this node, served by its receiver here.
     Here,
-    /// Being moved to this node (its answer not in yet).
+    /// Being moved to that node (its answer not in yet); to this node: a
+    /// move home whose `Commit` came, its copy not served yet (`guest.rs`).
     Going(NodeId),
     /// On that node since its yield number `.1` (`guest.rs`).
     At(NodeId, u64),

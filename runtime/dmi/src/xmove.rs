@@ -27,7 +27,7 @@
 //! instances are a movable run's ranks (`host.rs`) or, in other runs,
 //! `DMI_create`'s (`guest.rs`): one kind per run, chosen by [`start`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -45,6 +45,14 @@ use crate::transport::report;
 
 /// How long a source waits for the target's answer to an image.
 const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long after `Ready` a source may still kill its original: past it,
+/// it resumes the original (the target may have given up on the copy).
+const COMMIT_LIMIT: Duration = Duration::from_secs(40);
+
+/// How long a restored copy waits for the source's word after `Ready`:
+/// the source's [`COMMIT_LIMIT`] and room for its kill, join and `Commit`.
+pub(crate) const WORD_LIMIT: Duration = COMMIT_LIMIT.saturating_add(Duration::from_secs(20));
 
 /// What a source hears back about its image.
 enum Answer {
@@ -77,9 +85,6 @@ enum Word {
     SourceFailed,
 }
 
-/// How long a restored copy waits for the source's word.
-const WORD_LIMIT: Duration = Duration::from_secs(60);
-
 /// What the node's host does with the rest (`host.rs`).
 /// `origin` is the node whose `DMI_create` made the instance (`None`: a
 /// movable run's rank).
@@ -97,6 +102,9 @@ pub(crate) trait Host: Send + Sync {
     /// this node after it reported node `x`'s failure (after moves to it
     /// were called off).
     fn peer_dead(&self, _node: NodeId, _silent: Option<NodeId>) {}
+    /// Target: the source's `Commit` of the copy of instance `id` (from
+    /// node `from`) came; the copy is served next. On the engine's thread.
+    fn commit_heard(&self, _id: i64, _origin: Option<NodeId>, _from: NodeId) {}
     /// Source: instance `id`'s original is gone, its copy on node `to`
     /// (moved at its yield number `yields`) is the instance now; `Commit`
     /// goes out next.
@@ -136,9 +144,10 @@ struct Mover {
     /// Sources waiting for an answer: token -> (the node that answers: the
     /// target, or the origin for `MovingSeen`; channel).
     waiting: Mutex<HashMap<u64, (NodeId, mpsc::Sender<Answer>)>>,
-    /// Nodes known to have failed: a source checks it, under this lock,
-    /// before it kills an original (`peer_dead` marks it under the lock).
-    dead: Mutex<HashSet<NodeId>>,
+    /// Nodes known to have failed or to have stopped talking to this node,
+    /// and which: a source checks it, under this lock, before it kills an
+    /// original (`peer_dead` marks it under the lock).
+    dead: Mutex<HashMap<NodeId, String>>,
     /// Copies waiting for Commit or Abort.
     arrived: Mutex<HashMap<u64, Arrived>>,
     next: Mutex<u64>,
@@ -159,7 +168,7 @@ pub(crate) fn start(
         caller,
         host,
         waiting: Mutex::new(HashMap::new()),
-        dead: Mutex::new(HashSet::new()),
+        dead: Mutex::new(HashMap::new()),
         arrived: Mutex::new(HashMap::new()),
         next: Mutex::new(0),
     };
@@ -229,6 +238,15 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
                             let word = rx.recv_timeout(WORD_LIMIT).unwrap_or(Word::Abort);
                             locked(&mv.arrived).remove(&token);
                             if word == Word::Commit {
+                                test_hold(
+                                    "DMI_TEST_SERVE_DELAY",
+                                    mv.me,
+                                    &format!(
+                                        "instance {id}{} from node {from} committed; its copy \
+                                         held back",
+                                        of(mv, origin)
+                                    ),
+                                );
                                 let a = Arrival {
                                     id,
                                     origin,
@@ -259,10 +277,23 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
                 let _ = mv.caller.send_inst(from, InstMsg::Refused { token, why });
             }
         }
-        InstMsg::Ready { token, pid } => answer(mv, token, Answer::Ready(pid)),
-        InstMsg::Refused { token, why } => answer(mv, token, Answer::Refused(why)),
+        InstMsg::Ready { token, pid } => {
+            if !answer(mv, from, token, Answer::Ready(pid)) {
+                // The source gave up on it (and its Abort may have come
+                // before the copy waited for it): the copy ends now.
+                let _ = mv.caller.send_inst(from, InstMsg::Abort { token });
+            }
+        }
+        InstMsg::Refused { token, why } => {
+            answer(mv, from, token, Answer::Refused(why));
+        }
         InstMsg::MovingSeen { token, refused } => {
-            answer(mv, token, refused.map_or(Answer::Seen, Answer::Refused));
+            answer(
+                mv,
+                from,
+                token,
+                refused.map_or(Answer::Seen, Answer::Refused),
+            );
         }
         InstMsg::Commit { token } => word(mv, token, Word::Commit),
         InstMsg::Abort { token } => word(mv, token, Word::Abort),
@@ -296,7 +327,16 @@ fn gone(node: NodeId, silent: Option<NodeId>) -> Vec<(NodeId, InstMsg)> {
         None => format!("it failed (node {node})"),
     };
     // First: a source about to kill an original for a move to it sees it.
-    locked(&mv.dead).insert(node);
+    let why = match silent {
+        Some(x) => format!("node {node} stopped talking to this node after node {x} failed"),
+        None => format!("node {node} failed"),
+    };
+    // A failure says more than a silence (which may come first).
+    let mut dead = locked(&mv.dead);
+    if silent.is_none() || !dead.contains_key(&node) {
+        dead.insert(node, why);
+    }
+    drop(dead);
     let mut w = locked(&mv.waiting);
     for (_, (to, tx)) in w.iter() {
         if *to == node {
@@ -321,15 +361,41 @@ fn gone(node: NodeId, silent: Option<NodeId>) -> Vec<(NodeId, InstMsg)> {
 }
 
 fn word(mv: &Mover, token: u64, w: Word) {
-    if let Some(a) = locked(&mv.arrived).remove(&token) {
+    let a = locked(&mv.arrived).remove(&token);
+    if let Some(a) = a {
+        if w == Word::Commit {
+            // Before the next event (the source's failure, say) is handled.
+            mv.host.commit_heard(a.id, a.origin, a.from);
+        }
         let _ = a.word.send(w);
     }
 }
 
-fn answer(mv: &Mover, token: u64, a: Answer) {
-    if let Some((_, tx)) = locked(&mv.waiting).remove(&token) {
+/// An answer from node `from` to the source waiting with `token`; false if
+/// none waits for it from that node.
+fn answer(mv: &Mover, from: NodeId, token: u64, a: Answer) -> bool {
+    let mut w = locked(&mv.waiting);
+    if w.get(&token).is_none_or(|(node, _)| *node != from) {
+        return false;
+    }
+    if let Some((_, tx)) = w.remove(&token) {
         let _ = tx.send(a);
     }
+    true
+}
+
+/// From the engine: node `node`'s connection is closed (a message to it
+/// was not sent): sources waiting for its answer are refused now.
+pub(crate) fn unreachable(node: NodeId) {
+    let Some(mv) = mover() else { return };
+    let how = format!("the connection to node {node} is closed");
+    let mut w = locked(&mv.waiting);
+    for (_, (to, tx)) in w.iter() {
+        if *to == node {
+            let _ = tx.send(Answer::Refused(how.clone()));
+        }
+    }
+    w.retain(|_, (to, _)| *to != node);
 }
 
 fn end_copy(member: Member, mailbox: &'static Mailbox) {
@@ -351,9 +417,15 @@ fn take_in(
 ) -> Result<(Member, &'static Mailbox), DmiError> {
     static ARRIVE_DELAY: OnceLock<Option<u64>> = OnceLock::new();
     let delay = ARRIVE_DELAY.get_or_init(|| {
-        std::env::var("DMI_TEST_ARRIVE_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
+        let v = std::env::var("DMI_TEST_ARRIVE_DELAY_MS").ok()?;
+        let ms = v.parse::<u64>().ok();
+        if ms.is_none() {
+            report(&format!(
+                "dmi: node {}: DMI_TEST_ARRIVE_DELAY_MS={v:?} ignored (want MS)",
+                mv.me
+            ));
+        }
+        ms
     });
     if let Some(ms) = *delay {
         // Tests only: a window to kill this node in while it restores.
@@ -456,6 +528,20 @@ pub(crate) fn send_away(
             "node {to} is this node (a move within it takes no @NODE)"
         ))));
     }
+    test_hold(
+        "DMI_TEST_AWAY_DELAY",
+        mv.me,
+        &format!(
+            "instance {id}{} moves to node {to} at yield {yields}; held back",
+            of(mv, origin)
+        ),
+    );
+    // Before the instance is stopped: a node known to have failed gets
+    // nothing (its connection is closed).
+    let known = locked(&mv.dead).get(&to).cloned();
+    if let Some(why) = known {
+        return Err(stay(DmiError::Setup(why)));
+    }
     let set = crate::serve::node_set().map_err(stay)?;
     let range = (set.base() as u64, set.base() as u64 + set.size());
     let inos: Vec<u64> = stdio_pipes(pid).iter().map(|&(_, i)| i).collect();
@@ -498,6 +584,7 @@ pub(crate) fn send_away(
     locked(&mv.waiting).remove(&token);
     match heard {
         Answer::Ready(new) => {
+            let deadline = Instant::now() + COMMIT_LIMIT;
             test_hold(
                 "DMI_TEST_READY_DELAY",
                 mv.me,
@@ -510,32 +597,49 @@ pub(crate) fn send_away(
             // before the original is killed; its answer decides the move
             // (it refuses a move to a node it knows failed).
             let third = origin.filter(|&o| o != mv.me && o != to);
-            if locked(&mv.dead).contains(&to) {
+            let known = locked(&mv.dead).get(&to).cloned();
+            if let Some(why) = known {
                 dumped.resume();
-                return Err(stay(DmiError::Setup(format!(
-                    "node {to} failed before the commit"
-                ))));
+                return Err(stay(DmiError::Setup(format!("{why} before the commit"))));
             }
+            // After `Moving`, the origin may have recorded the move: an
+            // error tells it the instance is here (`At`, same yield: it
+            // replaces `Moving`), behind `Moving` on the same connection.
+            let back = |dumped: halfproc_migrate::Dumped, why: String| {
+                dumped.resume();
+                let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
+                if let Some(o) = third {
+                    let node = mv.me;
+                    let _ = mv.caller.send_inst(o, InstMsg::At { id, node, yields });
+                }
+                Err(stay(DmiError::Setup(why)))
+            };
+            let late =
+                || format!("the commit came later than {COMMIT_LIMIT:?} after node {to}'s answer");
             if let Some(o) = third {
-                if let Err(why) = origin_records(mv, token, o, id, to, yields) {
-                    dumped.resume();
-                    let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
-                    return Err(stay(DmiError::Setup(format!(
-                        "node {o} (its origin) did not record the move: {why}"
-                    ))));
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return back(dumped, late());
+                }
+                if let Err(why) = origin_records(mv, token, o, id, to, yields, left) {
+                    let why = format!("node {o} (its origin) did not record the move: {why}");
+                    return back(dumped, why);
                 }
             }
             {
                 let dead = locked(&mv.dead);
+                if Instant::now() >= deadline {
+                    drop(dead);
+                    return back(dumped, late());
+                }
                 // Without a third node's word, this node decides: a target
                 // known to have failed gets nothing. (With it, the origin
                 // decided: it records the loss when it sees the target fail.)
-                if third.is_none() && dead.contains(&to) {
+                if let Some(why) = dead.get(&to).filter(|_| third.is_none()) {
+                    let why = format!("{why} before the commit");
                     drop(dead);
                     dumped.resume();
-                    return Err(stay(DmiError::Setup(format!(
-                        "node {to} failed before the commit"
-                    ))));
+                    return Err(stay(DmiError::Setup(why)));
                 }
                 // Under the lock: a failure of `to` marked after this finds
                 // the instance recorded as moving there (`peer_dead`). The
@@ -577,7 +681,7 @@ pub(crate) fn send_away(
             dumped.resume();
             let _ = mv.caller.send_inst(to, InstMsg::Abort { token });
             Err(stay(DmiError::Setup(format!(
-                "node {to} sent no image answer"
+                "node {to} sent a wrong answer"
             ))))
         }
         Answer::Refused(why) => {
@@ -597,8 +701,8 @@ fn of(mv: &Mover, origin: Option<NodeId>) -> String {
 
 /// Source: tells node `o`, the origin of instance `id`, that it moves to
 /// node `to` at its yield `yields` and waits for its answer (`MovingSeen`:
-/// the origin recorded it). `o` failing, refusing or not answering calls
-/// the move off.
+/// the origin recorded it), at most `left`. `o` failing, refusing or not
+/// answering calls the move off.
 fn origin_records(
     mv: &Mover,
     token: u64,
@@ -606,12 +710,14 @@ fn origin_records(
     id: i64,
     to: NodeId,
     yields: u64,
+    left: Duration,
 ) -> Result<(), String> {
+    let limit = left.min(ANSWER_LIMIT);
     let (tx, rx) = mpsc::channel();
     {
         let mut w = locked(&mv.waiting);
-        if locked(&mv.dead).contains(&o) {
-            return Err(format!("node {o} failed"));
+        if let Some(why) = locked(&mv.dead).get(&o) {
+            return Err(why.clone());
         }
         w.insert(token, (o, tx));
     }
@@ -623,8 +729,8 @@ fn origin_records(
     };
     let heard = match mv.caller.send_inst(o, m) {
         Ok(()) => rx
-            .recv_timeout(ANSWER_LIMIT)
-            .unwrap_or_else(|_| Answer::Refused(format!("no answer within {ANSWER_LIMIT:?}"))),
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| Answer::Refused(format!("no answer within {limit:?}"))),
         Err(e) => Answer::Refused(e.to_string()),
     };
     locked(&mv.waiting).remove(&token);
@@ -636,7 +742,9 @@ fn origin_records(
 }
 
 /// The test-only holds (`VAR=NODE:MS`), read once per process.
-const HOLDS: [&str; 4] = [
+const HOLDS: [&str; 6] = [
+    "DMI_TEST_AWAY_DELAY",
+    "DMI_TEST_SERVE_DELAY",
     "DMI_TEST_AT_DELAY",
     "DMI_TEST_COMMIT_DELAY",
     "DMI_TEST_READY_DELAY",
@@ -648,7 +756,10 @@ const HOLDS: [&str; 4] = [
 /// (`DMI_TEST_READY_DELAY`: the source, after `Ready`, before it asks the
 /// origin; `DMI_TEST_COMMIT_DELAY`: the source, after the commit and
 /// before its `Commit`; `DMI_TEST_AT_DELAY`: the target, before its `At`;
-/// `DMI_TEST_MOVING_DELAY`: the origin, before its `MovingSeen`). The
+/// `DMI_TEST_MOVING_DELAY`: the origin, before its `MovingSeen`;
+/// `DMI_TEST_SERVE_DELAY`: the target, after `Commit`, before it serves
+/// the copy; `DMI_TEST_AWAY_DELAY`: the source, before it checks the
+/// target and stops the instance). The
 /// variables are read once; a malformed one is reported once.
 pub(crate) fn test_hold(var: &str, me: NodeId, what: &str) {
     if let Some(ms) = hold_ms(var, me) {

@@ -48,10 +48,14 @@ fn bad_input_is_an_error_on_1_and_3_nodes() {
     }
 }
 
-/// Runs `c`, killed (and the test failed) if it is not done within `limit`.
+/// Runs `c` in a process group of its own, killed with all of it (its
+/// nodes and their instances too) and the test failed if it is not done
+/// within `limit`.
 fn bounded(c: &mut Command, limit: std::time::Duration) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     let child = c
+        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -64,8 +68,9 @@ fn bounded(c: &mut Command, limit: std::time::Duration) -> std::process::Output 
     match rx.recv_timeout(limit) {
         Ok(o) => o.unwrap(),
         Err(_) => {
-            // SAFETY: kill(2) of the `dmi run` this test started.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: kill(2) of the process group of the `dmi run` this
+            // test started (its leader: `process_group(0)`).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
             panic!("not done within {limit:?}");
         }
     }
