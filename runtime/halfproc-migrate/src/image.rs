@@ -213,6 +213,20 @@ pub struct SigAction {
     pub mask: u64,
 }
 
+#[cfg(test)]
+impl SigAction {
+    /// `sig`'s disposition `handler`, without flags, restorer or mask.
+    pub(crate) fn plain(sig: i32, handler: u64) -> SigAction {
+        SigAction {
+            sig,
+            handler,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        }
+    }
+}
+
 /// A `stack_t`: `flags` has `SS_DISABLE` when there is none.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct AltStack {
@@ -500,16 +514,6 @@ pub(crate) fn check_runs(m: &Manifest) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn action(sig: i32, handler: u64) -> SigAction {
-        SigAction {
-            sig,
-            handler,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        }
-    }
-
     /// Review finding on cf09db0: [SIGALRM ignored, SIGALRM default] was
     /// read; the restorer set the last one.
     #[test]
@@ -517,18 +521,24 @@ mod tests {
         let ign = libc::SIG_IGN as u64;
         let all: Vec<SigAction> = (1..=64)
             .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
-            .map(|s| action(s, 0))
+            .map(|s| SigAction::plain(s, 0))
             .collect();
         check_sigactions(&all).expect("one of each");
         check_sigactions(&[]).expect("none");
-        let twice = [action(libc::SIGALRM, ign), action(libc::SIGALRM, 0)];
+        let twice = [
+            SigAction::plain(libc::SIGALRM, ign),
+            SigAction::plain(libc::SIGALRM, 0),
+        ];
         let refused = |a: &[SigAction], want: &str| match check_sigactions(a) {
             Err(Error::Image(m)) => assert!(m.contains(want), "{m}"),
             other => panic!("{a:?}: {other:?}"),
         };
         refused(&twice, "signal 14 carried twice");
         for sig in [0, 65, -1, libc::SIGKILL, libc::SIGSTOP] {
-            refused(&[action(sig, ign)], &format!("signal {sig}: not a signal"));
+            refused(
+                &[SigAction::plain(sig, ign)],
+                &format!("signal {sig}: not a signal"),
+            );
         }
     }
 

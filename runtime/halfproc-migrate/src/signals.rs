@@ -157,24 +157,14 @@ pub(crate) fn read_pending(
 mod tests {
     use super::*;
 
-    fn act(sig: i32, handler: u64) -> SigAction {
-        SigAction {
-            sig,
-            handler,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        }
-    }
-
     #[test]
     fn discarded_are_unblocked_ignored_or_default_ignored() {
         let actions = [
-            act(libc::SIGCONT, libc::SIG_DFL as u64),
-            act(libc::SIGCHLD, 0x401000),
-            act(libc::SIGUSR1, libc::SIG_IGN as u64),
-            act(libc::SIGUSR2, libc::SIG_IGN as u64),
-            act(libc::SIGTERM, libc::SIG_DFL as u64),
+            SigAction::plain(libc::SIGCONT, libc::SIG_DFL as u64),
+            SigAction::plain(libc::SIGCHLD, 0x401000),
+            SigAction::plain(libc::SIGUSR1, libc::SIG_IGN as u64),
+            SigAction::plain(libc::SIGUSR2, libc::SIG_IGN as u64),
+            SigAction::plain(libc::SIGTERM, libc::SIG_DFL as u64),
         ];
         let d = discarded_on_delivery(bit(libc::SIGUSR2), &actions);
         assert_eq!(d, bit(libc::SIGCONT) | bit(libc::SIGUSR1));

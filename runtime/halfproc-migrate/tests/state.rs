@@ -428,6 +428,20 @@ fn a_lock_held_across_moves_is_released() {
     assert_eq!(pids, [first; 4], "restored under the original's pid");
 }
 
+/// Output and status of the targets' `arg` run unmoved: started, sent
+/// SIGUSR1 once ready.
+fn unmoved_run(arg: &str) -> (String, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let plain_out = tmp.path().join("plain");
+    let plain = spawn(targets(), &[arg], None, &plain_out);
+    wait_line(&plain_out, "ready");
+    sleep_ms(50);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(plain, libc::SIGUSR1) };
+    let plain_st = describe(wait(plain));
+    (std::fs::read_to_string(&plain_out).unwrap(), plain_st)
+}
+
 /// Lone shared anonymous memory (`MAP_SHARED | MAP_ANONYMOUS`) is carried
 /// (issue 11): the contents, a page dropped from the page tables with
 /// `MADV_DONTNEED` (pagemap shows it absent; a shared page keeps its
@@ -442,15 +456,7 @@ fn lone_shared_anonymous_memory_survives_three_moves() {
     if !can_read_all_maps("lone_shared_anonymous_memory_survives_three_moves") {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let plain_out = tmp.path().join("plain");
-    let plain = spawn(targets(), &["sharedanon"], None, &plain_out);
-    wait_line(&plain_out, "ready");
-    sleep_ms(50);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(plain, libc::SIGUSR1) };
-    let plain_st = describe(wait(plain));
-    let want = std::fs::read_to_string(&plain_out).unwrap();
+    let (want, plain_st) = unmoved_run("sharedanon");
     assert_eq!(
         want,
         "ready\ncontents ok=1; vmas=2 same object=1; child write seen=1; kept after dontneed=1; \
@@ -462,6 +468,7 @@ fn lone_shared_anonymous_memory_survives_three_moves() {
     assert_eq!(st, plain_st);
     // As the node daemon moves it: image in memory, its pages copied by
     // the blob (never moved with mremap into a shared VMA).
+    let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("mem");
     let mut pid = spawn(targets(), &["sharedanon"], None, &out);
     wait_line(&out, "ready");
@@ -529,15 +536,7 @@ fn a_shared_anonymous_ring_buffer_survives_three_moves() {
     if !can_read_all_maps("a_shared_anonymous_ring_buffer_survives_three_moves") {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let plain_out = tmp.path().join("plain");
-    let plain = spawn(targets(), &["sharedanonring"], None, &plain_out);
-    wait_line(&plain_out, "ready");
-    sleep_ms(50);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(plain, libc::SIGUSR1) };
-    let plain_st = describe(wait(plain));
-    let want = std::fs::read_to_string(&plain_out).unwrap();
+    let (want, plain_st) = unmoved_run("sharedanonring");
     assert_eq!(
         want,
         "ready\nring contents ok=1; wrap seen=1; child write seen=1; noreserve=2\n"

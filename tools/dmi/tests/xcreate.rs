@@ -18,7 +18,7 @@ mod common;
 #[path = "common/xrun.rs"]
 mod xrun;
 use common::{build_example, libdmi, text, Link};
-use xrun::{command, nodes_of, program};
+use xrun::{command, nodes_of, program, spawn_lines, stop};
 
 fn run(n: u32, args: &[&str], moves: Option<&str>) -> Output {
     let env: Vec<(&str, &str)> = moves.map(|m| ("DMI_MOVE_AT", m)).into_iter().collect();
@@ -375,28 +375,7 @@ fn parked_copy_run() {
         ("DMI_TEST_RESUMED_KILL", "1"),
         ("DMI_ERRORS", "return"),
     ];
-    let mut child = command(2, &["1"], &env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = BufReader::new(child.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in err.lines() {
-            if tx.send(l.unwrap_or_default()).is_err() {
-                break;
-            }
-        }
-    });
-    let stop = |child: &mut std::process::Child| {
-        for (_, node) in nodes_of(child.id()) {
-            // SAFETY: kill(2) of a node of the run this test started.
-            unsafe { libc::kill(node, libc::SIGKILL) };
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    };
+    let (mut child, rx) = spawn_lines(command(2, &["1"], &env));
     let mut seen = String::new();
     let t0 = std::time::Instant::now();
     let copy: i32 = loop {

@@ -6,13 +6,10 @@
 //! instead of waiting); a source that cannot (or no longer may) commit
 //! keeps the instance, and its origin knows where it is.
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-
 mod common;
 #[path = "common/xrun.rs"]
 mod xrun;
-use xrun::{command_grace, nodes_of};
+use xrun::{command_grace, nodes_of, spawn_lines, stop};
 
 /// A run of `yield 1` on 3 nodes in which node `hold`'s test delay (`env`)
 /// holds a move of node 0's instance 0 from node 1 to node 2 (the
@@ -27,28 +24,7 @@ fn kill_during_move(env: &[(&str, &str)], held: &str, also: &[&str], victim: u32
     let mut all = vec![("DMI_MOVE_AT", "2:0@1,4:0@2"), ("DMI_ERRORS", "return")];
     all.extend_from_slice(env);
     // A long grace: node 0 must end by itself, not by `dmi run`'s kill.
-    let mut child = command_grace(3, 60, &["1"], &all)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = BufReader::new(child.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in err.lines() {
-            if tx.send(l.unwrap_or_default()).is_err() {
-                break;
-            }
-        }
-    });
-    let stop = |child: &mut std::process::Child| {
-        for (_, node) in nodes_of(child.id()) {
-            // SAFETY: kill(2) of a node of the run this test started.
-            unsafe { libc::kill(node, libc::SIGKILL) };
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    };
+    let (mut child, rx) = spawn_lines(command_grace(3, 60, &["1"], &all));
     let mut seen = String::new();
     let mut want: Vec<&str> = std::iter::once(held).chain(also.iter().copied()).collect();
     let t0 = std::time::Instant::now();
@@ -113,6 +89,16 @@ fn lost_line(seen: &str, n: u32, how: &str) -> bool {
     seen.lines().any(|l| {
         l.starts_with(&format!("dmi: node {n}: instance 0 (last pid "))
             && l.ends_with(&format!(") {how}"))
+    })
+}
+
+/// Node 1's report that its instance 0 (`of`: " (node 0's)" for node 0's)
+/// stays there, for a reason that says `why`.
+fn stays(seen: &str, of: &str, why: &str) -> bool {
+    seen.lines().any(|l| {
+        l.starts_with(&format!("dmi: node 1: instance 0{of} (pid "))
+            && l.contains(") stays: ")
+            && l.contains(why)
     })
 }
 
@@ -197,18 +183,9 @@ fn a_source_that_sees_its_target_fail_before_the_commit_keeps_the_instance() {
         &["dmi: node 1: instance 0 ready at node 2; commit held back (test delay"],
         2,
     );
-    let stays = |of: &str, why: &str| {
-        seen.lines().any(|l| {
-            l.starts_with(&format!("dmi: node 1: instance 0{of} (pid "))
-                && l.contains(") stays: ")
-                && l.contains(why)
-        })
-    };
-    assert!(stays("", "node 2 failed before the commit"), "{seen}");
-    assert!(
-        stays(" (node 0's)", "node 2 failed before the commit"),
-        "{seen}"
-    );
+    let why = "node 2 failed before the commit";
+    assert!(stays(&seen, "", why), "{seen}");
+    assert!(stays(&seen, " (node 0's)", why), "{seen}");
     assert!(!seen.contains(" lost with node 2"), "{seen}");
     let how = "was lost: node 1, where it ran, stopped talking after node 2 failed";
     assert!(lost_line(&seen, 0, how), "{seen}");
@@ -226,10 +203,10 @@ fn an_origin_that_fails_before_it_records_a_move_leaves_the_instance_at_its_sour
         0,
     );
     assert!(
-        seen.lines().any(
-            |l| l.starts_with("dmi: node 1: instance 0 (node 0's) (pid ")
-                && l.contains(") stays: ")
-                && l.contains("node 0 (its origin) did not record the move: it failed (node 0)")
+        stays(
+            &seen,
+            " (node 0's)",
+            "node 0 (its origin) did not record the move: it failed (node 0)"
         ),
         "{seen}"
     );
@@ -393,20 +370,7 @@ fn a_source_that_holds_past_its_commit_limit_after_ready_keeps_the_instance() {
         ("DMI_ERRORS", "return"),
         ("DMI_TEST_READY_DELAY", "1:62000"),
     ];
-    let mut child = command_grace(3, 60, &["1"], &env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = BufReader::new(child.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in err.lines() {
-            if tx.send(l.unwrap_or_default()).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut child, rx) = spawn_lines(command_grace(3, 60, &["1"], &env));
     let t0 = std::time::Instant::now();
     let mut seen = String::new();
     let st = loop {
@@ -427,23 +391,12 @@ fn a_source_that_holds_past_its_commit_limit_after_ready_keeps_the_instance() {
             break st;
         }
         if t0.elapsed() > std::time::Duration::from_secs(150) {
-            for (_, node) in nodes_of(child.id()) {
-                // SAFETY: kill(2) of a node of the run this test started.
-                unsafe { libc::kill(node, libc::SIGKILL) };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop(&mut child);
             panic!("the run did not end within 150 s: {seen}");
         }
     };
-    let stays = |of: &str| {
-        seen.lines().any(|l| {
-            l.starts_with(&format!("dmi: node 1: instance 0{of} (pid "))
-                && l.contains(") stays: ")
-                && l.contains("the commit came later than 40s after node 2's answer")
-        })
-    };
-    assert!(stays(""), "{seen}");
-    assert!(stays(" (node 0's)"), "{seen}");
+    let why = "the commit came later than 40s after node 2's answer";
+    assert!(stays(&seen, "", why), "{seen}");
+    assert!(stays(&seen, " (node 0's)", why), "{seen}");
     assert!(st.success(), "{seen}");
 }

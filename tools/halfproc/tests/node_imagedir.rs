@@ -16,19 +16,6 @@ use std::process::{Child, Command, Stdio};
 
 const OWNER: u32 = 65534;
 
-/// `halfproc ARGS` as user `uid` (setpriv, no supplementary groups).
-fn as_user(uid: u32) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={uid}"),
-        &format!("--regid={uid}"),
-        "--clear-groups",
-        "--",
-        env!("CARGO_BIN_EXE_halfproc"),
-    ]);
-    c
-}
-
 fn as_root() -> Command {
     Command::new(env!("CARGO_BIN_EXE_halfproc"))
 }
@@ -51,37 +38,11 @@ fn dirs() -> (tempfile::TempDir, std::path::PathBuf) {
 
 /// `argv` run through `d` by `cmd`'s user, held running (`wait`): the
 /// client and the program's pid.
-fn run_as(mut cmd: Command, d: &Daemon, tmp: &Path, argv: &[&str]) -> (Child, i32) {
+fn run_as(cmd: Command, d: &Daemon, tmp: &Path, argv: &[&str]) -> (Child, i32) {
     let pid_file = tmp.join(format!("pid-{}", std::process::id()));
+    let held = run_via_control(cmd, &d.control, &pid_file, argv, Stdio::piped());
     let _ = std::fs::remove_file(&pid_file);
-    let run = cmd
-        .args(["run", "--node", &format!("unix:{}", d.control.display())])
-        .arg("--pid-file")
-        .arg(&pid_file)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let pid = loop {
-        if let Some(p) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            break p;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no pid in {} after 30 s: {argv:?} did not start",
-            pid_file.display()
-        );
-        sleep_ms(5);
-    };
-    let _ = std::fs::remove_file(&pid_file);
-    (run, pid)
+    held
 }
 
 /// (exit code, stderr) of `checkpoint PID -o dir` through `d` as `cmd`'s user.

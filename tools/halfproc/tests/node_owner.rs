@@ -7,24 +7,11 @@
 mod common;
 
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const OWNER: u32 = 65534;
 const STRANGER: u32 = 65533;
-
-/// `halfproc ARGS` as user `uid` (setpriv, no supplementary groups).
-fn as_user(uid: u32) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={uid}"),
-        &format!("--regid={uid}"),
-        "--clear-groups",
-        "--",
-        env!("CARGO_BIN_EXE_halfproc"),
-    ]);
-    c
-}
 
 fn uids(pid: i32) -> String {
     let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -58,15 +45,26 @@ fn state_and_tracer(pid: i32) -> (char, String) {
     (proc_state(pid).unwrap(), tracer)
 }
 
-#[test]
-fn only_the_owner_or_root_may_migrate() {
+/// Two nodes sharing a secret in a temporary directory everyone may write
+/// to (the clients' pid files; they reach the sockets there): A's control
+/// socket `sa`, B's `sb`.
+struct Nodes {
+    tmp: tempfile::TempDir,
+    a: Daemon,
+    b: Daemon,
+    sa: PathBuf,
+    sb: PathBuf,
+}
+
+/// [`Nodes`], A with `a_env` in its environment; `None` (a SKIP said) if
+/// not root.
+fn nodes(a_env: &[(&str, &str)]) -> Option<Nodes> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIP: needs root to act as other users");
-        return;
+        return None;
     }
     let tmp = tempfile::tempdir().unwrap();
-    // The clients (other users) write their pid file here and reach the sockets.
     std::fs::set_permissions(
         tmp.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
@@ -76,33 +74,38 @@ fn only_the_owner_or_root_may_migrate() {
     std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
     let (sa, sb) = (tmp.path().join("a.sock"), tmp.path().join("b.sock"));
     let s = secret.to_str().unwrap();
-    let a = Daemon::start_with(&["--secret-file", s, "--control", sa.to_str().unwrap()]);
+    let a = Daemon::start_env(
+        &["--secret-file", s, "--control", sa.to_str().unwrap()],
+        a_env,
+    );
     let b = Daemon::start_with(&["--secret-file", s, "--control", sb.to_str().unwrap()]);
+    Some(Nodes { tmp, a, b, sa, sb })
+}
+
+/// `pid` is neither stopped nor traced (`after`: what it went through).
+fn untouched(pid: i32, after: &str) {
+    let (st, tracer) = state_and_tracer(pid);
+    assert!(st != 'T' && st != 't', "state {st} after {after}");
+    assert_eq!(tracer, "TracerPid:\t0");
+}
+
+#[test]
+fn only_the_owner_or_root_may_migrate() {
+    let Some(Nodes { tmp, a, b, sa, sb }) = nodes(&[]) else {
+        return;
+    };
 
     let argv = [targets(), "plain", "3000", "wait"];
     let (want, want_code) = reference(&argv[..3], None);
     let pid_file = tmp.path().join("pid");
     let out = tmp.path().join("out");
-    let mut run = as_user(OWNER)
-        .args(["run", "--node", &format!("unix:{}", sa.display())])
-        .arg("--pid-file")
-        .arg(&pid_file)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::piped())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let pid = loop {
-        if let Some(p) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            break p;
-        }
-        sleep_ms(5);
-    };
+    let (mut run, pid) = run_via_control(
+        as_user(OWNER),
+        &sa,
+        &pid_file,
+        &argv,
+        std::fs::File::create(&out).unwrap().into(),
+    );
     assert!(
         uids(pid).starts_with(&format!("Uid:\t{OWNER}\t{OWNER}\t{OWNER}")),
         "run as the client: {}",
@@ -127,9 +130,7 @@ fn only_the_owner_or_root_may_migrate() {
         !tmp.path().join("img").exists(),
         "image written for a stranger"
     );
-    let (st, tracer) = state_and_tracer(pid);
-    assert!(st != 'T' && st != 't', "state {st} after refusals");
-    assert_eq!(tracer, "TracerPid:\t0");
+    untouched(pid, "refusals");
 
     // TCP without the secret is no way around it.
     let o = Command::new(env!("CARGO_BIN_EXE_halfproc"))
@@ -178,36 +179,9 @@ fn only_the_owner_or_root_may_migrate() {
 
 /// `halfproc ARGS` run through `sock` as `cmd`'s user, `argv` as the
 /// program, held running (`wait`): the client and the program's pid.
-fn run_as(mut cmd: Command, sock: &Path, tmp: &Path, argv: &[&str]) -> (std::process::Child, i32) {
+fn run_as(cmd: Command, sock: &Path, tmp: &Path, argv: &[&str]) -> (std::process::Child, i32) {
     let pid_file = tmp.join(format!("pid-{}", argv[1]));
-    let _ = std::fs::remove_file(&pid_file);
-    let run = cmd
-        .args(["run", "--node", &format!("unix:{}", sock.display())])
-        .arg("--pid-file")
-        .arg(&pid_file)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let pid = loop {
-        if let Some(p) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            break p;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no pid in {} after 30 s: {argv:?} did not start",
-            pid_file.display()
-        );
-        sleep_ms(5);
-    };
-    (run, pid)
+    run_via_control(cmd, sock, &pid_file, argv, Stdio::piped())
 }
 
 /// Reads `run`'s output up to its first line, which must be "ready"; the
@@ -237,27 +211,16 @@ fn rest(mut r: std::io::BufReader<std::process::ChildStdout>) -> Vec<u8> {
 /// them, into an image for the owner. Root may checkpoint it.
 #[test]
 fn the_owner_may_not_checkpoint_a_non_dumpable_program() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root to act as other users");
+    let Some(Nodes {
+        tmp, a: _a, b, sa, ..
+    }) = nodes(&[])
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    };
     // Root's copy of the test program that others may execute, not read.
     let hidden = tmp.path().join("hidden");
     std::fs::copy(targets(), &hidden).unwrap();
     std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
-    let secret = tmp.path().join("secret");
-    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
-    let (sa, sb) = (tmp.path().join("a.sock"), tmp.path().join("b.sock"));
-    let s = secret.to_str().unwrap();
-    let _a = Daemon::start_with(&["--secret-file", s, "--control", sa.to_str().unwrap()]);
-    let b = Daemon::start_with(&["--secret-file", s, "--control", sb.to_str().unwrap()]);
     let node = format!("unix:{}", sa.display());
     let hidden = hidden.to_str().unwrap();
     for argv in [
@@ -290,9 +253,7 @@ fn the_owner_may_not_checkpoint_a_non_dumpable_program() {
         let (code, _, err) = migrate_as(as_user(OWNER), &sa, pid, &b.addr);
         assert_eq!(code, 77, "owner's migrate of {argv:?}: {err}");
         assert!(err.contains("may migrate it"), "{err}");
-        let (st, tracer) = state_and_tracer(pid);
-        assert!(st != 'T' && st != 't', "state {st} after refusals");
-        assert_eq!(tracer, "TracerPid:\t0");
+        untouched(pid, "refusals");
         // Root may (the daemon is root): the program keeps running.
         let o = Command::new(env!("CARGO_BIN_EXE_halfproc"))
             .args(["checkpoint", "--node", &node, &pid.to_string(), "-o"])
@@ -330,27 +291,13 @@ fn dumpable(pid: i32) -> bool {
 /// owner's image.
 #[test]
 fn a_program_that_changes_after_admission_is_let_go() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root to act as other users");
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let secret = tmp.path().join("secret");
-    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
-    let (sa, sb) = (tmp.path().join("a.sock"), tmp.path().join("b.sock"));
-    let s = secret.to_str().unwrap();
     let delay = [("HALFPROC_TEST_ADMIT_DELAY_MS", "4000")];
-    let _a = Daemon::start_env(
-        &["--secret-file", s, "--control", sa.to_str().unwrap()],
-        &delay,
-    );
-    let b = Daemon::start_with(&["--secret-file", s, "--control", sb.to_str().unwrap()]);
+    let Some(Nodes {
+        tmp, a: _a, b, sa, ..
+    }) = nodes(&delay)
+    else {
+        return;
+    };
     let node = format!("unix:{}", sa.display());
     let (want, want_code) = reference(&[targets(), "latenodump", "300"], None);
     for what in ["checkpoint", "migrate"] {
@@ -406,9 +353,7 @@ fn a_program_that_changes_after_admission_is_let_go() {
                 0
             );
         }
-        let (st, tracer) = state_and_tracer(pid);
-        assert!(st != 'T' && st != 't', "state {st} after {what}");
-        assert_eq!(tracer, "TracerPid:\t0");
+        untouched(pid, what);
         drop(run.stdin.take());
         let stdout = rest(reader);
         let out = run.wait_with_output().unwrap();

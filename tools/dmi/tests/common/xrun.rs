@@ -4,9 +4,11 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
 
 use super::common::{build_example, libdmi, Link};
 
@@ -87,4 +89,35 @@ pub fn nodes_of(run: u32) -> BTreeMap<u32, i32> {
         }
     }
     m
+}
+
+/// `cmd` (a `dmi run`) started with its stdout discarded: the run and its
+/// stderr's lines, sent by a thread of their own.
+pub fn spawn_lines(mut cmd: Command) -> (Child, Receiver<String>) {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in err.lines() {
+            if tx.send(l.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Kills the node processes of the run `child` and the run itself, and
+/// waits for it.
+pub fn stop(child: &mut Child) {
+    for (_, node) in nodes_of(child.id()) {
+        // SAFETY: kill(2) of a node of the run this test started.
+        unsafe { libc::kill(node, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }

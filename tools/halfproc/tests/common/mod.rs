@@ -480,6 +480,60 @@ pub fn named(comm: &str) -> Vec<i32> {
         .collect()
 }
 
+/// `halfproc ARGS` as user `uid` (setpriv, no supplementary groups).
+pub fn as_user(uid: u32) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={uid}"),
+        &format!("--regid={uid}"),
+        "--clear-groups",
+        "--",
+        env!("CARGO_BIN_EXE_halfproc"),
+    ]);
+    c
+}
+
+/// `argv` run through the control socket `sock` by `cmd`'s user (`cmd` is
+/// a `halfproc`), its pid written to `pid_file` (removed first), its
+/// output to `stdout`: the client and the program's pid, once known (30 s
+/// at most).
+pub fn run_via_control(
+    mut cmd: Command,
+    sock: &Path,
+    pid_file: &Path,
+    argv: &[&str],
+    stdout: Stdio,
+) -> (Child, i32) {
+    let _ = std::fs::remove_file(pid_file);
+    let run = cmd
+        .args(["run", "--node", &format!("unix:{}", sock.display())])
+        .arg("--pid-file")
+        .arg(pid_file)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pid in {} after 30 s: {argv:?} did not start",
+            pid_file.display()
+        );
+        sleep_ms(5);
+    };
+    (run, pid)
+}
+
 pub fn sleep_ms(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
