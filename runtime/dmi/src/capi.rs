@@ -157,6 +157,16 @@ pub extern "C" fn DMI_errmsg() -> *const c_char {
     LAST.with(|l| l.as_ptr().cast::<c_char>().cast_const())
 }
 
+/// `DMI_init` after `DMI_finalize`: -1 with the reason.
+fn refuse_after_finalize() -> c_int {
+    set_err(&DmiError::BadArgument(
+        "DMI_init after DMI_finalize: a process takes part in one DMI run (its instance \
+         mover and instance registry are set up once); start a new process for another run"
+            .into(),
+    ));
+    -1
+}
+
 /// Connects this node to the others (environment of `dmi run`).
 #[no_mangle]
 pub extern "C" fn DMI_init() -> c_int {
@@ -164,12 +174,7 @@ pub extern "C" fn DMI_init() -> c_int {
     // neither). Set under NODE's write lock, so a DMI_init that holds
     // that lock sees it.
     if FINALIZED.load(Ordering::SeqCst) {
-        set_err(&DmiError::BadArgument(
-            "DMI_init after DMI_finalize: a process takes part in one DMI run (its instance \
-             mover and instance registry are set up once); start a new process for another run"
-                .into(),
-        ));
-        return -1;
+        return refuse_after_finalize();
     }
     let started = NODE.read().unwrap_or_else(|e| e.into_inner()).is_some();
     if crate::host::requested() && !started {
@@ -188,12 +193,7 @@ pub extern "C" fn DMI_init() -> c_int {
     }
     // Again under the lock: a DMI_finalize may have ended the node since.
     if FINALIZED.load(Ordering::SeqCst) {
-        set_err(&DmiError::BadArgument(
-            "DMI_init after DMI_finalize: a process takes part in one DMI run (its instance \
-             mover and instance registry are set up once); start a new process for another run"
-                .into(),
-        ));
-        return -1;
+        return refuse_after_finalize();
     }
     match Dmi::from_env(RMW.clone()).and_then(|d| crate::guest::start(&d).map(|_| d)) {
         Ok(d) => {

@@ -657,47 +657,39 @@ fn query_signal_state(
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        let r = f.inject(
+        let w: [u64; 4] = f.inject_and_read(
+            reader,
             regs,
             insn,
-            libc::SYS_rt_sigaction as u64,
+            libc::SYS_rt_sigaction,
             &[sig as u64, 0, scratch, 8],
+            scratch,
+            (&format!("rt_sigaction({sig})"), "sigaction"),
         )?;
-        if r != 0 {
-            return Err(Error::Restore(format!(
-                "rt_sigaction({sig}) in target returned {r}"
-            )));
-        }
-        let mut b = [0u8; 32];
-        reader
-            .read(scratch, &mut b)
-            .map_err(|e| Error::io("read sigaction", e))?;
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
         out.push(SigAction {
             sig,
-            handler: w(0),
-            flags: w(1),
-            restorer: w(2),
-            mask: w(3),
+            handler: w[0],
+            flags: w[1],
+            restorer: w[2],
+            mask: w[3],
         });
     }
-    let r = f.inject(regs, insn, libc::SYS_sigaltstack as u64, &[0, scratch])?;
-    if r != 0 {
-        return Err(Error::Restore(format!(
-            "sigaltstack in target returned {r}"
-        )));
-    }
-    let mut b = [0u8; 24];
-    reader
-        .read(scratch, &mut b)
-        .map_err(|e| Error::io("read stack_t", e))?;
-    let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    // stack_t: ss_sp, ss_flags (an int, padded), ss_size.
+    let w: [u64; 3] = f.inject_and_read(
+        reader,
+        regs,
+        insn,
+        libc::SYS_sigaltstack,
+        &[0, scratch],
+        scratch,
+        ("sigaltstack", "stack_t"),
+    )?;
     // SS_ONSTACK is a report, not a setting.
-    let flags = (w(8) as u32 as i32) & !libc::SS_ONSTACK;
+    let flags = (w[1] as u32 as i32) & !libc::SS_ONSTACK;
     let altstack = AltStack {
-        sp: w(0),
+        sp: w[0],
         flags,
-        size: w(16),
+        size: w[2],
     };
     const PR_GET_TID_ADDRESS: u64 = 40;
     let tid_address = match f.inject(

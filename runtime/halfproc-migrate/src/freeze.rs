@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::image::reg;
+use crate::mem::MemoryReader;
 use crate::restorer::{CODE_SIZE, REGION_MAGIC};
 use std::io;
 
@@ -384,6 +385,35 @@ impl Frozen {
             )));
         }
         Ok(after[reg::RAX] as i64)
+    }
+
+    /// Executes `call` (system call `nr`, see [`Frozen::inject`]), which must
+    /// return 0 having written a `what` of `N` 64-bit words at `scratch`,
+    /// and reads those words back through `reader`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn inject_and_read<const N: usize>(
+        &self,
+        reader: &dyn MemoryReader,
+        base: &[u64],
+        syscall_insn: u64,
+        nr: i64,
+        args: &[u64],
+        scratch: u64,
+        (call, what): (&str, &str),
+    ) -> Result<[u64; N]> {
+        let r = self.inject(base, syscall_insn, nr as u64, args)?;
+        if r != 0 {
+            return Err(Error::Restore(format!("{call} in target returned {r}")));
+        }
+        let mut b = vec![0u8; N * 8];
+        reader
+            .read(scratch, &mut b)
+            .map_err(|e| Error::io(format!("read {what}"), e))?;
+        let mut w = [0u64; N];
+        for (i, c) in b.chunks_exact(8).enumerate() {
+            w[i] = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        }
+        Ok(w)
     }
 
     /// Kills the process (SIGKILL) and reaps it if it is our child.

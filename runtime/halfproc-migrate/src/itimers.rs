@@ -62,27 +62,20 @@ pub(crate) fn read(
 ) -> Result<Vec<Reading>> {
     let mut out = Vec::new();
     for which in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF] {
-        let r = f.inject(
+        // struct itimerval: it_interval, it_value (timeval each).
+        let w: [u64; 4] = f.inject_and_read(
+            reader,
             regs,
             insn,
-            libc::SYS_getitimer as u64,
+            libc::SYS_getitimer,
             &[which as u64, scratch],
+            scratch,
+            (&format!("getitimer({which})"), "itimerval"),
         )?;
-        if r != 0 {
-            return Err(Error::Restore(format!(
-                "getitimer({which}) in target returned {r}"
-            )));
-        }
-        // struct itimerval: it_interval, it_value (timeval each).
-        let mut b = [0u8; 32];
-        reader
-            .read(scratch, &mut b)
-            .map_err(|e| Error::io("read itimerval", e))?;
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
         out.push(Reading {
             which,
-            value_us: w(2) * 1_000_000 + w(3),
-            interval_us: w(0) * 1_000_000 + w(1),
+            value_us: w[2] * 1_000_000 + w[3],
+            interval_us: w[0] * 1_000_000 + w[1],
         });
     }
     Ok(out)
