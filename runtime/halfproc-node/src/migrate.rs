@@ -605,8 +605,8 @@ pub async fn checkpoint(
             prog.set_running();
             prog.resume_here();
             return Msg::Denied(format!(
-                "{why}; checkpoint of pid {pid} into {dir} refused (its image files were \
-                 created, empty), it keeps running"
+                "{why}; checkpoint of pid {pid} into {dir} refused (nothing was written \
+                 there: an earlier image is left as it was), it keeps running"
             ));
         }
         Ok(r) => r.map_err(|e| e.to_string()),
@@ -650,8 +650,8 @@ pub async fn checkpoint(
 
 /// The refusals that need nothing stopped, then `dir`'s image files made
 /// with `fs`'s rights ([`halfproc_migrate::image_dir::create`] on a thread
-/// that has them). The error is the reply: `Denied` when the client may
-/// not write there.
+/// that has them; renamed into place, or removed, with them too). The
+/// error is the reply: `Denied` when the client may not write there.
 fn open_image(
     pid: i32,
     dir: &str,
@@ -671,12 +671,14 @@ fn open_image(
         Some(c) => c.with_fs(create).and_then(|r| r),
         None => create(),
     };
-    r.map_err(|e| match crate::access::file_denied(&e, fs.as_ref()) {
+    let r = r.map_err(|e| match crate::access::file_denied(&e, fs.as_ref()) {
         Some(why) => Box::new(Msg::Denied(format!(
             "permission denied: checkpoint of pid {pid} into {dir}: {why}; nothing was stopped"
         ))),
         None => failed(e.to_string()),
-    })
+    });
+    // Renamed into place (or removed) with the same rights.
+    r.map(|out| out.with_creds(fs))
 }
 
 #[cfg(test)]
