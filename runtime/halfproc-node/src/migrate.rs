@@ -83,10 +83,24 @@ async fn migrate_acquired(
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let mapped = halfproc_migrate::restore_need::mapped(pid, None)
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
-    let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, &node.ident))
+    // Before anything of it is read: may the destination be sent it?
+    let conn = timeout(ANSWER_TIMEOUT, Conn::connect_dest(to, &node.ident))
         .await
-        .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
-        .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
+        .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?;
+    let mut conn = match conn {
+        Ok(c) => c,
+        Err(crate::proto::Dest::Untrusted(why)) => {
+            tracing::info!("migration of pid {pid} refused: {why}");
+            return Ok(Msg::Denied(format!(
+                "{why}; pid {pid} was never stopped, it keeps running here"
+            )));
+        }
+        Err(crate::proto::Dest::Io(e)) => {
+            return Err(format!(
+                "destination {to}: {e}; pid {pid} keeps running here"
+            ))
+        }
+    };
     let mode = crate::precopy::mode();
     // Before anything is stopped (a yield included): may it come?
     let size = (image_bytes, mapped);
@@ -156,11 +170,25 @@ async fn migrate_acquired(
     };
     // Why the stopped program was let go (`Admitted::recheck`), if it was.
     let changed = Arc::new(std::sync::Mutex::new(None::<String>));
-    let changed2 = changed.clone();
+    let (changed2, changed3) = (changed.clone(), changed.clone());
+    let admitted = Arc::new(admitted);
+    let admitted2 = admitted.clone();
     let check = move || {
-        let r = admitted.as_ref().map_or(Ok(()), Admitted::recheck);
+        let r = admitted.as_ref().as_ref().map_or(Ok(()), Admitted::recheck);
         if let Err(why) = &r {
             *changed2.lock().unwrap() = Some(why.clone());
+        }
+        r
+    };
+    // The same after every pre-copy read, before it is sent (the program
+    // runs: it may exec a set-user-ID program or turn non-dumpable).
+    let mut pre_check = move || {
+        let r = admitted2
+            .as_ref()
+            .as_ref()
+            .map_or(Ok(()), Admitted::recheck_precopy);
+        if let Err(why) = &r {
+            *changed3.lock().unwrap() = Some(why.clone());
         }
         r
     };
@@ -168,7 +196,7 @@ async fn migrate_acquired(
         .name("halfproc-migrate".into())
         .spawn(move || {
             crate::access::test_admit_delay();
-            match crate::precopy::dump(pid, &inos, &mode, pre_tx, Some(&check)) {
+            match crate::precopy::dump(pid, &inos, &mode, pre_tx, &mut pre_check, Some(&check)) {
                 Err(e) => {
                     let _ = dump_tx.send(Err(e));
                 }

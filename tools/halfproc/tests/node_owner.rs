@@ -438,3 +438,123 @@ impl Earlier {
         );
     }
 }
+
+/// A program that makes itself non-dumpable during a migration's pre-copy
+/// (the daemon holds the first pre-copy read, `HALFPROC_TEST_PRECOPY_DELAY_MS`,
+/// and the test signals the program meanwhile) is caught by the check after
+/// that read, before it is sent: exit 77 naming the pre-copy, where the
+/// rounds used to stream its memory to the destination until the freeze.
+#[test]
+fn a_program_that_changes_during_precopy_is_caught_before_the_send() {
+    let env = [
+        ("HALFPROC_PRECOPY", "hash"),
+        ("HALFPROC_TEST_PRECOPY_DELAY_MS", "3000"),
+    ];
+    let Some(Nodes {
+        tmp, a: _a, b, sa, ..
+    }) = nodes(&env)
+    else {
+        return;
+    };
+    let (want, want_code) = reference(&[targets(), "latenodump", "300"], None);
+    let argv = [targets(), "latenodump", "300", "wait"];
+    let (mut run, pid) = run_as(as_user(OWNER), &sa, tmp.path(), &argv);
+    let reader = ready(&mut run);
+    assert!(dumpable(pid));
+    let node = format!("unix:{}", sa.display());
+    let client = as_user(OWNER)
+        .args([
+            "migrate",
+            "--node",
+            &node,
+            &pid.to_string(),
+            "--to",
+            &b.addr,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its first pre-copy read done at once, then held 3 s.
+    sleep_ms(1000);
+    // SAFETY: signalling the test's program.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+    let t0 = std::time::Instant::now();
+    while dumpable(pid) {
+        assert!(t0.elapsed().as_secs() < 2, "SIGUSR1 not handled");
+        sleep_ms(5);
+    }
+    let o = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(77),
+        "migrate of a changed program: {err}"
+    );
+    assert!(
+        err.contains(&format!("pid {pid} is not dumpable"))
+            && err.contains("it changed after the migrate request was admitted")
+            && err.contains("seen after a pre-copy read, before that read was sent"),
+        "{err}"
+    );
+    untouched(pid, "a refused pre-copy");
+    drop(run.stdin.take());
+    let stdout = rest(reader);
+    let out = run.wait_with_output().unwrap();
+    assert_same("latenodump", &stdout, &want);
+    assert_eq!(out.status.code(), Some(want_code));
+}
+
+/// A destination that is a unix socket its user listens on (a unix
+/// handshake has no secret) is refused before anything is read: exit 77
+/// naming it and its listener, the program untouched.
+#[test]
+fn a_unix_socket_of_the_user_is_no_destination() {
+    let Some(Nodes { tmp, a: _a, sa, .. }) = nodes(&[]) else {
+        return;
+    };
+    let sock = tmp.path().join("mine.sock");
+    let listen = "import socket,sys,time\n\
+         s=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(4)\n\
+         print('ready',flush=True)\ntime.sleep(30)\n";
+    let mut listener = Command::new("setpriv")
+        .args([
+            &format!("--reuid={OWNER}"),
+            &format!("--regid={OWNER}"),
+            "--clear-groups",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            listen,
+        ])
+        .arg(&sock)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(listener.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "ready\n");
+    let argv = [targets(), "plain", "300", "wait"];
+    let (want, want_code) = reference(&argv[..3], None);
+    let (mut run, pid) = run_as(as_user(OWNER), &sa, tmp.path(), &argv);
+    let to = format!("unix:{}", sock.display());
+    let (code, _, err) = migrate_as(as_user(OWNER), &sa, pid, &to);
+    let _ = listener.kill();
+    let _ = listener.wait();
+    assert_eq!(code, 77, "{err}");
+    assert!(
+        err.contains(&format!(
+            "destination {to} is a unix socket listened on by uid {OWNER}"
+        )) && err.contains("was never stopped"),
+        "{err}"
+    );
+    untouched(pid, "a refused destination");
+    drop(run.stdin.take());
+    let out = run.wait_with_output().unwrap();
+    assert_same("plain", &out.stdout, &want);
+    assert_eq!(out.status.code(), Some(want_code));
+}
