@@ -160,8 +160,10 @@ pub(crate) async fn engine(mut cfg: Config, rmw: Arc<RmwTable>, io: Io) {
                 // It closed its side: what it hosts, or moves here, can no
                 // longer be heard of (`xmove::peer_silent`). With fatal
                 // errors, the failure it reported (next: `Dead`) stops this
-                // node first, and says why.
-                if !cfg.fatal_errors {
+                // node first, and says why; unless that node is done with
+                // already (said goodbye, or failed before): nothing stops
+                // this node then.
+                if !cfg.fatal_errors || byes.contains(&failed) {
                     send_inst(&peers, crate::xmove::peer_silent(from, failed));
                 }
             }

@@ -61,6 +61,7 @@ pub mod slurm;
 mod swap;
 pub mod transport;
 mod xmove;
+mod xmove_hooks;
 
 pub use addr::{NodeId, ROOT};
 pub use error::DmiError;

@@ -295,6 +295,10 @@ pub enum InstMsg {
         returned: Option<i64>,
         how: String,
     },
+    /// Target to source: no word about the copy `token` came within the
+    /// target's limit after its `Ready`. The source answers `Abort` unless
+    /// it committed the move (its `Commit` follows then).
+    Query { token: u64 },
 }
 
 /// Node 0's instructions to the other node processes of a reconfigurable

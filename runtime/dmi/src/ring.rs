@@ -33,11 +33,6 @@ pub const POLL: Duration = Duration::from_millis(20);
 /// How often a parked instance looks whether its move is done.
 const PARK_POLL: Duration = Duration::from_millis(1);
 
-/// How long a restored copy waits parked for its move to commit before it
-/// ends itself: longer than its node waits for the source's word
-/// ([`crate::xmove::WORD_LIMIT`]), after which the node ends the copy.
-const COPY_PARK_LIMIT: Duration = crate::xmove::WORD_LIMIT.saturating_add(Duration::from_secs(60));
-
 /// Room every staging buffer has for an error message.
 const ERR_ROOM: usize = 4096;
 
@@ -619,7 +614,7 @@ impl Link {
         // Both parked and copy watch their node, their parent, with
         // getppid: a node dying at any time is seen at the next look. A
         // copy dies with its node (PR_SET_PDEATHSIG from its first look)
-        // and waits at most COPY_PARK_LIMIT. All set before PARKED: the
+        // and waits at most `xmove_hooks::copy_park_limit`. All set before PARKED: the
         // node dumps this process only then.
         HOME.restored.store(0, Ordering::SeqCst);
         HOME.state.store(HOME_PARKED, Ordering::SeqCst);
@@ -665,10 +660,10 @@ impl Link {
                                  committed"
                             ));
                         }
-                        if since.elapsed() > COPY_PARK_LIMIT {
+                        let limit = crate::xmove_hooks::copy_park_limit();
+                        if since.elapsed() > limit {
                             copy_ends(&format!(
-                                "its move did not commit within {COPY_PARK_LIMIT:?} (node pid \
-                                 {node})"
+                                "its move did not commit within {limit:?} (node pid {node})"
                             ));
                         }
                     } else if node_gone(node) {

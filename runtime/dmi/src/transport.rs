@@ -91,7 +91,9 @@ pub enum Frame {
 /// failed before the commit reached the target).
 /// 5: `InstMsg::Moving.token` and `InstMsg::MovingSeen` (the source commits
 /// only once the origin recorded the move).
-pub const PROTOCOL: u32 = 5;
+/// 6: `InstMsg::Query` (a target that waited past its limit for the
+/// source's word asks the source instead of ending its copy alone).
+pub const PROTOCOL: u32 = 6;
 
 /// Why a peer speaking protocol `theirs` is refused.
 pub(crate) fn wrong_protocol(theirs: u32) -> String {

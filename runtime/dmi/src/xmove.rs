@@ -43,16 +43,12 @@ use crate::ring::{Home, Mailbox, HOME_MOVED, HOME_STAYED};
 use crate::runtime::Caller;
 use crate::transport::report;
 
-/// How long a source waits for the target's answer to an image.
-const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+use crate::xmove_hooks::{answer_limit, commit_limit};
+pub(crate) use crate::xmove_hooks::{hold_ms, test_hold};
 
-/// How long after `Ready` a source may still kill its original: past it,
-/// it resumes the original (the target may have given up on the copy).
-const COMMIT_LIMIT: Duration = Duration::from_secs(40);
-
-/// How long a restored copy waits for the source's word after `Ready`:
-/// the source's [`COMMIT_LIMIT`] and room for its kill, join and `Commit`.
-pub(crate) const WORD_LIMIT: Duration = COMMIT_LIMIT.saturating_add(Duration::from_secs(20));
+#[path = "xmove_wait.rs"]
+mod wait;
+use wait::{origin_records, wait_word};
 
 /// What a source hears back about its image.
 enum Answer {
@@ -150,6 +146,10 @@ struct Mover {
     dead: Mutex<HashMap<NodeId, String>>,
     /// Copies waiting for Commit or Abort.
     arrived: Mutex<HashMap<u64, Arrived>>,
+    /// Source: how each move away was decided, by token (true: commit;
+    /// false: called off by the target's `Query`), under the `dead` lock
+    /// (taken first), as the commit decision is.
+    decided: Mutex<HashMap<u64, bool>>,
     next: Mutex<u64>,
 }
 
@@ -170,6 +170,7 @@ pub(crate) fn start(
         waiting: Mutex::new(HashMap::new()),
         dead: Mutex::new(HashMap::new()),
         arrived: Mutex::new(HashMap::new()),
+        decided: Mutex::new(HashMap::new()),
         next: Mutex::new(0),
     };
     MOVER
@@ -235,7 +236,7 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
                             locked(&mv.arrived).insert(token, arrived);
                             let pid = member.pid();
                             let _ = mv.caller.send_inst(from, InstMsg::Ready { token, pid });
-                            let word = rx.recv_timeout(WORD_LIMIT).unwrap_or(Word::Abort);
+                            let word = wait_word(mv, token, from, id, &rx);
                             locked(&mv.arrived).remove(&token);
                             if word == Word::Commit {
                                 test_hold(
@@ -294,6 +295,17 @@ pub(crate) fn inbox(from: NodeId, m: InstMsg) {
                 token,
                 refused.map_or(Answer::Seen, Answer::Refused),
             );
+        }
+        InstMsg::Query { token } => {
+            // Under the lock of the commit decision: a move not decided yet
+            // is called off (the source resumes its original then).
+            let dead = locked(&mv.dead);
+            let commit = *locked(&mv.decided).entry(token).or_insert(false);
+            drop(dead);
+            if !commit {
+                let _ = mv.caller.send_inst(from, InstMsg::Abort { token });
+            }
+            // Else `Commit` follows (or this node fails: `SourceFailed`).
         }
         InstMsg::Commit { token } => word(mv, token, Word::Commit),
         InstMsg::Abort { token } => word(mv, token, Word::Abort),
@@ -577,14 +589,22 @@ pub(crate) fn send_away(
     };
     let heard = match mv.caller.send_inst(to, image) {
         Ok(()) => rx
-            .recv_timeout(ANSWER_LIMIT)
-            .unwrap_or_else(|_| Answer::Refused(format!("no answer within {ANSWER_LIMIT:?}"))),
+            .recv_timeout(answer_limit())
+            .unwrap_or_else(|_| Answer::Refused(format!("no answer within {:?}", answer_limit()))),
         Err(e) => Answer::Refused(e.to_string()),
     };
     locked(&mv.waiting).remove(&token);
     match heard {
         Answer::Ready(new) => {
-            let deadline = Instant::now() + COMMIT_LIMIT;
+            test_hold(
+                "DMI_TEST_READY_LATE",
+                mv.me,
+                &format!(
+                    "instance {id}{} ready at node {to}; Ready heard late",
+                    of(mv, origin)
+                ),
+            );
+            let deadline = Instant::now() + commit_limit();
             test_hold(
                 "DMI_TEST_READY_DELAY",
                 mv.me,
@@ -614,8 +634,12 @@ pub(crate) fn send_away(
                 }
                 Err(stay(DmiError::Setup(why)))
             };
-            let late =
-                || format!("the commit came later than {COMMIT_LIMIT:?} after node {to}'s answer");
+            let late = || {
+                format!(
+                    "the commit came later than {:?} after node {to}'s answer",
+                    commit_limit()
+                )
+            };
             if let Some(o) = third {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -641,6 +665,17 @@ pub(crate) fn send_away(
                     dumped.resume();
                     return Err(stay(DmiError::Setup(why)));
                 }
+                // Node `to` asked after the move (it waited past its word
+                // limit) and was told it is off: no commit now.
+                let mut decided = locked(&mv.decided);
+                if decided.remove(&token) == Some(false) {
+                    drop(decided);
+                    drop(dead);
+                    let why = format!("node {to} asked after the move before the commit");
+                    return back(dumped, why);
+                }
+                decided.insert(token, true);
+                drop(decided);
                 // Under the lock: a failure of `to` marked after this finds
                 // the instance recorded as moving there (`peer_dead`). The
                 // kill, which waits for the original's end, comes after (the
@@ -669,6 +704,9 @@ pub(crate) fn send_away(
                     mv.me
                 ));
             }
+            // A `Query` after this is answered `Abort`, behind the `Commit`
+            // (which ends the target's wait).
+            locked(&mv.decided).remove(&token);
             Ok(Sent {
                 pid: new,
                 bytes,
@@ -697,100 +735,4 @@ fn of(mv: &Mover, origin: Option<NodeId>) -> String {
     origin
         .filter(|&o| o != mv.me)
         .map_or(String::new(), |o| format!(" (node {o}'s)"))
-}
-
-/// Source: tells node `o`, the origin of instance `id`, that it moves to
-/// node `to` at its yield `yields` and waits for its answer (`MovingSeen`:
-/// the origin recorded it), at most `left`. `o` failing, refusing or not
-/// answering calls the move off.
-fn origin_records(
-    mv: &Mover,
-    token: u64,
-    o: NodeId,
-    id: i64,
-    to: NodeId,
-    yields: u64,
-    left: Duration,
-) -> Result<(), String> {
-    let limit = left.min(ANSWER_LIMIT);
-    let (tx, rx) = mpsc::channel();
-    {
-        let mut w = locked(&mv.waiting);
-        if let Some(why) = locked(&mv.dead).get(&o) {
-            return Err(why.clone());
-        }
-        w.insert(token, (o, tx));
-    }
-    let m = InstMsg::Moving {
-        id,
-        node: to,
-        yields,
-        token,
-    };
-    let heard = match mv.caller.send_inst(o, m) {
-        Ok(()) => rx
-            .recv_timeout(limit)
-            .unwrap_or_else(|_| Answer::Refused(format!("no answer within {limit:?}"))),
-        Err(e) => Answer::Refused(e.to_string()),
-    };
-    locked(&mv.waiting).remove(&token);
-    match heard {
-        Answer::Seen => Ok(()),
-        Answer::Refused(why) => Err(why),
-        Answer::Ready(_) => Err("a wrong answer".into()),
-    }
-}
-
-/// The test-only holds (`VAR=NODE:MS`), read once per process.
-const HOLDS: [&str; 6] = [
-    "DMI_TEST_AWAY_DELAY",
-    "DMI_TEST_SERVE_DELAY",
-    "DMI_TEST_AT_DELAY",
-    "DMI_TEST_COMMIT_DELAY",
-    "DMI_TEST_READY_DELAY",
-    "DMI_TEST_MOVING_DELAY",
-];
-
-/// Tests only: with `VAR=NODE:MS`, node `NODE` waits `MS` ms here (saying
-/// `what`), a window to kill a node in at that point of a move
-/// (`DMI_TEST_READY_DELAY`: the source, after `Ready`, before it asks the
-/// origin; `DMI_TEST_COMMIT_DELAY`: the source, after the commit and
-/// before its `Commit`; `DMI_TEST_AT_DELAY`: the target, before its `At`;
-/// `DMI_TEST_MOVING_DELAY`: the origin, before its `MovingSeen`;
-/// `DMI_TEST_SERVE_DELAY`: the target, after `Commit`, before it serves
-/// the copy; `DMI_TEST_AWAY_DELAY`: the source, before it checks the
-/// target and stops the instance). The
-/// variables are read once; a malformed one is reported once.
-pub(crate) fn test_hold(var: &str, me: NodeId, what: &str) {
-    if let Some(ms) = hold_ms(var, me) {
-        report(&format!("dmi: node {me}: {what} (test delay {ms} ms)"));
-        std::thread::sleep(Duration::from_millis(ms));
-    }
-}
-
-/// How long node `me` holds at `var` (`test_hold`), if at all.
-pub(crate) fn hold_ms(var: &str, me: NodeId) -> Option<u64> {
-    static READ: OnceLock<Vec<(&'static str, NodeId, u64)>> = OnceLock::new();
-    let holds = READ.get_or_init(|| {
-        let mut v = Vec::new();
-        for name in HOLDS {
-            let Ok(val) = std::env::var(name) else {
-                continue;
-            };
-            let parsed = val
-                .split_once(':')
-                .and_then(|(n, ms)| Some((n.parse::<NodeId>().ok()?, ms.parse::<u64>().ok()?)));
-            match parsed {
-                Some((n, ms)) => v.push((name, n, ms)),
-                None => report(&format!(
-                    "dmi: node {me}: {name}={val:?} ignored (want NODE:MS)"
-                )),
-            }
-        }
-        v
-    });
-    holds
-        .iter()
-        .find(|&&(n, node, _)| n == var && node == me)
-        .map(|&(_, _, ms)| ms)
 }

@@ -110,24 +110,27 @@ pub fn checkpoint_into_checked(
     check: Option<AfterFreeze>,
 ) -> Result<CheckpointStats> {
     refuse::check_relayed(pid, relayed)?;
-    let crate::image_dir::ImageOut {
-        pages,
-        manifest,
-        files,
-    } = out;
-    let mut out = std::io::BufWriter::new(pages);
+    // Written under temporary names, put in place only once all is
+    // written (`out.commit()`); a refusal or an error removes them, and
+    // an earlier image in the directory is left as it was.
+    let mut pages = std::io::BufWriter::new(&out.pages);
     let frozen = after_freeze(Frozen::seize(pid)?, check)?;
     let t0 = Instant::now();
     let mut files_bytes = 0;
-    let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut out)).and_then(|mut m| {
-        out.flush().map_err(|e| Error::io("write pages.img", e))?;
-        if let Some(f) = &files {
+    let result = dump_frozen(&frozen, relayed, None, Sink::Writer(&mut pages)).and_then(|mut m| {
+        pages.flush().map_err(|e| Error::io("write pages.img", e))?;
+        drop(pages);
+        if let Some(f) = &out.files {
             let (bytes, crc) = crate::files_img::write(f, pid, &m)?;
             files_bytes = bytes;
             m.files_crc = Some(crc);
         }
-        image::write_manifest_to(&manifest, &m)?;
+        image::write_manifest_to(&out.manifest, &m)?;
         Ok(m)
+    });
+    let result = result.and_then(|m| match out.commit() {
+        Ok(()) => Ok(m),
+        Err(e) => Err(Error::io("image", e)),
     });
     let frozen_for = t0.elapsed();
     match (&result, leave) {

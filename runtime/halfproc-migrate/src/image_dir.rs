@@ -11,31 +11,126 @@
 //! the directories' permissions. Plain symbolic links are followed (with
 //! the caller's rights). A kernel without `openat2` (before 5.6) falls
 //! back to `openat`, magic links followed. Image files are created under a
-//! temporary name (`O_CREAT | O_EXCL`, mode 0600: an image holds a
-//! program's memory) and renamed into place, so that a file already there
-//! (a hard link to another file, a FIFO) is replaced, never written
-//! through or truncated; a symbolic link in place of an image file is
-//! refused. Image files are opened for reading `O_NONBLOCK` (a FIFO does
+//! temporary name (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600: an image
+//! holds a program's memory), written there, and renamed into place only
+//! once the whole checkpoint is written ([`ImageOut::commit`],
+//! `manifest.json` last): a file already there (a hard link to another
+//! file, a FIFO) is replaced, never written through or truncated, and a
+//! checkpoint that is refused or fails leaves the directory as it was (an
+//! earlier image in it intact), its temporary files removed. A symbolic
+//! link in place of an image file is refused. Image files are opened for reading `O_NONBLOCK` (a FIFO does
 //! not block the opener) and must be regular files (not a FIFO, a device
 //! such as `/dev/zero` that never ends, a directory).
 
 use crate::files_img::FILES;
 use crate::image::{MANIFEST, PAGES};
+use crate::Creds;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// The files a checkpoint writes, each new and empty (see [`create`]):
-/// `pages.img` and `manifest.json` (written last), and `files.img`
-/// (opened for reading too: its CRC-32 is read back) when the mapped
-/// files are carried.
+/// The files a checkpoint writes, each new and empty under a temporary
+/// name in the image directory (see [`create`]): `pages.img` and
+/// `manifest.json` (written last), and `files.img` (opened for reading
+/// too: its CRC-32 is read back) when the mapped files are carried.
+/// [`ImageOut::commit`] renames them into place once written; dropped
+/// without that (a refused or failed checkpoint), it removes them, and the
+/// directory holds what it held before.
 #[derive(Debug)]
 pub struct ImageOut {
     pub pages: File,
     pub manifest: File,
     pub files: Option<File>,
+    dir: OwnedFd,
+    path: std::path::PathBuf,
+    /// Temporary names and the names they take, in the order they are
+    /// renamed: `pages.img`, `files.img`, `manifest.json`.
+    tmp: Vec<(String, &'static str)>,
+    /// Whose rights the renames and removals are made with (those the
+    /// files were created with): `None`, the calling thread's.
+    creds: Option<Creds>,
+}
+
+impl ImageOut {
+    /// Makes the renames and removals of [`ImageOut::commit`] and of a
+    /// drop with `creds`'s file access rights ([`Creds::with_fs`]), as
+    /// [`create`] was run with (a node daemon's client's): what the
+    /// client may not replace in the directory (another user's file in a
+    /// sticky directory) is not replaced with the daemon's rights.
+    pub fn with_creds(mut self, creds: Option<Creds>) -> ImageOut {
+        self.creds = creds;
+        self
+    }
+
+    /// Puts the written image in place: removes the directory's
+    /// `manifest.json` first (so that it never names files of another
+    /// checkpoint, even if this is interrupted), and its `files.img`
+    /// when this image has none, then renames `pages.img`, `files.img`
+    /// and last `manifest.json` into place. On error the temporary files
+    /// left are removed. Errors name the path.
+    pub fn commit(mut self) -> io::Result<()> {
+        let r = match &self.creds {
+            Some(c) => c.with_fs(|| self.put_in_place()).and_then(|r| r),
+            None => self.put_in_place(),
+        };
+        if r.is_ok() {
+            self.tmp.clear();
+        }
+        r
+    }
+
+    fn put_in_place(&self) -> io::Result<()> {
+        let d = self.dir.as_raw_fd();
+        let mut gone = vec![MANIFEST];
+        if self.files.is_none() {
+            gone.push(FILES);
+        }
+        for name in gone {
+            let c = cstr(Path::new(name))?;
+            // SAFETY: unlinkat relative to a directory fd we hold.
+            if unsafe { libc::unlinkat(d, c.as_ptr(), 0) } != 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::NotFound {
+                    return Err(ctx("remove", &self.path.join(name), e));
+                }
+            }
+        }
+        for (tmp, name) in &self.tmp {
+            let (from, to) = (cstr(Path::new(tmp))?, cstr(Path::new(name))?);
+            // SAFETY: renameat within a directory fd we hold, NUL-terminated
+            // names.
+            if unsafe { libc::renameat(d, from.as_ptr(), d, to.as_ptr()) } != 0 {
+                let e = io::Error::last_os_error();
+                return Err(ctx("rename into place", &self.path.join(name), e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary files not renamed (best effort).
+    fn remove_temps(&self) {
+        for (tmp, _) in &self.tmp {
+            if let Ok(c) = cstr(Path::new(tmp)) {
+                // SAFETY: unlinkat relative to a directory fd we hold; a
+                // name already renamed is not there (ENOENT, ignored).
+                unsafe { libc::unlinkat(self.dir.as_raw_fd(), c.as_ptr(), 0) };
+            }
+        }
+    }
+}
+
+impl Drop for ImageOut {
+    fn drop(&mut self) {
+        if self.tmp.is_empty() {
+            return;
+        }
+        match &self.creds {
+            Some(c) => drop(c.with_fs(|| self.remove_temps())),
+            None => self.remove_temps(),
+        }
+    }
 }
 
 /// The files a restore reads: `manifest.json`, `pages.img`, and the
@@ -219,45 +314,58 @@ fn dir_fd(path: &Path, create: bool) -> io::Result<OwnedFd> {
     open_at(Some(p.as_fd()), Path::new(name), flags, 0).map(OwnedFd::from)
 }
 
-/// Creates image directory `dir` (and its missing parents) and its files
-/// for a checkpoint; without `with_files`, removes the `files.img` an
-/// earlier checkpoint left there (restored with the new image, it would
-/// overwrite its file pages with old contents). Other files in `dir` are
-/// left alone; the image's own are replaced by new files (renamed over
-/// them: a FIFO or a hard link there is not opened). Errors name the path.
+/// Creates image directory `dir` (and its missing parents) and, under
+/// temporary names, its files for a checkpoint, to be put in place by
+/// [`ImageOut::commit`] (which, without `with_files`, also removes the
+/// `files.img` an earlier checkpoint left there: restored with the new
+/// image, it would overwrite its file pages with old contents). Other
+/// files in `dir` are left alone, and so, until the commit, is an earlier
+/// image. A symbolic link in place of an image file is refused (`ELOOP`).
+/// Errors name the path.
 pub fn create(dir: &Path, with_files: bool) -> io::Result<ImageOut> {
     let d = dir_fd(dir, true).map_err(|e| ctx("mkdir", dir, e))?;
-    let d = d.as_fd();
-    let make = |name: &str, flags: i32| {
-        create_file(d, name, flags).map_err(|e| ctx("create", &dir.join(name), e))
+    let mut tmp = Vec::new();
+    let mut make = |name: &'static str, flags: i32| {
+        let (f, t) =
+            create_file(d.as_fd(), name, flags).map_err(|e| ctx("create", &dir.join(name), e))?;
+        tmp.push((t, name));
+        Ok::<_, io::Error>(f)
     };
-    let pages = make(PAGES, libc::O_WRONLY)?;
-    let manifest = make(MANIFEST, libc::O_WRONLY)?;
-    let files = match with_files {
-        true => Some(make(FILES, libc::O_RDWR)?),
-        false => {
-            let c = cstr(Path::new(FILES))?;
-            // SAFETY: unlinkat relative to a directory fd we hold.
-            if unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) } != 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::NotFound {
-                    return Err(ctx("remove", &dir.join(FILES), e));
+    let made = (|| {
+        let pages = make(PAGES, libc::O_WRONLY)?;
+        let files = match with_files {
+            true => Some(make(FILES, libc::O_RDWR)?),
+            false => None,
+        };
+        Ok::<_, io::Error>((pages, files, make(MANIFEST, libc::O_WRONLY)?))
+    })();
+    match made {
+        Ok((pages, files, manifest)) => Ok(ImageOut {
+            pages,
+            manifest,
+            files,
+            dir: d,
+            path: dir.to_path_buf(),
+            tmp,
+            creds: None,
+        }),
+        Err(e) => {
+            for (t, _) in &tmp {
+                if let Ok(c) = cstr(Path::new(t)) {
+                    // SAFETY: unlinkat relative to a directory fd we hold.
+                    unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) };
                 }
             }
-            None
+            Err(e)
         }
-    };
-    Ok(ImageOut {
-        pages,
-        manifest,
-        files,
-    })
+    }
 }
 
-/// A new, empty image file `name` in `d`, opened with `flags`: created
-/// under a temporary name (`O_CREAT | O_EXCL`, mode 0600) and renamed over
-/// `name`, whatever was there (a symbolic link is refused, `ELOOP`).
-fn create_file(d: BorrowedFd, name: &str, flags: i32) -> io::Result<File> {
+/// A new, empty file in `d` under a temporary name (`O_CREAT | O_EXCL |
+/// O_NOFOLLOW`, mode 0600), opened with `flags`, for image file `name`,
+/// and that temporary name. A symbolic link in place of `name` is
+/// refused (`ELOOP`).
+fn create_file(d: BorrowedFd, name: &str, flags: i32) -> io::Result<(File, String)> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     match open_at(Some(d), Path::new(name), libc::O_PATH | libc::O_NOFOLLOW, 0) {
@@ -266,7 +374,6 @@ fn create_file(d: BorrowedFd, name: &str, flags: i32) -> io::Result<File> {
         }
         _ => {}
     }
-    let to = cstr(Path::new(name))?;
     for _ in 0..100 {
         let tmp = format!(
             ".{name}.{}.{}",
@@ -274,20 +381,10 @@ fn create_file(d: BorrowedFd, name: &str, flags: i32) -> io::Result<File> {
             N.fetch_add(1, Ordering::Relaxed)
         );
         let f = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | flags;
-        let file = match open_at(Some(d), Path::new(&tmp), f, 0o600) {
+        match open_at(Some(d), Path::new(&tmp), f, 0o600) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            r => r?,
-        };
-        let from = cstr(Path::new(&tmp))?;
-        // SAFETY: renameat within a directory fd we hold, NUL-terminated names.
-        if unsafe { libc::renameat(d.as_raw_fd(), from.as_ptr(), d.as_raw_fd(), to.as_ptr()) } != 0
-        {
-            let e = io::Error::last_os_error();
-            // SAFETY: unlinkat relative to a directory fd we hold.
-            unsafe { libc::unlinkat(d.as_raw_fd(), from.as_ptr(), 0) };
-            return Err(e);
+            r => return r.map(|file| (file, tmp)),
         }
-        return Ok(file);
     }
     Err(io::Error::from_raw_os_error(libc::EEXIST))
 }
@@ -319,12 +416,14 @@ mod tests {
         let dir = t.path().join("a/b/img");
         let out = create(&dir, true).unwrap();
         assert!(out.files.is_some());
+        out.commit().unwrap();
         for f in [PAGES, MANIFEST, FILES] {
             let mode = std::fs::metadata(dir.join(f)).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{f}");
         }
-        drop(out);
-        assert!(create(&dir, false).unwrap().files.is_none());
+        let out = create(&dir, false).unwrap();
+        assert!(out.files.is_none());
+        out.commit().unwrap();
         assert!(!dir.join(FILES).exists());
         std::fs::write(dir.join(MANIFEST), "{}").unwrap();
         let img = open(&dir).unwrap();
@@ -351,7 +450,7 @@ mod tests {
     fn a_restore_refuses_fifos_and_devices() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("img");
-        create(&dir, true).unwrap();
+        create(&dir, true).unwrap().commit().unwrap();
         std::fs::write(dir.join(MANIFEST), "{}").unwrap();
         std::fs::remove_file(dir.join(PAGES)).unwrap();
         mkfifo(&dir.join(PAGES));
@@ -384,7 +483,7 @@ mod tests {
     fn a_manifest_over_the_limit_is_refused() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("img");
-        create(&dir, false).unwrap();
+        create(&dir, false).unwrap().commit().unwrap();
         let f = std::fs::File::create(dir.join(MANIFEST)).unwrap();
         f.set_len(MANIFEST_MAX + 1).unwrap();
         // (Not `unwrap_err`: on failure it would print 64 MiB.)
@@ -414,7 +513,7 @@ mod tests {
         let out = soon(move || create(&d, true))
             .expect("create blocked on a FIFO")
             .unwrap();
-        drop(out);
+        out.commit().unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         for f in [PAGES, MANIFEST, FILES] {
             let md = std::fs::symlink_metadata(dir.join(f)).unwrap();
@@ -423,6 +522,59 @@ mod tests {
         }
         // No temporary file is left.
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3);
+    }
+
+    /// Review of 2026-11-28: a checkpoint renamed its new, empty files
+    /// into place as it created them, so one refused or failed afterwards
+    /// left empty files over an earlier image. Until the commit the
+    /// earlier image is untouched (a restore reads it); dropped
+    /// uncommitted, the new files are gone; committed, they replace it,
+    /// `files.img` too, and no temporary file is left either way.
+    #[test]
+    fn an_earlier_image_stays_until_the_commit() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("img");
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        let write = |out: &ImageOut, what: &str| {
+            use std::io::Write;
+            for f in [&out.pages, &out.manifest].into_iter().chain(&out.files) {
+                (&*f).write_all(what.as_bytes()).unwrap();
+            }
+        };
+        let out = create(&dir, true).unwrap();
+        write(&out, "old");
+        out.commit().unwrap();
+        let old = vec![FILES.to_string(), MANIFEST.into(), PAGES.into()];
+        assert_eq!(names(), old);
+        for with_files in [true, false] {
+            let out = create(&dir, with_files).unwrap();
+            write(&out, "new");
+            assert_eq!(names().len(), 5 + with_files as usize, "{:?}", names());
+            assert_eq!(std::fs::read(dir.join(MANIFEST)).unwrap(), b"old");
+            drop(out);
+            assert_eq!(names(), old, "an uncommitted image left files");
+            for f in [PAGES, MANIFEST, FILES] {
+                assert_eq!(std::fs::read(dir.join(f)).unwrap(), b"old", "{f}");
+            }
+        }
+        let out = create(&dir, false).unwrap();
+        write(&out, "new");
+        out.commit().unwrap();
+        assert_eq!(
+            names(),
+            [MANIFEST, PAGES],
+            "files.img of the old image stays"
+        );
+        for f in [PAGES, MANIFEST] {
+            assert_eq!(std::fs::read(dir.join(f)).unwrap(), b"new", "{f}");
+        }
     }
 
     /// A directory path that does not exist and ends in `..` gets an error

@@ -56,10 +56,14 @@ fn hash_file(
 }
 
 /// [`image::verify_pages`] for contents in a file, read in pieces of
-/// [`CHUNK`] bytes: size, CRC-32, every run inside its VMA and inside the
-/// contents, and (as the check after a restore needs) no two runs sharing
-/// bytes of the file. The same errors as [`image::verify_pages`].
+/// [`CHUNK`] bytes: every run inside its VMA, the runs covering the
+/// contents exactly (from byte 0 to `pages_len`, without gaps or shared
+/// bytes), the file's size `pages_len`, and then the CRC-32. Everything
+/// but the CRC-32 is checked before a byte of the file is read: a manifest
+/// that claims a larger (say sparse) file than its runs need is refused at
+/// once, never read through. The same errors as [`image::verify_pages`].
 pub fn verify_pages_file(m: &Manifest, f: &File) -> Result<()> {
+    runs_in_file_order(m)?;
     let len = f
         .metadata()
         .map_err(|e| Error::io(format!("stat {}", image::PAGES), e))?
@@ -73,22 +77,46 @@ pub fn verify_pages_file(m: &Manifest, f: &File) -> Result<()> {
     if h.finalize() != m.pages_crc {
         return Err(mismatch());
     }
-    image::check_runs(m)?;
-    runs_in_file_order(m).map(drop)
+    Ok(())
 }
 
-/// The page runs of `m` in the order of their contents in the file;
-/// an error if two share bytes.
+/// The page runs of `m` in the order of their contents in the file,
+/// checked ([`image::check_runs`]) and covering `[0, pages_len)` exactly:
+/// an error if two share bytes, if bytes of the file lie between them or
+/// after the last (no dump writes such bytes: they would only be read), or
+/// if the offsets overflow.
 fn runs_in_file_order(m: &Manifest) -> Result<Vec<&PageRun>> {
+    image::check_runs(m)?;
     let mut runs: Vec<&PageRun> = m.vmas.iter().flat_map(|v| v.pages.iter()).collect();
     runs.sort_by_key(|r| r.file_off);
-    for w in runs.windows(2) {
-        if w[0].file_off + w[0].len > w[1].file_off {
+    let mut at = 0u64;
+    for r in &runs {
+        if r.file_off < at {
             return Err(Error::Image(format!(
-                "page runs {:#x} and {:#x} share contents",
-                w[0].addr, w[1].addr
+                "page run {:#x} shares contents with the one before it in {}",
+                r.addr,
+                image::PAGES
             )));
         }
+        if r.file_off > at {
+            return Err(Error::Image(format!(
+                "{} bytes {at}..{} belong to no page run",
+                image::PAGES,
+                r.file_off
+            )));
+        }
+        at = r
+            .file_off
+            .checked_add(r.len)
+            .ok_or_else(|| Error::Image(format!("page run {:#x}: offset overflows", r.addr)))?;
+    }
+    if at != m.pages_len {
+        return Err(Error::Image(format!(
+            "the page runs fill {at} bytes, the manifest says {} has {}: bytes that belong \
+             to no page run",
+            image::PAGES,
+            m.pages_len
+        )));
     }
     Ok(runs)
 }
@@ -115,7 +143,6 @@ fn rewritten(m: &Manifest) -> Vec<(u64, u64)> {
 pub fn verify_restored(m: &Manifest, pid: i32, pages: &File) -> Result<()> {
     let path = format!("/proc/{pid}/mem");
     let mem = File::open(&path).map_err(|e| Error::io(format!("open {path}"), e))?;
-    image::check_runs(m)?;
     let runs = runs_in_file_order(m)?;
     let skip = rewritten(m);
     let mut h = crc32fast::Hasher::new();
@@ -194,4 +221,102 @@ pub fn restore_file_checked(m: &Manifest, pages: File, opts: &RestoreOptions) ->
         }
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::{Backing, Vma};
+    use std::time::{Duration, Instant};
+
+    const PAGE: u64 = 4096;
+
+    /// A manifest of one anonymous VMA of 4 pages at `BASE` with `runs`
+    /// (`(page, pages, file_off)`), `pages_len` and `pages_crc` as given.
+    fn manifest(runs: &[(u64, u64, u64)], pages_len: u64, pages_crc: u32) -> Manifest {
+        const BASE: u64 = 0x10_0000;
+        let vma = Vma {
+            start: BASE,
+            end: BASE + 4 * PAGE,
+            prot: libc::PROT_READ,
+            backing: Backing::Anon,
+            grows_down: false,
+            pages: runs
+                .iter()
+                .map(|&(p, n, file_off)| PageRun {
+                    addr: BASE + p * PAGE,
+                    len: n * PAGE,
+                    file_off,
+                })
+                .collect(),
+        };
+        let v = serde_json::json!({
+            "version": 3, "pid": 1, "comm": "t", "regs": [], "xstate": [],
+            "xstate_crc": 0, "sigmask": 0, "sigactions": [],
+            "altstack": {"sp": 0, "flags": libc::SS_DISABLE, "size": 0},
+            "rlimits": [], "cwd": "/", "umask": 0o22, "fds": [],
+            "vmas": [vma], "mm": crate::image::MmFields::default(), "rseq": null,
+            "pages_len": pages_len, "pages_crc": pages_crc,
+        });
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// `verify_pages_file` on its own thread: `None` if it has not
+    /// returned in 5 s (reading through the file).
+    fn soon(m: Manifest, f: File) -> Option<Result<()>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(verify_pages_file(&m, &f)));
+        rx.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    fn refused(r: Option<Result<()>>, want: &str) {
+        match r.expect("the file was read through instead of refused at once") {
+            Err(Error::Image(e)) => assert!(e.contains(want), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Review of 2026-11-28: a manifest claiming a sparse 1 TiB
+    /// `pages.img` (its runs 2 pages) had all of it read for the CRC-32,
+    /// hours of a daemon thread, before the runs were looked at. It is
+    /// refused before anything is read; so are runs with a gap between
+    /// them or sharing bytes, whatever the CRC-32.
+    #[test]
+    fn pages_beyond_or_between_the_runs_are_refused_before_a_read() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join(image::PAGES);
+        let data: Vec<u8> = (0..2 * PAGE).map(|i| (i / PAGE + 1) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let open = || File::open(&path).unwrap();
+        let crc = crc32fast::hash(&data);
+        // The good one passes.
+        let good = manifest(&[(0, 1, 0), (2, 1, PAGE)], 2 * PAGE, crc);
+        soon(good, open()).unwrap().expect("a good image");
+
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(1 << 40).unwrap();
+        // (Its CRC-32 is not needed: nothing of it is read.)
+        let huge = manifest(&[(0, 1, 0), (2, 1, PAGE)], 1 << 40, crc);
+        let t0 = Instant::now();
+        refused(soon(huge, open()), "belong to no page run");
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+
+        // A gap between the runs (the file as long as the manifest says,
+        // the CRC-32 right).
+        f.set_len(3 * PAGE).unwrap();
+        let mut gap = data.clone();
+        gap.splice(PAGE as usize..PAGE as usize, vec![0u8; PAGE as usize]);
+        std::fs::write(&path, &gap).unwrap();
+        let m = manifest(
+            &[(0, 1, 0), (2, 1, 2 * PAGE)],
+            3 * PAGE,
+            crc32fast::hash(&gap),
+        );
+        refused(soon(m, open()), "bytes 4096..8192 belong to no page run");
+
+        // Two runs sharing bytes.
+        std::fs::write(&path, &data).unwrap();
+        let m = manifest(&[(0, 2, 0), (2, 1, PAGE)], 2 * PAGE, crc);
+        refused(soon(m, open()), "shares contents");
+    }
 }

@@ -273,10 +273,19 @@ fn runs(pages: &[u64]) -> Vec<&[u64]> {
 
 /// Runs the pre-copy rounds on a running `target`; `send(addr, data)` gets
 /// each run of pages (contiguous, at most 1 MiB).
+///
+/// `check` runs after every run's read and before its send (the caller's
+/// check that it may still read the process: its ids, its dumpability); an
+/// error ends the rounds as [`Error::Changed`], that run unsent. Read, then
+/// check: a process that changed before or during the read is caught by the
+/// check after it; one that changes after the check had its pre-change
+/// memory read. Any reader (`process_vm_readv` or `dmread`) is covered: the
+/// check is here, between the reading and the sending.
 pub fn precopy(
     target: &mut dyn Target,
     tracker: &mut dyn DirtyTracker,
     policy: &Policy,
+    check: &mut dyn FnMut() -> std::result::Result<(), String>,
     send: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
 ) -> Result<Precopied> {
     let mut done = Precopied::default();
@@ -309,6 +318,7 @@ pub fn precopy(
                 }
                 continue;
             }
+            check().map_err(Error::Changed)?;
             send(run[0], &buf).map_err(|e| Error::io("send pre-copied pages", e))?;
             for (a, d) in run.iter().zip(buf.chunks_exact(PAGE as usize)) {
                 tracker.sent(*a, d);

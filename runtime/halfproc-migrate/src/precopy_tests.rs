@@ -95,6 +95,7 @@ fn migrate(fake: &Rc<RefCell<Fake>>, last_writes: &[u64]) -> (Vec<usize>, usize,
         &mut FakeTarget(fake.clone()),
         &mut tracker,
         &Policy::default(),
+        &mut || Ok(()),
         &mut |a, d| {
             store(&mut dest, a, d);
             Ok(())

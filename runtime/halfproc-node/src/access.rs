@@ -247,11 +247,23 @@ impl Admitted {
     /// (it is still dumpable, unless root asks through a root daemon). The
     /// error is the text of a [`Msg::Denied`].
     pub fn recheck(&self) -> Result<(), String> {
+        self.recheck_then("so it was let go as it was, nothing of it read")
+    }
+
+    /// [`recheck`](Self::recheck) of a running program after a pre-copy
+    /// round's read, before that read is sent.
+    pub fn recheck_precopy(&self) -> Result<(), String> {
+        self.recheck_then(
+            "seen after a pre-copy read, before that read was sent: nothing read since the \
+             change was sent, the program was never stopped",
+        )
+    }
+
+    fn recheck_then(&self, then: &str) -> Result<(), String> {
         let (pid, what) = (self.pid, self.what);
         let after = |why: String| {
             denied(format!(
-                "{why}; it changed after the {what} request was admitted, so it was let go as \
-                 it was, nothing of it read"
+                "{why}; it changed after the {what} request was admitted, {then}"
             ))
         };
         let (status, dumpable) = halfproc_migrate::creds::status_dumpable(pid)
@@ -292,8 +304,20 @@ pub fn image_path(dir: &str) -> Result<&std::path::Path, String> {
 /// the tests of [`Admitted::recheck`], which change the program meanwhile.
 pub fn test_admit_delay() {
     static D: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let ms = *D.get_or_init(|| {
-        std::env::var("HALFPROC_TEST_ADMIT_DELAY_MS")
+    test_delay(&D, "HALFPROC_TEST_ADMIT_DELAY_MS");
+}
+
+/// How long a migration's first pre-copy read is held before its check
+/// ([`Admitted::recheck_precopy`]) and send: 0 unless `HALFPROC_TEST_PRECOPY_DELAY_MS`
+/// (read once) says so, for the test that changes the program meanwhile.
+pub fn test_precopy_delay() {
+    static D: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    test_delay(&D, "HALFPROC_TEST_PRECOPY_DELAY_MS");
+}
+
+fn test_delay(d: &std::sync::OnceLock<u64>, var: &str) {
+    let ms = *d.get_or_init(|| {
+        std::env::var(var)
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)

@@ -83,10 +83,24 @@ async fn migrate_acquired(
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let mapped = halfproc_migrate::restore_need::mapped(pid, None)
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
-    let mut conn = timeout(ANSWER_TIMEOUT, Conn::connect(to, &node.ident))
+    // Before anything of it is read: may the destination be sent it?
+    let conn = timeout(ANSWER_TIMEOUT, Conn::connect_dest(to, &node.ident))
         .await
-        .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?
-        .map_err(|e| format!("destination {to}: {e}; pid {pid} keeps running here"))?;
+        .map_err(|_| format!("connect to {to}: timed out; pid {pid} keeps running here"))?;
+    let mut conn = match conn {
+        Ok(c) => c,
+        Err(crate::proto::Dest::Untrusted(why)) => {
+            tracing::info!("migration of pid {pid} refused: {why}");
+            return Ok(Msg::Denied(format!(
+                "{why}; pid {pid} was never stopped, it keeps running here"
+            )));
+        }
+        Err(crate::proto::Dest::Io(e)) => {
+            return Err(format!(
+                "destination {to}: {e}; pid {pid} keeps running here"
+            ))
+        }
+    };
     let mode = crate::precopy::mode();
     // Before anything is stopped (a yield included): may it come?
     let size = (image_bytes, mapped);
@@ -156,11 +170,25 @@ async fn migrate_acquired(
     };
     // Why the stopped program was let go (`Admitted::recheck`), if it was.
     let changed = Arc::new(std::sync::Mutex::new(None::<String>));
-    let changed2 = changed.clone();
+    let (changed2, changed3) = (changed.clone(), changed.clone());
+    let admitted = Arc::new(admitted);
+    let admitted2 = admitted.clone();
     let check = move || {
-        let r = admitted.as_ref().map_or(Ok(()), Admitted::recheck);
+        let r = admitted.as_ref().as_ref().map_or(Ok(()), Admitted::recheck);
         if let Err(why) = &r {
             *changed2.lock().unwrap() = Some(why.clone());
+        }
+        r
+    };
+    // The same after every pre-copy read, before it is sent (the program
+    // runs: it may exec a set-user-ID program or turn non-dumpable).
+    let mut pre_check = move || {
+        let r = admitted2
+            .as_ref()
+            .as_ref()
+            .map_or(Ok(()), Admitted::recheck_precopy);
+        if let Err(why) = &r {
+            *changed3.lock().unwrap() = Some(why.clone());
         }
         r
     };
@@ -168,7 +196,7 @@ async fn migrate_acquired(
         .name("halfproc-migrate".into())
         .spawn(move || {
             crate::access::test_admit_delay();
-            match crate::precopy::dump(pid, &inos, &mode, pre_tx, Some(&check)) {
+            match crate::precopy::dump(pid, &inos, &mode, pre_tx, &mut pre_check, Some(&check)) {
                 Err(e) => {
                     let _ = dump_tx.send(Err(e));
                 }
@@ -605,8 +633,8 @@ pub async fn checkpoint(
             prog.set_running();
             prog.resume_here();
             return Msg::Denied(format!(
-                "{why}; checkpoint of pid {pid} into {dir} refused (its image files were \
-                 created, empty), it keeps running"
+                "{why}; checkpoint of pid {pid} into {dir} refused (nothing was written \
+                 there: an earlier image is left as it was), it keeps running"
             ));
         }
         Ok(r) => r.map_err(|e| e.to_string()),
@@ -650,8 +678,8 @@ pub async fn checkpoint(
 
 /// The refusals that need nothing stopped, then `dir`'s image files made
 /// with `fs`'s rights ([`halfproc_migrate::image_dir::create`] on a thread
-/// that has them). The error is the reply: `Denied` when the client may
-/// not write there.
+/// that has them; renamed into place, or removed, with them too). The
+/// error is the reply: `Denied` when the client may not write there.
 fn open_image(
     pid: i32,
     dir: &str,
@@ -671,12 +699,14 @@ fn open_image(
         Some(c) => c.with_fs(create).and_then(|r| r),
         None => create(),
     };
-    r.map_err(|e| match crate::access::file_denied(&e, fs.as_ref()) {
+    let r = r.map_err(|e| match crate::access::file_denied(&e, fs.as_ref()) {
         Some(why) => Box::new(Msg::Denied(format!(
             "permission denied: checkpoint of pid {pid} into {dir}: {why}; nothing was stopped"
         ))),
         None => failed(e.to_string()),
-    })
+    });
+    // Renamed into place (or removed) with the same rights.
+    r.map(|out| out.with_creds(fs))
 }
 
 #[cfg(test)]

@@ -51,15 +51,39 @@ pub struct Image {
     pub mode: String,
 }
 
+/// The program read by the rounds; its first read is followed by
+/// [`crate::access::test_precopy_delay`] (a test changes it meanwhile).
+struct Held<'a> {
+    live: Live<'a>,
+    first: bool,
+}
+
+impl precopy::Target for Held<'_> {
+    fn present(&mut self) -> halfproc_migrate::Result<Vec<u64>> {
+        self.live.present()
+    }
+
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let r = self.live.read(addr, buf);
+        if std::mem::take(&mut self.first) {
+            crate::access::test_precopy_delay();
+        }
+        r
+    }
+}
+
 /// On the dump thread (which stays the tracer): pre-copy rounds if `mode`
 /// is on, each run of pages sent as `PrePages` through `pre` (dropped when
-/// the rounds end), then freeze and dump; `check` runs once it is stopped
+/// the rounds end), `pre_check` run after each run's read and before its
+/// send (an error ends the migration there, the program never stopped),
+/// then freeze and dump; `check` runs once it is stopped
 /// ([`halfproc_migrate::AfterFreeze`]).
 pub fn dump(
     pid: i32,
     relayed: &[u64],
     mode: &Mode,
     pre: Option<tokio::sync::mpsc::Sender<Msg>>,
+    pre_check: &mut dyn FnMut() -> Result<(), String>,
     check: Option<halfproc_migrate::AfterFreeze>,
 ) -> Result<(Dumped, Image), String> {
     let reader = PortableReader::new(pid).map_err(|e| format!("open /proc/{pid}/mem: {e}"))?;
@@ -81,12 +105,21 @@ pub fn dump(
                 })
                 .map_err(|_| std::io::Error::other("connection to the destination closed"))
             };
-            let mut target = Live {
-                pid,
-                reader: &reader,
+            let mut target = Held {
+                live: Live {
+                    pid,
+                    reader: &reader,
+                },
+                first: true,
             };
-            let d = precopy::precopy(&mut target, t.as_mut(), &Policy::default(), &mut send)
-                .map_err(|e| format!("pre-copy: {e}"))?;
+            let d = precopy::precopy(
+                &mut target,
+                t.as_mut(),
+                &Policy::default(),
+                pre_check,
+                &mut send,
+            )
+            .map_err(|e| format!("pre-copy: {e}"))?;
             Some(d)
         }
         _ => None,

@@ -459,6 +459,14 @@ pub fn name(m: &Msg) -> String {
     }
 }
 
+/// Why [`Conn::connect_dest`] did not connect.
+#[derive(Debug)]
+pub enum Dest {
+    /// Neither authenticated nor trusted: why (a `Denied`).
+    Untrusted(String),
+    Io(io::Error),
+}
+
 /// Connection closed by the peer.
 pub fn closed() -> io::Error {
     io::Error::new(
@@ -547,6 +555,53 @@ impl Conn {
             .await
             .map(|c| c.0)
             .map_err(|e| io::Error::new(e.kind(), format!("node {addr}: {e}")))
+    }
+
+    /// Connects to `addr` as the destination of a migration, which is sent
+    /// a program's memory: it must be authenticated (TCP, this node holding
+    /// a shared secret) or a unix socket listened on by root or by this
+    /// daemon's user (`SO_PEERCRED`: a unix handshake has no secret, and
+    /// anyone may listen on a socket of their own). Refused before the
+    /// handshake, the error naming `addr` and why.
+    pub async fn connect_dest(addr: &str, me: &Identity) -> Result<Conn, Dest> {
+        let io = |e: io::Error| Dest::Io(io::Error::new(e.kind(), format!("node {addr}: {e}")));
+        let s: BoxIo = match unix_path(addr) {
+            Some(path) => {
+                let s = UnixStream::connect(path).await.map_err(io)?;
+                let uid = s.peer_cred().map_err(io)?.uid();
+                // SAFETY: geteuid has no preconditions.
+                let mine = unsafe { libc::geteuid() };
+                if uid != 0 && uid != mine {
+                    return Err(Dest::Untrusted(format!(
+                        "destination {addr} is a unix socket listened on by uid {uid}, neither \
+                         root nor this daemon's user (uid {mine}); a unix socket's handshake \
+                         has no secret, so it is not sent a program's memory"
+                    )));
+                }
+                Box::new(s)
+            }
+            None if me.secret.is_none() => {
+                return Err(Dest::Untrusted(format!(
+                    "destination {addr} cannot be authenticated: this node has no shared \
+                     secret (--secret-file / $HALFPROC_NODE_SECRET_FILE), and a program's \
+                     memory goes only to an authenticated node or to a unix socket of root or \
+                     of this daemon's user"
+                )));
+            }
+            None => {
+                let s = TcpStream::connect(addr).await.map_err(io)?;
+                let _ = s.set_nodelay(true);
+                Box::new(s)
+            }
+        };
+        let me = match unix_path(addr) {
+            Some(_) => Identity {
+                node: me.node,
+                secret: None,
+            },
+            None => me.clone(),
+        };
+        Conn::handshake(s, &me).await.map(|c| c.0).map_err(io)
     }
 
     pub async fn send(&mut self, m: &Msg) -> io::Result<()> {

@@ -359,16 +359,18 @@ fn with_fatal_errors_a_node_says_which_node_failed_before_it_stops() {
 #[test]
 fn a_source_that_holds_past_its_commit_limit_after_ready_keeps_the_instance() {
     // Node 1 holds both moves at yield 4 (node 0's instance 0 and its
-    // own, to node 2) 62 s after node 2's Ready, longer than node 2 waits
-    // for its word (60 s). Node 1 must keep both (its commit limit after
-    // Ready is 40 s) and the run ends normally. Without the limit node 1
-    // killed the originals and sent Commits that node 2, which had ended
-    // its copies, dropped: node 0's and node 1's DMI_join waited for ever
-    // (the run did not end: this test fails after 150 s).
+    // own, to node 2) 3.5 s after node 2's Ready, longer than node 2 waits
+    // for its word (60 s scaled to 3 s). Node 1 must keep both (its commit
+    // limit after Ready is 40 s, scaled to 2 s) and the run ends normally.
+    // Without the limit node 1 killed the originals and sent Commits that
+    // node 2, which had ended its copies, dropped: node 0's and node 1's
+    // DMI_join waited for ever (the run did not end: this test fails
+    // after 150 s).
     let env = [
         ("DMI_MOVE_AT", "2:0@1,4:0@2"),
         ("DMI_ERRORS", "return"),
-        ("DMI_TEST_READY_DELAY", "1:62000"),
+        ("DMI_TEST_WORD_LIMIT_MS", "3000"),
+        ("DMI_TEST_READY_DELAY", "1:3500"),
     ];
     let (mut child, rx) = spawn_lines(command_grace(3, 60, &["1"], &env));
     let t0 = std::time::Instant::now();
@@ -395,8 +397,106 @@ fn a_source_that_holds_past_its_commit_limit_after_ready_keeps_the_instance() {
             panic!("the run did not end within 150 s: {seen}");
         }
     };
-    let why = "the commit came later than 40s after node 2's answer";
+    let why = "the commit came later than 2s after node 2's answer";
     assert!(stays(&seen, "", why), "{seen}");
     assert!(stays(&seen, " (node 0's)", why), "{seen}");
+    assert!(st.success(), "{seen}");
+}
+
+#[test]
+fn a_target_that_waits_past_its_limit_asks_the_source_before_ending_its_copy() {
+    // Node 1 hears node 2's Ready for both moves at yield 4 (node 0's
+    // instance 0 and its own) late (as behind a large image on the same
+    // connection): 4 s, past node 2's wait for the word (scaled to 3 s;
+    // node 1's commit limit to 2 s, counted from hearing Ready). Node 2
+    // must ask node 1 (Query), which calls both moves off and keeps the
+    // instances; the run ends normally. Without the Query node 2 ended its
+    // copies alone, node 1 killed the originals and sent Commits nobody
+    // read: node 0's and node 1's DMI_join waited for ever (the run did
+    // not end within 60 s).
+    let env = [
+        ("DMI_MOVE_AT", "2:0@1,4:0@2"),
+        ("DMI_ERRORS", "return"),
+        ("DMI_TEST_WORD_LIMIT_MS", "3000"),
+        ("DMI_TEST_READY_LATE", "1:4000"),
+    ];
+    let (mut child, rx) = spawn_lines(command_grace(3, 60, &["1"], &env));
+    let t0 = std::time::Instant::now();
+    let mut seen = String::new();
+    let st = loop {
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            seen.push_str(&l);
+            seen.push('\n');
+            continue;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            while let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(500)) {
+                seen.push_str(&l);
+                seen.push('\n');
+            }
+            break st;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(60) {
+            stop(&mut child);
+            panic!("the run did not end within 60 s: {seen}");
+        }
+    };
+    let why = "node 2 asked after the move before the commit";
+    assert!(stays(&seen, "", why), "{seen}");
+    assert!(stays(&seen, " (node 0's)", why), "{seen}");
+    assert!(st.success(), "{seen}");
+}
+
+/// A run of `yield 1` on 3 nodes with `env` that must end by itself
+/// within `secs` s (else the nodes are killed and this panics): its exit
+/// status and stderr.
+fn run_to_end(env: &[(&str, &str)], secs: u64) -> (std::process::ExitStatus, String) {
+    let (mut child, rx) = spawn_lines(command_grace(3, 60, &["1"], env));
+    let t0 = std::time::Instant::now();
+    let mut seen = String::new();
+    loop {
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            seen.push_str(&l);
+            seen.push('\n');
+            continue;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            while let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(500)) {
+                seen.push_str(&l);
+                seen.push('\n');
+            }
+            return (st, seen);
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(secs) {
+            stop(&mut child);
+            panic!("the run did not end within {secs} s: {seen}");
+        }
+    }
+}
+
+#[test]
+fn a_commit_handed_over_as_the_targets_wait_ends_is_not_dropped() {
+    // Node 1 commits both moves at yield 4 to node 2 at once but holds its
+    // Commits 9.5 s; node 2 asks it after 4 s (the word limit, scaled), gets
+    // no answer (committed) and, 4 s later, holds 3 s before it ends the
+    // copies: the Commits come in that window and take the copies' entries.
+    // Node 2 must take the Commits handed over and serve the copies; the
+    // run ends normally. Without the fix node 2 ended the copies after
+    // node 1 had killed the originals: node 0's and node 1's DMI_join
+    // waited for ever (the run did not end within 90 s).
+    let env = [
+        ("DMI_MOVE_AT", "2:0@1,4:0@2"),
+        ("DMI_ERRORS", "return"),
+        ("DMI_TEST_WORD_LIMIT_MS", "4000"),
+        ("DMI_TEST_COMMIT_DELAY", "1:9500"),
+        ("DMI_TEST_WORD_RACE", "2:3000"),
+    ];
+    let (st, seen) = run_to_end(&env, 90);
+    let held = "dmi: node 2: no answer from node 1 about instance 0; its copy's end held back";
+    assert!(seen.contains(held), "{seen}");
+    assert!(
+        seen.contains("dmi: node 2: instance 0 (node 0's) arrived from node 1"),
+        "{seen}"
+    );
     assert!(st.success(), "{seen}");
 }
