@@ -200,7 +200,7 @@ impl Dumped {
 /// discards it when sent), dequeuing it after the detach would re-arm a
 /// periodic `ITIMER_REAL` that expired while frozen, which the image (and
 /// an untraced run) has stopped.
-fn flush_ignored_alarm(f: &Frozen, m: &Manifest) -> Result<()> {
+pub(crate) fn flush_ignored_alarm(f: &Frozen, m: &Manifest) -> Result<()> {
     let alrm = 1u64 << (libc::SIGALRM - 1);
     let ignored = m
         .sigactions
@@ -289,7 +289,7 @@ fn freeze_dump(
     })
 }
 
-fn dump_frozen(
+pub(crate) fn dump_frozen(
     f: &Frozen,
     relayed: &[u64],
     set_range: Option<(u64, u64)>,
@@ -494,6 +494,7 @@ fn fds(pid: i32, relayed: &[u64]) -> Result<Vec<FdEntry>> {
             dup_of,
             pipe,
             relayed: relayed_end,
+            shared: None,
         });
     }
     Ok(out)

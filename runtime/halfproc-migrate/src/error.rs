@@ -60,6 +60,8 @@ pub enum Refusal {
     NotRunning { state: String },
     /// POSIX timers (`timer_create`, listed in `/proc/pid/timers`).
     PosixTimers { count: usize },
+    /// A process tree larger than [`crate::tree::MAX_PROCESSES`].
+    TreeTooLarge { root: i32, max: usize },
 }
 
 impl fmt::Display for Refusal {
@@ -130,6 +132,10 @@ impl fmt::Display for Refusal {
                  stopped; other pending signals are carried"
             ),
             Refusal::NotRunning { state } => write!(f, "process is not running (state {state})"),
+            Refusal::TreeTooLarge { root, max } => write!(
+                f,
+                "the process tree of pid {root} has more than {max} processes"
+            ),
         }
     }
 }

@@ -259,6 +259,12 @@ pub struct FdEntry {
     /// relays: restore takes a replacement fd from its caller.
     #[serde(default)]
     pub relayed: Option<RelayedEnd>,
+    /// Set in an image of a process tree ([`crate::tree`]) for an open file
+    /// description that other processes of the tree hold too (`kcmp`): the
+    /// same number in their images. The tree's restore opens it once and
+    /// gives it to each of them, so they share its offset as before.
+    #[serde(default)]
+    pub shared: Option<u32>,
 }
 
 /// A relayed pipe end (stdio of a program run by the node daemon).

@@ -49,7 +49,9 @@ mod restore_moves;
 pub mod restore_need;
 mod restore_plan;
 mod restore_shmem;
+mod restore_tree;
 mod shmem;
+pub mod tree;
 
 pub use creds::Creds;
 pub use dump::{
@@ -67,3 +69,5 @@ pub use precopy::{probe_soft_dirty, DirtyTracker};
 pub use procfs::{maps, MapsEntry};
 pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};
 pub use restore_check::{copy_instead, differing_files};
+pub use restore_tree::restore_tree;
+pub use tree::{checkpoint_tree, TreeStats};

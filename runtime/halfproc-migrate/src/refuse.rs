@@ -264,7 +264,9 @@ pub fn check_member(pid: i32, relayed: &[u64], set_range: Option<(u64, u64)>) ->
     }
     crate::shmem::check_lone(pid, &maps)?;
     // Last, so a pipe to a child is named as the pipe it is.
-    let kids = children(pid);
+    let mut kids = children(pid);
+    // A process tree's checkpoint carries them (`crate::tree`).
+    kids.retain(|&k| !crate::tree::member(k));
     if !kids.is_empty() {
         return Err(Refusal::Children { pids: kids }.into());
     }

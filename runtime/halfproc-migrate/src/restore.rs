@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::image::{self, Backing, Manifest};
 use crate::procfs;
 use crate::restore_check::{check_files, check_set_range, match_specials, overlaps};
-use crate::restore_plan::{plan, Layout, Source, TASK_SIZE};
+use crate::restore_plan::{plan, Layout, Plan, Source, TreeShm, TASK_SIZE};
 use crate::restorer::{self, CODE_SIZE};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -31,6 +31,9 @@ const HUGE: u64 = 2 << 20;
 
 /// Status-pipe step index of the credential switch in the child.
 const CREDS_STEP: u64 = u64::MAX - 1;
+/// Status-pipe step index of the fork of a process of a tree by its
+/// parent's copy (see `restore_tree`).
+pub(crate) const FORK_STEP: u64 = u64::MAX - 2;
 
 /// A restored process, a child of the caller.
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +69,8 @@ pub(crate) struct Helpers {
     pub(crate) files: BTreeMap<String, File>,
     /// (image fd, caller's fd) for relayed fds.
     pub(crate) inherit: Vec<(i32, RawFd)>,
+    /// In a tree's restore, the read end of the gate (see `restore_tree`).
+    pub(crate) gate: Option<RawFd>,
     pub(crate) status_w: OwnedFd,
     status_r: File,
     /// First fd number of the helpers in the restored process.
@@ -175,131 +180,37 @@ fn restore_with(
     memory: Option<&[u8]>,
     opts: &RestoreOptions,
 ) -> Result<Restored> {
-    crate::phases::time("check_files", || check_files(m))?;
-    let t = std::time::Instant::now();
-    for f in &m.fds {
-        if f.relayed.is_some()
-            && f.dup_of.is_none()
-            && !opts.inherit.iter().any(|(fd, _)| *fd == f.fd)
-        {
-            return Err(Error::Restore(format!(
-                "fd {} ({}) was relayed by the node daemon; restoring it needs a replacement",
-                f.fd, f.path
-            )));
-        }
-    }
-    let own = procfs::parse_maps(
-        &std::fs::read_to_string("/proc/self/maps")
-            .map_err(|e| Error::io("read /proc/self/maps", e))?,
-    )?;
-    let specials = match_specials(m, &own)?;
-    check_set_range(m, &own, crate::mem::caller_is_member())?;
-    let helpers = open_helpers(file, m, opts)?;
-    let (span, pieces) = memory_pieces(memory.unwrap_or_default())?;
-    let source = match memory {
-        Some(data) => Source::Memory {
-            data,
-            span,
-            pieces: &pieces,
-        },
-        None => Source::File,
-    };
-    let scratch_len: u64 = specials.iter().map(|s| s.2).sum();
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() } as u64;
-    let stop = opts.stopped.then_some(me);
-    let dry = plan(m, &helpers, &specials, Layout::default(), &source, stop)?;
-    let fixed = CODE_SIZE + STACK_SIZE + page_up(dry.data.len() as u64) + scratch_len;
-    // Page contents moved in go at the same offset in a 2 MiB page as now,
-    // so mremap moves huge page mappings whole; `R` itself is 2 MiB aligned.
-    let span_len = span.1 - span.0;
-    let r_len = match span_len {
-        0 => Some(fixed),
-        n => fixed.checked_add(2 * HUGE).and_then(|f| f.checked_add(n)),
-    };
-    // Shared anonymous objects are made right above `R` (see
-    // `restore_shmem`), once everything above it is unmapped: that room is
-    // chosen free with `R` but not mapped with it (the address space at
-    // the fork, see `restore_need`, does not grow) and not left behind.
-    let shm_len = page_up(crate::restore_shmem::scratch_len(m)?);
-    let (r_len, r_all) = r_len
-        .and_then(|r| Some((r, r.checked_add(shm_len)?)))
-        .ok_or_else(|| Error::Image("the restorer region would not fit in 64 bits".into()))?;
-    let r = choose_region(m, &own, r_all)?;
-    let data_base = r + CODE_SIZE + STACK_SIZE;
-    let scratch = data_base + page_up(dry.data.len() as u64);
-    let lay = Layout {
-        base: data_base,
-        scratch,
-        pages_at: (scratch + scratch_len).next_multiple_of(HUGE) + span.0 % HUGE,
-        shm_at: r + r_len,
-        end: r + r_len,
-    };
-    let p = plan(m, &helpers, &specials, lay, &source, stop)?;
-    if p.data.len() != dry.data.len() {
+    if let Some(f) = m.fds.iter().find(|f| f.shared.is_some()) {
         return Err(Error::Restore(format!(
-            "restorer data is {} bytes, sized for {} (internal error)",
-            p.data.len(),
-            dry.data.len()
+            "fd {} ({}) is shared with another process of a process tree: restore the \
+             tree's image directory",
+            f.fd, f.path
         )));
     }
-    let code = restorer::code();
-    let status_fd = helpers.base as u64;
-    let status_w = helpers.status_w.as_raw_fd();
-
-    let switch = opts.creds.as_ref().filter(|c| !c.is_current());
-    crate::phases::add("plan", t.elapsed());
+    let prep = Prepared::new(m, file, memory, opts, None)?;
+    let r = choose_region(&m.vmas, &prep.own, prep.r_len + prep.shm_len)?;
     let t = std::time::Instant::now();
-    // SAFETY: the child only runs `child_enter`, which makes raw system
+    let p = prep.place(r, None)?;
+    crate::phases::add("plan", prep.planned + t.elapsed());
+    let t = std::time::Instant::now();
+    // SAFETY: the child only runs `Prepared::enter`, which makes raw system
     // calls and copies bytes (async-signal-safe), then never returns.
     let pid = unsafe { restorer::spawn(m.pid) }?;
     if pid == 0 {
-        if let Some(c) = switch {
-            // SAFETY: the freshly forked, single-threaded child.
-            if let Err(e) = unsafe { c.become_in_child() } {
-                let msg = [CREDS_STEP.to_le_bytes(), e.to_le_bytes()].concat();
-                // SAFETY: writing a local buffer to our pipe, then exiting.
-                unsafe {
-                    libc::write(status_w, msg.as_ptr().cast(), msg.len());
-                    libc::_exit(127)
-                }
-            }
-            // Changing the effective uid made the process non-dumpable; the
-            // original was dumpable (its owner may inspect and trace it).
-            // SAFETY: prctl with integer arguments.
-            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
-        }
-        // SAFETY: we are the freshly forked child; `r` was checked free in the
-        // parent's (= our) address space; `child_enter` never returns.
-        unsafe { restorer::child_enter(r, r_len, code, &p, data_base, status_fd, status_w) }
+        // SAFETY: we are the freshly forked child; `r` was checked free in
+        // the parent's (= our) address space.
+        unsafe { prep.enter(&p, r) }
     }
     crate::phases::add("fork", t.elapsed());
     let t = std::time::Instant::now();
-    drop(helpers.status_w);
-    let mut status_r = helpers.status_r;
-    let mut buf = Vec::new();
-    let _ = status_r.read_to_end(&mut buf);
+    let started = prep.started(p);
+    let status = started.result();
     crate::phases::add("blob", t.elapsed());
-    if buf.len() >= 16 {
-        let idx = u64::from_le_bytes(buf[0..8].try_into().unwrap_or([0; 8]));
-        let ret = i64::from_le_bytes(buf[8..16].try_into().unwrap_or([0; 8]));
+    if let Err(e) = status {
         let mut st = 0;
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(pid, &mut st, 0) };
-        let what = match p.what.get(idx as usize) {
-            Some(w) => w.clone(),
-            None if idx == CREDS_STEP => "taking the owner's uid/gid/groups".into(),
-            None => "mapping the restorer region".into(),
-        };
-        // A negative errno, or a count other than the one expected (a
-        // `pread` cut short by a file truncated meanwhile).
-        let err = match ret {
-            ..0 => std::io::Error::from_raw_os_error((-ret) as i32).to_string(),
-            n => format!("it returned {n} (short)"),
-        };
-        return Err(Error::Restore(format!(
-            "restorer step {idx} ({what}) failed: {err}"
-        )));
+        return Err(e);
     }
     if opts.stopped {
         let mut st = 0;
@@ -314,7 +225,270 @@ fn restore_with(
     Ok(Restored { pid })
 }
 
-fn open_helpers(pages: Option<File>, m: &Manifest, opts: &RestoreOptions) -> Result<Helpers> {
+/// One image's restore, prepared up to the placement of its region `R`:
+/// its files checked and opened, its blob sized.
+pub(crate) struct Prepared<'a> {
+    m: &'a Manifest,
+    memory: Option<&'a [u8]>,
+    pieces: Pieces,
+    /// The caller's own mappings, which `R` must avoid.
+    pub(crate) own: Vec<procfs::MapsEntry>,
+    specials: Vec<(u64, u64, u64)>,
+    helpers: Helpers,
+    stop: Option<u64>,
+    switch: Option<Creds>,
+    dry_len: usize,
+    scratch_len: u64,
+    /// Bytes of `R`: code, stack, data, the parked vdso/vvar and room
+    /// for moved page contents.
+    pub(crate) r_len: u64,
+    /// Room for shared anonymous objects above `R` (see `restore_shmem`).
+    pub(crate) shm_len: u64,
+    /// Time spent so far (the `plan` phase).
+    planned: std::time::Duration,
+}
+
+impl<'a> Prepared<'a> {
+    /// Checks the image's files and relayed fds, opens the helpers and
+    /// sizes the blob.
+    pub(crate) fn new(
+        m: &'a Manifest,
+        file: Option<File>,
+        memory: Option<&'a [u8]>,
+        opts: &RestoreOptions,
+        gate: Option<RawFd>,
+    ) -> Result<Prepared<'a>> {
+        crate::phases::time("check_files", || check_files(m))?;
+        let t = std::time::Instant::now();
+        for f in &m.fds {
+            if (f.relayed.is_some() || f.shared.is_some())
+                && f.dup_of.is_none()
+                && !opts.inherit.iter().any(|(fd, _)| *fd == f.fd)
+            {
+                return Err(Error::Restore(format!(
+                    "fd {} ({}) was relayed by the node daemon or is shared in a process \
+                     tree; restoring it needs a replacement",
+                    f.fd, f.path
+                )));
+            }
+        }
+        let own = procfs::parse_maps(
+            &std::fs::read_to_string("/proc/self/maps")
+                .map_err(|e| Error::io("read /proc/self/maps", e))?,
+        )?;
+        let specials = match_specials(m, &own)?;
+        check_set_range(m, &own, crate::mem::caller_is_member())?;
+        let helpers = open_helpers(file, m, opts, gate)?;
+        let pieces = memory_pieces(memory.unwrap_or_default())?;
+        let scratch_len: u64 = specials.iter().map(|s| s.2).sum();
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as u64;
+        let stop = opts.stopped.then_some(me);
+        let mut prep = Prepared {
+            m,
+            memory,
+            pieces,
+            own,
+            specials,
+            helpers,
+            stop,
+            switch: opts.creds.clone().filter(|c| !c.is_current()),
+            dry_len: 0,
+            scratch_len,
+            r_len: 0,
+            shm_len: 0,
+            planned: std::time::Duration::ZERO,
+        };
+        // A tree's plan (`gate`) maps its objects from the tree's: the same
+        // ops at other addresses.
+        let tree = match gate {
+            Some(_) => Some(TreeShm::layout(std::iter::once(&m.vmas[..]))?),
+            None => None,
+        };
+        let dry = plan(
+            m,
+            &prep.helpers,
+            &prep.specials,
+            Layout::default(),
+            &prep.source(),
+            stop,
+            tree.as_ref(),
+        )?;
+        prep.dry_len = dry.data.len();
+        let fixed = CODE_SIZE + STACK_SIZE + page_up(dry.data.len() as u64) + scratch_len;
+        // Page contents moved in go at the same offset in a 2 MiB page as now,
+        // so mremap moves huge page mappings whole; `R` itself is 2 MiB aligned.
+        let span = prep.pieces.0;
+        prep.r_len = match span.1 - span.0 {
+            0 => Some(fixed),
+            n => fixed.checked_add(2 * HUGE).and_then(|f| f.checked_add(n)),
+        }
+        .ok_or_else(|| Error::Image("the restorer region would not fit in 64 bits".into()))?;
+        // Shared anonymous objects are made right above `R` (see
+        // `restore_shmem`), once everything above it is unmapped: that room is
+        // chosen free with `R` but not mapped with it (the address space at
+        // the fork, see `restore_need`, does not grow) and not left behind.
+        prep.shm_len = page_up(crate::restore_shmem::scratch_len(m)?);
+        if prep.r_len.checked_add(prep.shm_len).is_none() {
+            return Err(Error::Image(
+                "the restorer region would not fit in 64 bits".into(),
+            ));
+        }
+        prep.planned = t.elapsed();
+        Ok(prep)
+    }
+
+    fn source(&self) -> Source<'_> {
+        match self.memory {
+            Some(data) => Source::Memory {
+                data,
+                span: self.pieces.0,
+                pieces: &self.pieces.1,
+            },
+            None => Source::File,
+        }
+    }
+
+    /// The blob's data for `R` at `r`; in a tree, with its shared
+    /// anonymous objects made by the caller in `tree` (see `restore_tree`).
+    pub(crate) fn place(&self, r: u64, tree: Option<&TreeShm>) -> Result<Plan> {
+        let data_base = r + CODE_SIZE + STACK_SIZE;
+        let scratch = data_base + page_up(self.dry_len as u64);
+        let span = self.pieces.0;
+        let lay = Layout {
+            base: data_base,
+            scratch,
+            pages_at: (scratch + self.scratch_len).next_multiple_of(HUGE) + span.0 % HUGE,
+            shm_at: r + self.r_len,
+            end: tree.map_or(r + self.r_len, |t| t.at + t.len),
+        };
+        let p = plan(
+            self.m,
+            &self.helpers,
+            &self.specials,
+            lay,
+            &self.source(),
+            self.stop,
+            tree,
+        )?;
+        if p.data.len() != self.dry_len {
+            return Err(Error::Restore(format!(
+                "restorer data is {} bytes, sized for {} (internal error)",
+                p.data.len(),
+                self.dry_len
+            )));
+        }
+        Ok(p)
+    }
+
+    /// In the freshly forked child: takes the owner's ids if asked, maps
+    /// `R` at `r` and runs the blob of `p` (made by [`Prepared::place`]).
+    ///
+    /// # Safety
+    ///
+    /// Only in a freshly forked child (raw system calls only from here on);
+    /// `r..r + r_len` free in it.
+    pub(crate) unsafe fn enter(&self, p: &Plan, r: u64) -> ! {
+        let status_w = self.helpers.status_w.as_raw_fd();
+        if let Some(c) = &self.switch {
+            // SAFETY: the freshly forked, single-threaded child.
+            if let Err(e) = unsafe { c.become_in_child() } {
+                // SAFETY: per the contract.
+                unsafe { fail_in_child(status_w, CREDS_STEP, e) }
+            }
+            // Changing the effective uid made the process non-dumpable; the
+            // original was dumpable (its owner may inspect and trace it).
+            // SAFETY: prctl with integer arguments.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+        }
+        let data_base = r + CODE_SIZE + STACK_SIZE;
+        let status_fd = self.helpers.base as u64;
+        // SAFETY: per the contract; `child_enter` never returns.
+        unsafe {
+            restorer::child_enter(
+                r,
+                self.r_len,
+                restorer::code(),
+                p,
+                data_base,
+                status_fd,
+                status_w,
+            )
+        }
+    }
+
+    /// The raw status pipe the child reports a failure on.
+    pub(crate) fn status_fd(&self) -> RawFd {
+        self.helpers.status_w.as_raw_fd()
+    }
+
+    /// After the fork: closes our end of the status pipe, so that its end
+    /// of file means the blob got through (or the child died).
+    pub(crate) fn started(self, p: Plan) -> Started {
+        Started {
+            status_r: self.helpers.status_r,
+            what: p.what,
+        }
+    }
+}
+
+/// A restore whose child runs; [`Started::result`] waits for its blob.
+pub(crate) struct Started {
+    status_r: File,
+    what: Vec<String>,
+}
+
+impl Started {
+    /// Waits until the blob is through (the status pipe's end of file):
+    /// `Ok`, or the failing step it reported, named.
+    pub(crate) fn result(mut self) -> Result<()> {
+        let mut buf = Vec::new();
+        let _ = self.status_r.read_to_end(&mut buf);
+        if buf.len() < 16 {
+            return Ok(());
+        }
+        let idx = u64::from_le_bytes(buf[0..8].try_into().unwrap_or([0; 8]));
+        let ret = i64::from_le_bytes(buf[8..16].try_into().unwrap_or([0; 8]));
+        let what = match self.what.get(idx as usize) {
+            Some(w) => w.clone(),
+            None if idx == CREDS_STEP => "taking the owner's uid/gid/groups".into(),
+            None if idx == FORK_STEP => "forking it with its pid in its parent's copy".into(),
+            None => "mapping the restorer region".into(),
+        };
+        // A negative errno, or a count other than the one expected (a
+        // `pread` cut short by a file truncated meanwhile).
+        let err = match ret {
+            ..0 => std::io::Error::from_raw_os_error((-ret) as i32).to_string(),
+            n => format!("it returned {n} (short)"),
+        };
+        Err(Error::Restore(format!(
+            "restorer step {idx} ({what}) failed: {err}"
+        )))
+    }
+}
+
+/// Reports step `step` failed with `err` (an errno, or a negative one) on
+/// `status_w` and exits 127.
+///
+/// # Safety
+///
+/// Only in a forked child that is to die: it exits.
+pub(crate) unsafe fn fail_in_child(status_w: RawFd, step: u64, err: i64) -> ! {
+    let err = if err > 0 { -err } else { err };
+    let msg = [step.to_le_bytes(), err.to_le_bytes()].concat();
+    // SAFETY: writing a local buffer to our pipe, then exiting.
+    unsafe {
+        libc::write(status_w, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
+    }
+}
+
+fn open_helpers(
+    pages: Option<File>,
+    m: &Manifest,
+    opts: &RestoreOptions,
+    gate: Option<RawFd>,
+) -> Result<Helpers> {
     let mut files = BTreeMap::new();
     for v in &m.vmas {
         if let Backing::File { path, .. } = &v.backing {
@@ -347,13 +521,20 @@ fn open_helpers(pages: Option<File>, m: &Manifest, opts: &RestoreOptions) -> Res
         pages,
         files,
         inherit: opts.inherit.clone(),
+        gate,
         status_w,
         status_r,
         base: own_max.max(image_max) + 1,
     })
 }
 
-fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u64> {
+/// A free place for `R` (`len` bytes): clear of the image's VMAs `vmas`
+/// and of our own mappings `own`.
+pub(crate) fn choose_region(
+    vmas: &[image::Vma],
+    own: &[procfs::MapsEntry],
+    len: u64,
+) -> Result<u64> {
     let mut at = R_PREFERRED;
     while at > R_STEP {
         // Never in or below the shared range: a member could not map R there.
@@ -365,7 +546,7 @@ fn choose_region(m: &Manifest, own: &[procfs::MapsEntry], len: u64) -> Result<u6
             at -= R_STEP;
             continue;
         }
-        let clash = m.vmas.iter().any(|v| overlaps(at, len, v.start, v.end))
+        let clash = vmas.iter().any(|v| overlaps(at, len, v.start, v.end))
             || own
                 .iter()
                 .any(|o| o.end <= TASK_SIZE && overlaps(at, len, o.start, o.end));

@@ -8,6 +8,7 @@ use crate::image::{reg, Backing, Manifest};
 use crate::restore::{Helpers, STACK_SIZE};
 use crate::restore_check::{kernel_set_range, unmap_ranges};
 use crate::restore_moves::Moves;
+pub(crate) use crate::restore_shmem::TreeShm;
 use crate::restorer::{Op, ANY_OK, CODE_SIZE, COPY, IGNORE};
 use crate::sigframe;
 use std::collections::BTreeMap;
@@ -136,6 +137,7 @@ pub(crate) fn plan(
     lay: Layout,
     source: &Source,
     stop_under: Option<u64>,
+    tree: Option<&TreeShm>,
 ) -> Result<Plan> {
     let (base, scratch) = (lay.base, lay.scratch);
     let mut b = Blob {
@@ -177,6 +179,8 @@ pub(crate) fn plan(
             .iter()
             .map(|(fd, cur)| (*cur, format!("relayed fd {fd}"))),
     );
+    let gate_at = helpers.len();
+    helpers.extend(h.gate.map(|g| (g, "the tree's gate".to_string())));
     let mut file_fd = BTreeMap::new();
     let mut inherit_fd = BTreeMap::new();
     for (i, (cur, name)) in helpers.iter().enumerate() {
@@ -187,7 +191,9 @@ pub(crate) fn plan(
             to,
             format!("dup2 helper fd for {name}"),
         );
-        if i >= first_file + n_files {
+        if i >= gate_at {
+            continue;
+        } else if i >= first_file + n_files {
             inherit_fd.insert(h.inherit[i - first_file - n_files].0, to);
         } else if i >= first_file {
             file_fd.insert(name.clone(), to);
@@ -301,7 +307,7 @@ pub(crate) fn plan(
         at += len;
     }
 
-    crate::restore_shmem::map_objects(m, lay.shm_at, &mut op)?;
+    crate::restore_shmem::map_objects(m, lay.shm_at, tree, &mut op)?;
     let mut moves = Moves::new(m, source);
     let nohuge = moves.any && crate::pagebuf::thp_on_request();
     for v in &m.vmas {
@@ -356,7 +362,9 @@ pub(crate) fn plan(
                 )
             }
         }
-        for r in &v.pages {
+        // In a tree, the caller made and filled the objects before the fork.
+        let filled = shared_anon && tree.is_some();
+        for r in v.pages.iter().filter(|_| !filled) {
             if moves.take(v, r) {
                 moved.push(r);
                 continue;
@@ -514,11 +522,10 @@ pub(crate) fn plan(
             by_fd.insert(f.fd, by_fd[&of]);
             continue;
         }
-        if f.relayed.is_some() {
-            let to = inherit_fd
-                .get(&f.fd)
-                .copied()
-                .ok_or_else(|| Error::Restore(format!("no replacement for relayed fd {}", f.fd)))?;
+        if f.relayed.is_some() || f.shared.is_some() {
+            let to = inherit_fd.get(&f.fd).copied().ok_or_else(|| {
+                Error::Restore(format!("no replacement for relayed or shared fd {}", f.fd))
+            })?;
             by_fd.insert(f.fd, to);
             continue;
         }
@@ -700,6 +707,26 @@ pub(crate) fn plan(
         .partition(|s| stop_under.is_some() && crate::signals::job_control(s));
     for s in early {
         requeue(&mut b, &mut op, s);
+    }
+    if h.gate.is_some() {
+        // A process of a tree: reports success (the status pipe's end of
+        // file), then waits until the restoring tool has heard from every
+        // process of the tree and closes the gate's other end, so that
+        // none runs on while another's restore can still fail.
+        let gate = h.base as u64 + gate_at as u64;
+        let byte = b.push(&[0u8; 8], 8);
+        op(
+            SYS_close,
+            &[h.base as u64],
+            0,
+            "close the status pipe".into(),
+        );
+        op(
+            SYS_read,
+            &[gate, byte, 1],
+            0,
+            "wait at the tree's gate".into(),
+        );
     }
     op(
         SYS_close_range,

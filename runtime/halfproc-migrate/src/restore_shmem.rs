@@ -88,21 +88,91 @@ fn scratch_len_of(vmas: &[Vma]) -> Result<u64> {
 /// [`scratch_len`] bytes; called once the address space outside `R` is
 /// free. The address space grows, while an object is made, by the
 /// object's size (the scratch mapping, unmapped once its VMAs are made).
+///
+/// In a process tree the objects were made (and filled) by the restoring
+/// tool before it forked the tree, in `tree`: each VMA is mapped from
+/// there instead, and the whole of `tree` is unmapped after.
 pub(crate) fn map_objects(
     m: &Manifest,
     at: u64,
+    tree: Option<&TreeShm>,
     op: &mut impl FnMut(libc::c_long, &[u64], u64, String),
 ) -> Result<()> {
-    map_objects_of(&m.vmas, at, op)
+    map_objects_of(&m.vmas, at, tree, op)
+}
+
+/// The shared anonymous objects of a process tree, made by the restoring
+/// tool (`restore_tree`) before it forks the tree, so that its processes
+/// share them: object id -> (address in `[at, at + len)`, size).
+#[derive(Debug, Default)]
+pub(crate) struct TreeShm {
+    pub(crate) at: u64,
+    pub(crate) len: u64,
+    pub(crate) objects: BTreeMap<u64, (u64, u64, bool)>,
+}
+
+impl TreeShm {
+    /// The objects of all `vmas` (of every image of the tree), checked as
+    /// for one image and of one size everywhere, laid out from `at`.
+    pub(crate) fn layout<'a>(images: impl Iterator<Item = &'a [Vma]>) -> Result<TreeShm> {
+        let mut t = TreeShm::default();
+        for vmas in images {
+            for (id, o) in objects(vmas)? {
+                match t.objects.get(&id) {
+                    Some(&(_, size, _)) if size != o.size => {
+                        return Err(Error::Image(format!(
+                            "shared anonymous object {id} has size {size:#x} in one image of \
+                             the tree and {:#x} in another",
+                            o.size
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        t.objects.insert(id, (t.len, o.size, o.noreserve));
+                        t.len = t
+                            .len
+                            .checked_add(o.size)
+                            .filter(|&l| l <= TASK_SIZE)
+                            .ok_or_else(|| Error::Image("shared objects too large".into()))?;
+                    }
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// Moves the layout to start at `at`.
+    pub(crate) fn place(&mut self, at: u64) {
+        for (a, _, _) in self.objects.values_mut() {
+            *a += at - self.at;
+        }
+        self.at = at;
+    }
 }
 
 fn map_objects_of(
     vmas: &[Vma],
     at: u64,
+    tree: Option<&TreeShm>,
     op: &mut impl FnMut(libc::c_long, &[u64], u64, String),
 ) -> Result<()> {
     use libc::*;
     for (id, o) in objects(vmas)? {
+        if let Some(t) = tree {
+            let &(obj, _, _) = t
+                .objects
+                .get(&id)
+                .ok_or_else(|| Error::Image(format!("shared object {id} not made for the tree")))?;
+            for (start, len, offset) in o.vmas {
+                op(
+                    SYS_mremap,
+                    &[obj + offset, 0, len, (MREMAP_MAYMOVE | MREMAP_FIXED) as u64, start],
+                    start,
+                    format!("map shared anonymous {start:#x}+{len:#x} (tree object {id} at {offset:#x})"),
+                );
+            }
+            continue;
+        }
         let noreserve = if o.noreserve { MAP_NORESERVE } else { 0 };
         op(
             SYS_mmap,
@@ -140,6 +210,17 @@ fn map_objects_of(
             &[at, o.size],
             0,
             format!("unmap the scratch mapping of shared anonymous object {id}"),
+        );
+    }
+    if let Some(t) = tree {
+        // Page 0 (never mapped) when there is none: the op count may not
+        // depend on the tree (see `restore_plan`).
+        let (at, len) = if t.len > 0 { (t.at, t.len) } else { (0, PAGE) };
+        op(
+            SYS_munmap,
+            &[at, len],
+            0,
+            "unmap the tree's shared objects as made".into(),
         );
     }
     Ok(())
@@ -182,7 +263,7 @@ mod tests {
         let mut op = |nr: libc::c_long, a: &[u64], want: u64, _what: String| {
             got.push((nr, a.to_vec(), want));
         };
-        map_objects_of(&vmas, 0x100000, &mut op).unwrap();
+        map_objects_of(&vmas, 0x100000, None, &mut op).unwrap();
         let mremaps: Vec<_> = got.iter().filter(|o| o.0 == libc::SYS_mremap).collect();
         assert_eq!(mremaps.len(), 2);
         for (o, start) in mremaps.iter().zip([0x10000, 0x12000]) {
@@ -229,7 +310,13 @@ mod tests {
                     flags.push(a[3]);
                 }
             };
-            map_objects_of(&[vma(0x1000, 0x2000, object, 0, 0x1000)], 0x100000, &mut op).unwrap();
+            map_objects_of(
+                &[vma(0x1000, 0x2000, object, 0, 0x1000)],
+                0x100000,
+                None,
+                &mut op,
+            )
+            .unwrap();
             assert_eq!(flags.len(), 1);
             assert_eq!(flags[0] & libc::MAP_NORESERVE as u64, want);
         }

@@ -168,7 +168,9 @@ pub fn check_lone(pid: i32, maps: &[MapsEntry]) -> Result<(), Refusal> {
     let mut others: Vec<i32> = procs
         .flatten()
         .filter_map(|p| p.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&n| n != pid)
+        // The other processes of a tree checkpointed with it share it in
+        // their copies too (`crate::tree`).
+        .filter(|&n| n != pid && !crate::tree::member(n))
         .collect();
     others.sort_unstable();
     for other in others {

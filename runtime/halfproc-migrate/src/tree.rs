@@ -1,0 +1,239 @@
+//! Process trees: a process and all its descendants checkpointed together
+//! (each single-threaded, each as an image of its own) and restored
+//! together with their pids and parents (see `restore_tree`). What they
+//! share among themselves - shared anonymous memory (stress-ng's workers
+//! and their parent), open file descriptions - is carried shared; what
+//! they share with a process outside the tree is refused as for one
+//! process.
+//!
+//! A tree image is a directory: one image per process in a subdirectory
+//! named by its pid, and [`TREE`] (written last) naming them, parents
+//! before children.
+
+use crate::dump::{dump_frozen, flush_ignored_alarm, Leave};
+use crate::dump_mem::Sink;
+use crate::error::{Error, Refusal, Result};
+use crate::freeze::Frozen;
+use crate::image::{self, Manifest};
+use crate::refuse;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The tree's description in a tree image directory.
+pub const TREE: &str = "tree.json";
+/// Most processes in one tree.
+pub const MAX_PROCESSES: usize = 64;
+
+/// One process of a tree image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeProc {
+    pub pid: i32,
+    /// Its parent's pid; for the root, the pid of the parent it had.
+    pub ppid: i32,
+}
+
+/// `tree.json`: the processes, the root first, each after its parent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TreeManifest {
+    pub version: u32,
+    pub procs: Vec<TreeProc>,
+}
+
+thread_local! {
+    /// The pids of the tree being checkpointed by this thread (ptrace
+    /// ties a checkpoint to one thread): the refusals treat them as part
+    /// of the target, not as other processes.
+    static MEMBERS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether `pid` belongs to the tree this thread is checkpointing.
+pub(crate) fn member(pid: i32) -> bool {
+    MEMBERS.with(|m| m.borrow().contains(&pid))
+}
+
+/// Sets [`MEMBERS`] for its lifetime.
+struct Scope;
+
+impl Scope {
+    fn enter(pids: &[i32]) -> Scope {
+        MEMBERS.with(|m| *m.borrow_mut() = pids.to_vec());
+        Scope
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        MEMBERS.with(|m| m.borrow_mut().clear());
+    }
+}
+
+/// `root` and its descendants, each after its parent (breadth first).
+pub fn processes(root: i32) -> Result<Vec<TreeProc>> {
+    let ppid = crate::procfs::field(&crate::procfs::status(root)?, "PPid")?
+        .parse()
+        .unwrap_or(0);
+    let mut out = vec![TreeProc { pid: root, ppid }];
+    let mut i = 0;
+    while i < out.len() {
+        let parent = out[i].pid;
+        for pid in refuse::children(parent) {
+            if out.len() == MAX_PROCESSES {
+                return Err(Refusal::TreeTooLarge {
+                    root,
+                    max: MAX_PROCESSES,
+                }
+                .into());
+            }
+            out.push(TreeProc { pid, ppid: parent });
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// Numbers from one checkpoint of a tree.
+#[derive(Debug, Clone, Copy)]
+pub struct TreeStats {
+    pub processes: usize,
+    pub pages_bytes: u64,
+    /// Time the tree was stopped (from the first process stopped).
+    pub frozen: Duration,
+}
+
+/// Checkpoints `root` and all its descendants into the tree image `dir`
+/// (created). Each is refused as [`crate::checkpoint`] would refuse it,
+/// except for what it shares with the others: its children, shared
+/// anonymous memory, open file descriptions. Refusals come before anything
+/// is stopped; the tree must not change while it is stopped (a fork meanwhile
+/// fails the checkpoint and lets it go on).
+pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats> {
+    let procs = processes(root)?;
+    let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
+    let _scope = Scope::enter(&pids);
+    for &pid in &pids {
+        refuse::check(pid)?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
+    let tree_path = dir.join(TREE);
+    // An earlier tree image is no tree image while the new one is written.
+    match std::fs::remove_file(&tree_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io(format!("remove {}", tree_path.display()), e))
+        }
+        _ => {}
+    }
+    let mut outs = Vec::new();
+    for &pid in &pids {
+        outs.push(
+            crate::image_dir::create(&dir.join(pid.to_string()), false)
+                .map_err(|e| Error::io("image", e))?,
+        );
+    }
+    let t0 = Instant::now();
+    let mut frozen = Vec::new();
+    for &pid in &pids {
+        frozen.push(Frozen::seize(pid)?);
+    }
+    if processes(root)? != procs {
+        return Err(Error::Changed(format!(
+            "the process tree of pid {root} changed while it was being stopped"
+        )));
+    }
+    let mut manifests = Vec::new();
+    let mut pages_bytes = 0;
+    for (f, out) in frozen.iter().zip(&outs) {
+        let mut w = std::io::BufWriter::new(&out.pages);
+        let m = dump_frozen(f, &[], None, Sink::Writer(&mut w))?;
+        w.flush().map_err(|e| Error::io("write pages.img", e))?;
+        pages_bytes += m.pages_len;
+        manifests.push(m);
+    }
+    mark_shared(&mut manifests)?;
+    for (m, out) in manifests.iter().zip(outs) {
+        image::write_manifest_to(&out.manifest, m)?;
+        out.commit().map_err(|e| Error::io("image", e))?;
+    }
+    let tm = TreeManifest { version: 1, procs };
+    let text = serde_json::to_vec_pretty(&tm).map_err(|e| Error::Image(e.to_string()))?;
+    let tmp = dir.join(format!(".{TREE}.tmp"));
+    std::fs::write(&tmp, text).map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &tree_path)
+        .map_err(|e| Error::io(format!("rename to {}", tree_path.display()), e))?;
+    let stats = TreeStats {
+        processes: pids.len(),
+        pages_bytes,
+        frozen: t0.elapsed(),
+    };
+    match leave {
+        // Children first: a parent killed first would see them go.
+        Leave::Kill => {
+            frozen.into_iter().rev().for_each(Frozen::kill);
+            reaped(&pids, Duration::from_secs(5));
+        }
+        Leave::Continue => {
+            for (f, m) in frozen.iter().zip(&manifests) {
+                let _ = flush_ignored_alarm(f, m);
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Waits (at most `most`) until no process holds one of `pids`: the
+/// killed processes of a tree are reaped by their parents, or by init
+/// once those are gone, and a restore wants their pids.
+fn reaped(pids: &[i32], most: Duration) {
+    let t = Instant::now();
+    // SAFETY: kill with signal 0 only checks for the process.
+    while pids.iter().any(|&p| unsafe { libc::kill(p, 0) } == 0) && t.elapsed() < most {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Numbers the open file descriptions that several processes of the tree
+/// hold (`kcmp(KCMP_FILE)`; `dup_of` already links those of one process).
+/// Pipes are left alone: one held by another process is refused, a
+/// self-pipe is one process's.
+fn mark_shared(ms: &mut [Manifest]) -> Result<()> {
+    // (pid, fd, shared id) of each description seen so far.
+    let mut seen: Vec<(i32, i32, u32)> = Vec::new();
+    let mut next = 0u32;
+    for i in 0..ms.len() {
+        let pid = ms[i].pid;
+        for k in 0..ms[i].fds.len() {
+            let f = &ms[i].fds[k];
+            if f.dup_of.is_some() || f.pipe.is_some() || f.relayed.is_some() {
+                continue;
+            }
+            let fd = f.fd;
+            let same = seen.iter().find(|&&(p, g, _)| {
+                // SAFETY: kcmp only compares kernel objects of two pids.
+                p != pid && unsafe { libc::syscall(libc::SYS_kcmp, p, pid, 0, g, fd) } == 0
+            });
+            let id = match same {
+                Some(&(_, _, id)) => id,
+                None => {
+                    next += 1;
+                    seen.push((pid, fd, next));
+                    continue;
+                }
+            };
+            ms[i].fds[k].shared = Some(id);
+            // The first holder is marked too.
+            let (p, g) = seen
+                .iter()
+                .find(|s| s.2 == id)
+                .map(|s| (s.0, s.1))
+                .unwrap_or((0, 0));
+            for m in ms.iter_mut().filter(|m| m.pid == p) {
+                for e in m.fds.iter_mut().filter(|e| e.fd == g) {
+                    e.shared = Some(id);
+                }
+            }
+        }
+    }
+    Ok(())
+}

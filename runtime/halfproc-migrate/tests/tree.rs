@@ -1,0 +1,164 @@
+//! Process trees: Debian's stress-ng (a parent and its forked worker,
+//! sharing `/dev/zero` memory and their stdout) checkpointed, killed and
+//! restored 20 times in a row while it runs, with its pids; and the
+//! refusals of a tree restore.
+
+mod common;
+
+use common::*;
+use halfproc_migrate::{checkpoint_tree, restore, restore_tree, tree, Leave};
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MOVES: u32 = 20;
+const OPS: u32 = 20000;
+
+/// A tree restore chooses its pids (`clone3(set_tid)`): root, or
+/// `CAP_CHECKPOINT_RESTORE` (40) or `CAP_SYS_ADMIN` (21) in `CapEff`.
+fn may_choose_pids() -> bool {
+    let st = std::fs::read_to_string("/proc/self/status").unwrap();
+    let eff = st
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    eff & (1 << 40 | 1 << 21) != 0
+}
+
+fn stress_ng() -> &'static Path {
+    let p = Path::new("/usr/bin/stress-ng");
+    assert!(
+        p.exists(),
+        "stress-ng is not installed (apt-get install stress-ng)"
+    );
+    p
+}
+
+/// stress-ng with stdout and stderr on one open file `out` (one open file
+/// description, which the worker it forks shares).
+fn spawn_stress(out: &Path) -> i32 {
+    let f = File::create(out).unwrap();
+    let mut c = Command::new(stress_ng());
+    // SAFETY: close_range and prctl are async-signal-safe (see common::spawn).
+    unsafe {
+        c.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        })
+    };
+    let child = c
+        .args(["--cpu", "1", "--cpu-method", "fft", "--metrics-brief"])
+        .args(["--cpu-ops", &OPS.to_string()])
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .expect("spawn stress-ng");
+    let pid = child.id() as i32;
+    std::mem::forget(child);
+    pid
+}
+
+/// Waits until `root` has its worker (a tree of two).
+fn wait_for_worker(root: i32) -> Vec<tree::TreeProc> {
+    let t = Instant::now();
+    loop {
+        let procs = tree::processes(root).unwrap();
+        if procs.len() == 2 {
+            return procs;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no worker: {procs:?}"
+        );
+        sleep_ms(10);
+    }
+}
+
+#[test]
+fn stress_ng_survives_twenty_moves_with_its_pids() {
+    if !may_choose_pids() {
+        eprintln!("SKIP: restoring a tree needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let root = spawn_stress(&out);
+    let procs = wait_for_worker(root);
+    for i in 0..MOVES {
+        let img = dir.path().join(format!("img{}", i % 2));
+        let stats = checkpoint_tree(root, &img, Leave::Kill)
+            .unwrap_or_else(|e| panic!("checkpoint {i}: {e}"));
+        assert_eq!(stats.processes, 2, "move {i}");
+        let r = restore_tree(&img).unwrap_or_else(|e| panic!("restore {i}: {e}"));
+        assert_eq!(r.pid, root, "move {i}: the root's pid");
+        // The worker is the root's child again, with its pid.
+        assert_eq!(tree::processes(root).unwrap(), procs, "move {i}");
+        sleep_ms(40);
+    }
+    let st = wait(root);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(describe(st), "exit 0", "{text}");
+    // Once each: the file offset was shared by both copies as before.
+    for line in ["dispatching hogs: 1 cpu", "successful run completed"] {
+        assert_eq!(text.matches(line).count(), 1, "{line:?} in:\n{text}");
+    }
+    // The worker's count reached its parent through the shared memory.
+    let cpu = text
+        .lines()
+        .find(|l| l.contains("] cpu "))
+        .unwrap_or_else(|| panic!("no metrics line in:\n{text}"));
+    let ops: u32 = cpu.split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert_eq!(ops, OPS, "{cpu}");
+}
+
+#[test]
+fn a_tree_is_not_restored_over_its_running_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let root = spawn_stress(&out);
+    let procs = wait_for_worker(root);
+    let img = dir.path().join("img");
+    checkpoint_tree(root, &img, Leave::Continue).unwrap();
+    let e = restore_tree(&img).unwrap_err().to_string();
+    assert!(e.contains(&format!("pid {root} is in use here")), "{e}");
+    // One process of the tree alone is not restored: it shares its stdout.
+    let e = restore(&img.join(procs[1].pid.to_string()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("is shared with another process of a process tree"),
+        "{e}"
+    );
+    // Untouched: both still run, untraced.
+    for p in &procs {
+        let (state, tracer) = state_and_tracer(p.pid);
+        assert!(matches!(state, 'R' | 'S'), "pid {}: {state}", p.pid);
+        assert_eq!(tracer, 0);
+    }
+    // SAFETY: kill has no memory arguments; the worker is not our child.
+    unsafe { libc::kill(procs[1].pid, libc::SIGKILL) };
+    kill(root);
+}
+
+#[test]
+fn a_tree_image_that_lists_a_child_before_its_parent_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(tree::TREE),
+        r#"{"version":1,"procs":[{"pid":5,"ppid":1},{"pid":7,"ppid":6},{"pid":6,"ppid":5}]}"#,
+    )
+    .unwrap();
+    let e = restore_tree(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("the parent 6 of pid 7 comes not before it"),
+        "{e}"
+    );
+    std::fs::write(dir.path().join(tree::TREE), r#"{"version":1,"procs":[]}"#).unwrap();
+    let e = restore_tree(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("0 processes"), "{e}");
+}
