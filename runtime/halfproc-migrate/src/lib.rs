@@ -1,5 +1,5 @@
-//! Checkpoint/restore of a single-threaded Linux process (migration phase 1,
-//! portable backend). See `docs/migration.md`.
+//! Checkpoint/restore of single-threaded Linux processes and trees of them
+//! (migration phase 1, portable backend). See `docs/migration.md`.
 //!
 //! # Layout
 //!
@@ -18,7 +18,9 @@
 //! - `restore`, `restore_plan`, `restore_moves`, `restorer`, `sigframe`: [`restore`],
 //!   the blob's op table, which runs it moves rather than copies, the blob, the
 //!   `rt_sigreturn` frame; `shmem`, `restore_shmem`: lone shared anonymous
-//!   memory, checked and restored.
+//!   memory, checked and restored;
+//! - [`tree`], `restore_tree`: process trees (a program and its forked
+//!   workers) checkpointed and restored together, with their pids.
 
 pub mod creds;
 pub mod error;

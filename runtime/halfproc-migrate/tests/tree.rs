@@ -51,7 +51,7 @@ fn spawn_stress(out: &Path) -> i32 {
         })
     };
     let child = c
-        .args(["--cpu", "1", "--cpu-method", "fft", "--metrics-brief"])
+        .args(["--cpu", "1", "--cpu-method", "fft", "--metrics-brief", "-v"])
         .args(["--cpu-ops", &OPS.to_string()])
         .stdin(Stdio::null())
         .stdout(f.try_clone().unwrap())
@@ -103,10 +103,23 @@ fn stress_ng_survives_twenty_moves_with_its_pids() {
     let st = wait(root);
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(describe(st), "exit 0", "{text}");
-    // Once each: the file offset was shared by both copies as before.
-    for line in ["dispatching hogs: 1 cpu", "successful run completed"] {
-        assert_eq!(text.matches(line).count(), 1, "{line:?} in:\n{text}");
+    // Once each, in order, whole lines: the copies share the file offset
+    // as the originals did (with one description each, the parent's last
+    // lines overwrite those its worker wrote at the end).
+    let worker = procs[1].pid;
+    let mut at = 0;
+    for line in [
+        "dispatching hogs: 1 cpu".to_string(),
+        format!("cpu: exited [{worker}] (instance 0)"),
+        format!("process [{worker}] terminated"),
+        "successful run completed".to_string(),
+    ] {
+        assert_eq!(text.matches(&line).count(), 1, "{line:?} in:\n{text}");
+        let i = text.find(&line).unwrap();
+        assert!(i > at, "{line:?} out of order in:\n{text}");
+        at = i;
     }
+    assert!(text.lines().all(|l| l.starts_with("stress-ng: ")), "{text}");
     // The worker's count reached its parent through the shared memory.
     let cpu = text
         .lines()
@@ -114,6 +127,64 @@ fn stress_ng_survives_twenty_moves_with_its_pids() {
         .unwrap_or_else(|| panic!("no metrics line in:\n{text}"));
     let ops: u32 = cpu.split_whitespace().nth(4).unwrap().parse().unwrap();
     assert_eq!(ops, OPS, "{cpu}");
+}
+
+/// Whether some process holds `pid`.
+fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks for the process.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[test]
+fn a_failed_restore_leaves_no_process_and_the_image_restores_later() {
+    if !may_choose_pids() {
+        eprintln!("SKIP: restoring a tree needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let root = spawn_stress(&out);
+    let procs = wait_for_worker(root);
+    let img = dir.path().join("img");
+    checkpoint_tree(root, &img, Leave::Kill).unwrap();
+    // The worker's working directory is gone here: its blob's chdir fails
+    // after its parent's copy has rebuilt itself and waits at the gate.
+    let wm = img.join(procs[1].pid.to_string()).join("manifest.json");
+    let text = std::fs::read_to_string(&wm).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["cwd"] = "/nonexistent-halfproc".into();
+    std::fs::write(&wm, serde_json::to_vec(&v).unwrap()).unwrap();
+    let e = restore_tree(&img).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("pid {}: ", procs[1].pid)) && e.contains("chdir /nonexistent-halfproc"),
+        "{e}"
+    );
+    // Every copy was killed: neither pid is held (the worker's copy is
+    // reaped by init once the root's copy, our child, is gone).
+    let t = Instant::now();
+    while procs.iter().any(|p| alive(p.pid)) && t.elapsed() < Duration::from_secs(5) {
+        sleep_ms(5);
+    }
+    for p in &procs {
+        assert!(
+            !alive(p.pid),
+            "pid {} still there after the failed restore",
+            p.pid
+        );
+    }
+    // Nothing was lost: with the directory right, the same image restores
+    // and the program finishes.
+    std::fs::write(&wm, text).unwrap();
+    let r = restore_tree(&img).unwrap();
+    assert_eq!(r.pid, root);
+    let st = wait(root);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(describe(st), "exit 0", "{text}");
+    assert_eq!(
+        text.matches("successful run completed").count(),
+        1,
+        "{text}"
+    );
 }
 
 #[test]
