@@ -127,12 +127,23 @@ fn runs_in_file_order(m: &Manifest) -> Result<Vec<&PageRun>> {
 fn rewritten(m: &Manifest) -> Vec<(u64, u64)> {
     let mut v = Vec::new();
     if let Some(r) = m.rseq.filter(|r| r.ptr != 0) {
-        v.push((r.ptr, r.ptr.saturating_add(r.len as u64)));
+        v.push((r.ptr, r.ptr.saturating_add(rseq_written(r.len))));
     }
     if let Some(t) = m.tid_address.filter(|t| t.holds_tid) {
         v.push((t.addr, t.addr.saturating_add(4)));
     }
     v
+}
+
+/// Bytes at the start of a registered rseq area of `len` bytes that the
+/// kernel writes: its features (`AT_RSEQ_FEATURE_SIZE`, at least the 32
+/// bytes of the original `struct rseq`), not what an image claims (up to
+/// 4 GiB, which would leave that much memory unchecked).
+fn rseq_written(len: u32) -> u64 {
+    const AT_RSEQ_FEATURE_SIZE: libc::c_ulong = 27;
+    // SAFETY: getauxval reads the auxiliary vector; 0 when absent.
+    let features = unsafe { libc::getauxval(AT_RSEQ_FEATURE_SIZE) };
+    (len as u64).min(features.max(32).next_multiple_of(8))
 }
 
 /// Checks that the stopped process `pid`, just restored from `pages`,
@@ -230,6 +241,16 @@ mod tests {
     use std::time::{Duration, Instant};
 
     const PAGE: u64 = 4096;
+
+    #[test]
+    fn only_the_rseq_fields_the_kernel_writes_go_unchecked() {
+        assert_eq!(rseq_written(32), 32);
+        assert_eq!(rseq_written(20), 20);
+        // An image claiming a 4 GiB area leaves no more than the kernel's
+        // fields unchecked (this kernel's feature size, at least 32).
+        let n = rseq_written(u32::MAX);
+        assert!((32..=4096).contains(&n), "{n}");
+    }
 
     /// A manifest of one anonymous VMA of 4 pages at `BASE` with `runs`
     /// (`(page, pages, file_off)`), `pages_len` and `pages_crc` as given.

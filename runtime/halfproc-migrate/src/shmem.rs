@@ -276,11 +276,13 @@ pub(crate) fn hides_processes(mountinfo: &str) -> bool {
     })
 }
 
-/// Whether this process has `CAP_SYS_PTRACE` in its effective set
-/// (`CapEff` of `/proc/self/status`).
+/// Whether the calling thread has `CAP_SYS_PTRACE` in its effective set
+/// (`CapEff` of `/proc/thread-self/status`: a node daemon's thread that
+/// acts with a client's rights has dropped the capabilities its process
+/// keeps, and `/proc` hides processes by the reading thread's).
 pub(crate) fn has_cap_sys_ptrace() -> bool {
     cap_eff_has(
-        &fs::read_to_string("/proc/self/status").unwrap_or_default(),
+        &fs::read_to_string("/proc/thread-self/status").unwrap_or_default(),
         19,
     )
 }
@@ -375,6 +377,48 @@ mod tests {
         let mi = format!("{PROC}rw\n{PROC}rw,hidepid=invisible\n");
         assert!(hides_processes(&mi));
         assert!(!hides_processes(""));
+    }
+
+    #[test]
+    fn cap_sys_ptrace_is_the_calling_threads() {
+        if !has_cap_sys_ptrace() {
+            eprintln!("SKIP: needs CAP_SYS_PTRACE");
+            return;
+        }
+        let dropped = std::thread::spawn(|| {
+            #[repr(C)]
+            struct Header {
+                version: u32,
+                pid: i32,
+            }
+            #[repr(C)]
+            #[derive(Clone, Copy, Default)]
+            struct Data {
+                effective: u32,
+                permitted: u32,
+                inheritable: u32,
+            }
+            let mut h = Header {
+                version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+                pid: 0,
+            };
+            let mut d = [Data::default(); 2];
+            // SAFETY: capget/capset of this thread with a v3 header and
+            // the two data structs v3 takes.
+            unsafe {
+                assert_eq!(libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()), 0);
+                d[0].effective &= !(1 << 19);
+                assert_eq!(libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()), 0);
+            }
+            has_cap_sys_ptrace()
+        })
+        .join()
+        .unwrap();
+        assert!(
+            !dropped,
+            "a thread without CAP_SYS_PTRACE was taken for one with it"
+        );
+        assert!(has_cap_sys_ptrace());
     }
 
     #[test]
