@@ -62,6 +62,8 @@ pub enum Refusal {
     PosixTimers { count: usize },
     /// A process tree larger than [`crate::tree::MAX_PROCESSES`].
     TreeTooLarge { root: i32, max: usize },
+    /// A process of the tree below the target was refused.
+    InTree { pid: i32, why: Box<Refusal> },
 }
 
 impl fmt::Display for Refusal {
@@ -132,6 +134,7 @@ impl fmt::Display for Refusal {
                  stopped; other pending signals are carried"
             ),
             Refusal::NotRunning { state } => write!(f, "process is not running (state {state})"),
+            Refusal::InTree { pid, why } => write!(f, "its child process {pid}: {why}"),
             Refusal::TreeTooLarge { root, max } => write!(
                 f,
                 "the process tree of pid {root} has more than {max} processes"
@@ -170,6 +173,15 @@ impl Error {
     /// `Error::Io` from `errno` after a failed libc call.
     pub(crate) fn last(what: impl Into<String>) -> Self {
         Error::io(what, io::Error::last_os_error())
+    }
+
+    /// The message without the "cannot restore: " of a restore error (to
+    /// be wrapped in another one).
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Error::Restore(m) => m.clone(),
+            e => e.to_string(),
+        }
     }
 }
 

@@ -54,6 +54,7 @@ mod restore_shmem;
 mod restore_tree;
 mod shmem;
 pub mod tree;
+mod tree_copies;
 
 pub use creds::Creds;
 pub use dump::{
@@ -71,5 +72,5 @@ pub use precopy::{probe_soft_dirty, DirtyTracker};
 pub use procfs::{maps, MapsEntry};
 pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};
 pub use restore_check::{copy_instead, differing_files};
-pub use restore_tree::restore_tree;
-pub use tree::{checkpoint_tree, TreeStats};
+pub use restore_tree::{restore_tree, restore_tree_held, HeldTree, TreePages};
+pub use tree::{check_tree, checkpoint_tree, freeze_and_dump_tree, DumpedTree, TreeStats};

@@ -449,8 +449,8 @@ impl Started {
         }
         let idx = u64::from_le_bytes(buf[0..8].try_into().unwrap_or([0; 8]));
         let ret = i64::from_le_bytes(buf[8..16].try_into().unwrap_or([0; 8]));
-        let what = match self.what.get(idx as usize) {
-            Some(w) => w.clone(),
+        let step = match self.what.get(idx as usize) {
+            Some(w) => format!("restorer step {idx} ({w})"),
             None if idx == CREDS_STEP => "taking the owner's uid/gid/groups".into(),
             None if idx == FORK_STEP => "forking it with its pid in its parent's copy".into(),
             None => "mapping the restorer region".into(),
@@ -461,9 +461,7 @@ impl Started {
             ..0 => std::io::Error::from_raw_os_error((-ret) as i32).to_string(),
             n => format!("it returned {n} (short)"),
         };
-        Err(Error::Restore(format!(
-            "restorer step {idx} ({what}) failed: {err}"
-        )))
+        Err(Error::Restore(format!("{step} failed: {err}")))
     }
 }
 
@@ -475,7 +473,11 @@ impl Started {
 /// Only in a forked child that is to die: it exits.
 pub(crate) unsafe fn fail_in_child(status_w: RawFd, step: u64, err: i64) -> ! {
     let err = if err > 0 { -err } else { err };
-    let msg = [step.to_le_bytes(), err.to_le_bytes()].concat();
+    // On the stack: allocating here could wait forever on a lock another
+    // thread of the tool held at the fork.
+    let mut msg = [0u8; 16];
+    msg[..8].copy_from_slice(&step.to_le_bytes());
+    msg[8..].copy_from_slice(&err.to_le_bytes());
     // SAFETY: writing a local buffer to our pipe, then exiting.
     unsafe {
         libc::write(status_w, msg.as_ptr().cast(), msg.len());

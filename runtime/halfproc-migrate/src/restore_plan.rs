@@ -709,22 +709,31 @@ pub(crate) fn plan(
         requeue(&mut b, &mut op, s);
     }
     if h.gate.is_some() {
-        // A process of a tree: reports success (the status pipe's end of
-        // file), then waits until the restoring tool has heard from every
-        // process of the tree and closes the gate's other end, so that
-        // none runs on while another's restore can still fail.
+        // A process of a tree: reports success (its status pipe's end of
+        // file: every fd but the gate is closed, the status pipes of the
+        // tree's other processes inherited from the tool too), then waits
+        // until the restoring tool has heard from every process of the
+        // tree and writes it a byte, so that none runs on while another's
+        // restore can still fail. End of file there (the tool died) fails
+        // the blob: the copy exits instead of running without the others.
         let gate = h.base as u64 + gate_at as u64;
         let byte = b.push(&[0u8; 8], 8);
         op(
-            SYS_close,
-            &[h.base as u64],
+            SYS_close_range,
+            &[h.base as u64, gate - 1, 0],
             0,
-            "close the status pipe".into(),
+            "close the helper fds below the gate".into(),
+        );
+        op(
+            SYS_close_range,
+            &[gate + 1, u32::MAX as u64, 0],
+            0,
+            "close the fds above the gate".into(),
         );
         op(
             SYS_read,
             &[gate, byte, 1],
-            0,
+            1,
             "wait at the tree's gate".into(),
         );
     }

@@ -103,7 +103,8 @@ pub(crate) fn map_objects(
 
 /// The shared anonymous objects of a process tree, made by the restoring
 /// tool (`restore_tree`) before it forks the tree, so that its processes
-/// share them: object id -> (address in `[at, at + len)`, size).
+/// share them: object id -> (address in `[at, at + len)`, size, made with
+/// `MAP_NORESERVE`).
 #[derive(Debug, Default)]
 pub(crate) struct TreeShm {
     pub(crate) at: u64,
@@ -113,20 +114,21 @@ pub(crate) struct TreeShm {
 
 impl TreeShm {
     /// The objects of all `vmas` (of every image of the tree), checked as
-    /// for one image and of one size everywhere, laid out from `at`.
+    /// for one image and of one size everywhere, laid out from 0.
     pub(crate) fn layout<'a>(images: impl Iterator<Item = &'a [Vma]>) -> Result<TreeShm> {
         let mut t = TreeShm::default();
         for vmas in images {
             for (id, o) in objects(vmas)? {
-                match t.objects.get(&id) {
-                    Some(&(_, size, _)) if size != o.size => {
+                match t.objects.get_mut(&id) {
+                    Some(&mut (_, size, _)) if size != o.size => {
                         return Err(Error::Image(format!(
                             "shared anonymous object {id} has size {size:#x} in one image of \
                              the tree and {:#x} in another",
                             o.size
                         )))
                     }
-                    Some(_) => {}
+                    // The flag is the object's: any image that saw it.
+                    Some((_, _, noreserve)) => *noreserve |= o.noreserve,
                     None => {
                         t.objects.insert(id, (t.len, o.size, o.noreserve));
                         t.len = t

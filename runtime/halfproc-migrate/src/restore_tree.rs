@@ -9,8 +9,9 @@
 //! that every process inherits the objects, the open file descriptions the
 //! tree shares (opened once by the tool) and its parent. Each blob maps its
 //! VMAs out of the objects, reports on its status pipe and waits at a gate
-//! (a pipe whose write end only the tool holds): the tool lets the tree run
-//! only once every process is rebuilt, and kills every copy otherwise.
+//! (a pipe: each copy reads one byte, which the tool writes only once every
+//! process is rebuilt; end of file, the tool gone, makes a copy exit). After
+//! a failure the tool kills every copy (those that hold the gate).
 //!
 //! The pids must be free here and ours to choose (`CAP_CHECKPOINT_RESTORE`
 //! or `CAP_SYS_ADMIN`): the processes of a tree wait for and signal each
@@ -18,232 +19,101 @@
 //! signal a stranger. Not on the kernel backend (a member's copy is made
 //! with `clone3(CLONE_HALFPROC)`, which takes a new pid).
 
+use crate::creds::Creds;
 use crate::error::{Error, Result};
-use crate::image::{self, Backing, Manifest};
-use crate::restore::{choose_region, fail_in_child, Prepared, RestoreOptions, Restored, FORK_STEP};
-use crate::restore_plan::{Plan, TreeShm};
-use crate::tree::{TreeManifest, MAX_PROCESSES, TREE};
+use crate::image::{self, Manifest};
+use crate::restore::{choose_region, Prepared, RestoreOptions, Restored};
+use crate::restore_plan::TreeShm;
+use crate::tree::{TreeManifest, TREE};
+use crate::tree_copies::{grow, open_shared, pid_in_use, sessions, Copies, Objects};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// Reads and checks `tree.json`: the root first, each process after its
-/// parent, pids distinct and positive.
+/// Reads and checks `tree.json` ([`TreeManifest::check`]).
 fn read_tree(dir: &Path) -> Result<TreeManifest> {
     let path = dir.join(TREE);
     let text =
         std::fs::read(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
     let t: TreeManifest = serde_json::from_slice(&text)
         .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
-    let bad = |why: String| Err(Error::Image(format!("{}: {why}", path.display())));
-    if t.version != 1 {
-        return bad(format!("version {} (this restores version 1)", t.version));
-    }
-    if t.procs.is_empty() || t.procs.len() > MAX_PROCESSES {
-        return bad(format!(
-            "{} processes (1 to {MAX_PROCESSES})",
-            t.procs.len()
-        ));
-    }
-    for (i, p) in t.procs.iter().enumerate() {
-        if p.pid <= 0 || t.procs[..i].iter().any(|q| q.pid == p.pid) {
-            return bad(format!("pid {} repeated or not positive", p.pid));
-        }
-        if i > 0 && !t.procs[..i].iter().any(|q| q.pid == p.ppid) {
-            return bad(format!(
-                "the parent {} of pid {} comes not before it",
-                p.ppid, p.pid
-            ));
-        }
-    }
+    t.check()
+        .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
     Ok(t)
 }
 
-/// Opens the open file description `f` stands for, as the blob would
-/// (its flags but those of creation, at its offset).
-fn open_shared(f: &image::FdEntry) -> Result<File> {
-    let acc = f.flags & libc::O_ACCMODE;
-    let flags = f.flags
-        & !(libc::O_ACCMODE
-            | libc::O_CREAT
-            | libc::O_EXCL
-            | libc::O_TRUNC
-            | libc::O_NOCTTY
-            | libc::O_CLOEXEC);
-    let file = std::fs::OpenOptions::new()
-        .read(acc != libc::O_WRONLY)
-        .write(acc != libc::O_RDONLY)
-        .custom_flags(flags)
-        .open(&f.path)
-        .map_err(|e| Error::io(format!("open {} for fd {}", f.path, f.fd), e))?;
-    if !f.path.starts_with("/dev/") {
-        use std::io::Seek;
-        (&file)
-            .seek(std::io::SeekFrom::Start(f.pos as u64))
-            .map_err(|e| Error::io(format!("seek {} to {}", f.path, f.pos), e))?;
-    }
-    Ok(file)
+/// Where the page contents of a tree's images are, in the tree's order.
+pub enum TreePages<'a> {
+    /// Their `pages.img` files (checked).
+    Files(Vec<File>),
+    /// In memory (checked), as [`crate::restore_from_memory`] takes them.
+    Memory(Vec<&'a [u8]>),
 }
 
-/// The tree's shared anonymous objects, made in our address space (the
-/// forked copies inherit them); unmapped when dropped.
-struct Objects<'a>(&'a TreeShm);
-
-impl<'a> Objects<'a> {
-    /// Maps every object of `t` at its place, then fills it from the
-    /// images' page runs that lie in it (the same contents in every image
-    /// that maps it: the tree was stopped as a whole).
-    fn make(t: &'a TreeShm, ms: &[Manifest], pages: &[File]) -> Result<Objects<'a>> {
-        let made = Objects(t);
-        let mut mapped = 0;
-        for (&id, &(at, size, noreserve)) in &t.objects {
-            let nr = if noreserve { libc::MAP_NORESERVE } else { 0 };
-            // SAFETY: a new shared anonymous mapping at a place chosen free
-            // (MAP_FIXED_NOREPLACE refuses to replace anything).
-            let got = unsafe {
-                libc::mmap(
-                    at as *mut _,
-                    size as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE | nr,
-                    -1,
-                    0,
-                )
-            };
-            if got as u64 != at {
-                let e = std::io::Error::last_os_error();
-                made.unmap(mapped);
-                return Err(Error::io(format!("map shared object {id} at {at:#x}"), e));
+impl TreePages<'_> {
+    /// Copies `buf.len()` bytes at `off` of image `i`'s contents into `buf`.
+    pub(crate) fn read(&self, i: usize, off: u64, buf: &mut [u8]) -> Result<()> {
+        match self {
+            TreePages::Files(f) => f[i]
+                .read_exact_at(buf, off)
+                .map_err(|e| Error::io("read pages.img", e)),
+            TreePages::Memory(m) => {
+                let src = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| m[i].get(o..o.checked_add(buf.len())?))
+                    .ok_or_else(|| Error::Image("page run outside the page contents".into()))?;
+                buf.copy_from_slice(src);
+                Ok(())
             }
-            mapped = at + size - t.at;
-        }
-        for (m, f) in ms.iter().zip(pages) {
-            for v in &m.vmas {
-                let Backing::SharedAnon { object, offset, .. } = v.backing else {
-                    continue;
-                };
-                let Some(&(at, size, _)) = t.objects.get(&object) else {
-                    return Err(Error::Image(format!("shared object {object} not laid out")));
-                };
-                for r in &v.pages {
-                    let inside = r.addr >= v.start
-                        && r.addr.checked_add(r.len).is_some_and(|e| e <= v.end)
-                        && offset + (r.addr - v.start) + r.len <= size;
-                    if !inside {
-                        return Err(Error::Image(format!(
-                            "page run {:#x}+{:#x} outside its VMA {:#x}-{:#x} or object",
-                            r.addr, r.len, v.start, v.end
-                        )));
-                    }
-                    let to = at + offset + (r.addr - v.start);
-                    // SAFETY: `to..to + len` lies in the object just mapped
-                    // readable and writable by us (checked above); nothing
-                    // else refers to it.
-                    let buf =
-                        unsafe { std::slice::from_raw_parts_mut(to as *mut u8, r.len as usize) };
-                    f.read_exact_at(buf, r.file_off)
-                        .map_err(|e| Error::io(format!("read pages of pid {}", m.pid), e))?;
-                }
-            }
-        }
-        Ok(made)
-    }
-
-    fn unmap(&self, len: u64) {
-        if len > 0 {
-            // SAFETY: unmapping only what `make` mapped.
-            unsafe { libc::munmap(self.0.at as *mut _, len as usize) };
         }
     }
 }
 
-impl Drop for Objects<'_> {
+/// A tree restored and held before it runs: every copy rebuilt and waiting
+/// at the gate. [`HeldTree::release`] lets it run; dropping it kills every
+/// copy (a migration's destination holds it until the commit).
+pub struct HeldTree {
+    copies: Copies,
+    gate: Option<OwnedFd>,
+}
+
+impl HeldTree {
+    /// The root's copy, a child of the caller.
+    pub fn root(&self) -> i32 {
+        self.copies.root
+    }
+
+    /// Lets every process of the tree run: one byte each at the gate. If
+    /// they cannot all have theirs, every copy is killed and the error says so.
+    pub fn release(mut self) -> Result<()> {
+        let Some(gate) = self.gate.take() else {
+            return Ok(());
+        };
+        let bytes = vec![1u8; self.copies.procs.len()];
+        // SAFETY: writing our buffer to our pipe (64 bytes at most, within
+        // its capacity: it does not block).
+        let n = unsafe { libc::write(gate.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        if n != bytes.len() as isize {
+            let e = std::io::Error::last_os_error();
+            self.copies.kill();
+            return Err(Error::Restore(format!(
+                "letting the tree run (its gate): {e}; every copy was killed"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for HeldTree {
     fn drop(&mut self) {
-        self.unmap(self.0.len);
-    }
-}
-
-/// In a freshly forked copy of process `i`: forks its children's copies
-/// (recursively, each with its pid), then runs its blob.
-///
-/// # Safety
-///
-/// Only in a freshly forked child of [`restore_tree`], whose data it reads;
-/// raw system calls only.
-unsafe fn grow(
-    i: usize,
-    t: &TreeManifest,
-    kids: &[Vec<usize>],
-    preps: &[Prepared],
-    plans: &[Plan],
-    r: u64,
-) -> ! {
-    for &c in &kids[i] {
-        // SAFETY: per the contract (clone3 runs no atfork handlers).
-        match unsafe { halfproc_sys::task::fork_with_pid(t.procs[c].pid) } {
-            // SAFETY: the fresh child, per the contract.
-            Ok(0) => unsafe { grow(c, t, kids, preps, plans, r) },
-            Ok(_) => {}
-            // Reported as the child's failure; we die, the tool kills the rest.
-            // SAFETY: per the contract: we exit.
-            Err(e) => unsafe { fail_in_child(preps[c].status_fd(), FORK_STEP, e.errno() as i64) },
+        if self.gate.is_some() {
+            // Killed while the gate holds them; a copy missed sees the
+            // gate's end of file and exits.
+            self.copies.kill();
         }
     }
-    // SAFETY: per the contract; `r` is free in the tool, hence here.
-    unsafe { preps[i].enter(&plans[i], r) }
-}
-
-/// Start time (clock ticks after boot, `/proc/N/stat` field 22) and
-/// executable of process `pid`, to tell our copies from strangers.
-fn identity(pid: i32) -> Option<(u64, std::path::PathBuf)> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let start = st
-        .rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
-    Some((start, std::fs::read_link(format!("/proc/{pid}/exe")).ok()?))
-}
-
-/// Now, in the clock ticks of `/proc/N/stat`'s start times.
-fn boot_ticks() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out pointer; sysconf has no preconditions.
-    let hz = unsafe {
-        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts);
-        libc::sysconf(libc::_SC_CLK_TCK)
-    }
-    .max(1) as u64;
-    ts.tv_sec as u64 * hz + ts.tv_nsec as u64 * hz / 1_000_000_000
-}
-
-/// Whether `pid` is one of our copies: it runs our executable (a copy
-/// keeps it, see docs/migration.md) and started after `since`.
-fn ours(pid: i32, since: u64) -> bool {
-    let exe = std::fs::read_link("/proc/self/exe").ok();
-    identity(pid).is_some_and(|(start, e)| start >= since && Some(e) == exe)
-}
-
-/// Kills the copies of a tree whose restore failed: the processes with
-/// the tree's pids that run our executable and started after `since`
-/// (copies whose parent died are found too: they wait at the gate).
-fn kill_copies(t: &TreeManifest, root: i32, since: u64) {
-    for p in t.procs.iter().rev() {
-        if ours(p.pid, since) {
-            // SAFETY: kill has no memory arguments.
-            unsafe { libc::kill(p.pid, libc::SIGKILL) };
-        }
-    }
-    let mut st = 0;
-    // SAFETY: reaping our own child.
-    unsafe { libc::waitpid(root, &mut st, 0) };
 }
 
 /// Restores the tree image in `dir` (written by [`crate::checkpoint_tree`]);
@@ -251,6 +121,48 @@ fn kill_copies(t: &TreeManifest, root: i32, since: u64) {
 /// pid again, its parent's copy as parent, and shares what it shared.
 pub fn restore_tree(dir: &Path) -> Result<Restored> {
     let t = read_tree(dir)?;
+    let mut ms = Vec::new();
+    let mut pages = Vec::new();
+    for p in &t.procs {
+        let d = dir.join(p.pid.to_string());
+        let m = image::read(&d)?;
+        let path = d.join(image::PAGES);
+        pages
+            .push(File::open(&path).map_err(|e| Error::io(format!("open {}", path.display()), e))?);
+        ms.push(m);
+    }
+    let none = vec![Vec::new(); ms.len()];
+    let held = restore_tree_held(&t, &ms, TreePages::Files(pages), &none, None)?;
+    let root = held.root();
+    held.release()?;
+    Ok(Restored { pid: root })
+}
+
+/// Restores the tree `t` of images `ms` (in its order, their contents in
+/// `pages`) and holds it at the gate. `inherit[i]`: replacements of image
+/// `i`'s relayed fds (as [`RestoreOptions::inherit`]); `creds`: restore as
+/// this owner (as [`RestoreOptions::creds`]).
+pub fn restore_tree_held(
+    t: &TreeManifest,
+    ms: &[Manifest],
+    pages: TreePages,
+    inherit: &[Vec<(i32, RawFd)>],
+    creds: Option<&Creds>,
+) -> Result<HeldTree> {
+    t.check()?;
+    if ms.len() != t.procs.len() || inherit.len() != ms.len() {
+        return Err(Error::Image(format!(
+            "{} images for a tree of {} processes",
+            ms.len(),
+            t.procs.len()
+        )));
+    }
+    if let Some((p, m)) = t.procs.iter().zip(ms).find(|(p, m)| p.pid != m.pid) {
+        return Err(Error::Image(format!(
+            "the image of pid {} says pid {}",
+            p.pid, m.pid
+        )));
+    }
     if crate::mem::caller_is_member() {
         return Err(Error::Restore(
             "process trees are restored on the portable backend only (a member's copy is \
@@ -258,34 +170,15 @@ pub fn restore_tree(dir: &Path) -> Result<Restored> {
                 .into(),
         ));
     }
+    let sessions = sessions();
     for p in &t.procs {
-        // SAFETY: kill with signal 0 only checks for the process.
-        let alive = unsafe { libc::kill(p.pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
-        if alive {
+        if let Some(who) = pid_in_use(p.pid, &sessions) {
             return Err(Error::Restore(format!(
-                "pid {} is in use here: a process tree is restored with its pids (its \
-                 processes wait for and signal each other by pid)",
+                "pid {} is in use here (by {who}): a process tree is restored with its pids \
+                 (its processes wait for and signal each other by pid)",
                 p.pid
             )));
         }
-    }
-    let mut ms = Vec::new();
-    let mut pages = Vec::new();
-    for p in &t.procs {
-        let d = dir.join(p.pid.to_string());
-        let m = image::read(&d)?;
-        if m.pid != p.pid {
-            return Err(Error::Image(format!(
-                "{}: pid {} in its manifest",
-                d.display(),
-                m.pid
-            )));
-        }
-        let path = d.join(image::PAGES);
-        pages
-            .push(File::open(&path).map_err(|e| Error::io(format!("open {}", path.display()), e))?);
-        ms.push(m);
     }
     // The open file descriptions the tree shares, opened once.
     let mut shared: BTreeMap<u32, File> = BTreeMap::new();
@@ -304,28 +197,44 @@ pub fn restore_tree(dir: &Path) -> Result<Restored> {
     // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
     let (gate_r, gate_w) = unsafe { (OwnedFd::from_raw_fd(g[0]), OwnedFd::from_raw_fd(g[1])) };
     let mut preps = Vec::new();
-    for (m, f) in ms.iter().zip(&pages) {
-        let inherit = m
-            .fds
-            .iter()
-            .filter(|e| e.dup_of.is_none())
-            .filter_map(|e| Some((e.fd, shared.get(&e.shared?)?.as_raw_fd())))
-            .collect();
+    for (i, m) in ms.iter().enumerate() {
+        let mut inherit = inherit[i].clone();
+        inherit.extend(
+            m.fds
+                .iter()
+                .filter(|e| e.dup_of.is_none())
+                .filter_map(|e| Some((e.fd, shared.get(&e.shared?)?.as_raw_fd()))),
+        );
         let opts = RestoreOptions {
             inherit,
-            ..RestoreOptions::default()
+            stopped: false,
+            creds: creds.cloned(),
         };
-        let pages = f.try_clone().map_err(|e| Error::io("dup pages.img", e))?;
+        let (file, memory) = match &pages {
+            TreePages::Files(f) => (
+                Some(
+                    f[i].try_clone()
+                        .map_err(|e| Error::io("dup pages.img", e))?,
+                ),
+                None,
+            ),
+            TreePages::Memory(d) => (None, Some(d[i])),
+        };
         preps.push(Prepared::new(
             m,
-            Some(pages),
-            None,
+            file,
+            memory,
             &opts,
             Some(gate_r.as_raw_fd()),
         )?);
     }
     let mut shm = TreeShm::layout(ms.iter().map(|m| &m.vmas[..]))?;
+    // One size of `R` for all: nothing of the tool stays mapped between a
+    // smaller `R` and the objects (the blobs keep that range).
     let r_len = preps.iter().map(|p| p.r_len).max().unwrap_or(0);
+    for p in &mut preps {
+        p.r_len = r_len;
+    }
     let all: Vec<image::Vma> = ms.iter().flat_map(|m| m.vmas.iter().cloned()).collect();
     let own = crate::procfs::parse_maps(
         &std::fs::read_to_string("/proc/self/maps")
@@ -336,7 +245,7 @@ pub fn restore_tree(dir: &Path) -> Result<Restored> {
         .ok_or_else(|| Error::Image("the tree's region would not fit in 64 bits".into()))?;
     let r = choose_region(&all, &own, total)?;
     shm.place(r + r_len);
-    let objects = Objects::make(&shm, &ms, &pages)?;
+    let objects = Objects::make(&shm, ms, &pages)?;
     let plans = preps
         .iter()
         .map(|p| p.place(r, Some(&shm)))
@@ -350,24 +259,39 @@ pub fn restore_tree(dir: &Path) -> Result<Restored> {
                 .collect()
         })
         .collect();
-    let since = boot_ticks();
+    let gate = std::fs::read_link(format!("/proc/self/fd/{}", gate_r.as_raw_fd()))
+        .map_err(|e| Error::io("readlink of the gate", e))?
+        .to_string_lossy()
+        .into_owned();
     // SAFETY: the child only runs `grow` (raw system calls, byte copies).
-    let root = match unsafe { halfproc_sys::task::fork_with_pid(t.procs[0].pid) } {
+    let root = match unsafe { halfproc_sys::task::fork_with_pid_raw(t.procs[0].pid) } {
         // SAFETY: the freshly forked child of this restore.
-        Ok(0) => unsafe { grow(0, &t, &kids, &preps, &plans, r) },
+        Ok(0) => unsafe { grow(0, t, &kids, &preps, &plans, r) },
         Ok(pid) => pid,
-        Err(e) => return Err(Error::Restore(format!("pid {}: {e}", t.procs[0].pid))),
+        Err(e) => {
+            return Err(Error::Restore(format!(
+                "pid {}: forking it: {}",
+                t.procs[0].pid,
+                std::io::Error::from_raw_os_error(e)
+            )))
+        }
     };
     drop(objects);
+    drop(gate_r);
+    let copies = Copies {
+        procs: t.procs.clone(),
+        root,
+        gate,
+    };
     let mut failed = None;
     for ((p, prep), plan) in t.procs.iter().zip(preps).zip(plans) {
         if let Err(e) = prep.started(plan).result() {
-            failed.get_or_insert(format!("pid {}: {e}", p.pid));
+            failed.get_or_insert(format!("pid {}: {}", p.pid, e.text()));
         }
     }
     // A copy killed before it forked its children reports nothing for them.
     if failed.is_none() {
-        if let Some(p) = t.procs.iter().find(|p| !ours(p.pid, since)) {
+        if let Some(p) = t.procs.iter().find(|p| !copies.ours(p.pid)) {
             failed = Some(format!(
                 "pid {}: its copy is gone (killed while it was restored?)",
                 p.pid
@@ -375,10 +299,12 @@ pub fn restore_tree(dir: &Path) -> Result<Restored> {
         }
     }
     if let Some(why) = failed {
-        kill_copies(&t, root, since);
+        copies.kill();
         return Err(Error::Restore(why));
     }
-    // Every process is rebuilt and waits at the gate: let them all run.
-    drop(gate_w);
-    Ok(Restored { pid: root })
+    // Every process is rebuilt and waits at the gate.
+    Ok(HeldTree {
+        copies,
+        gate: Some(gate_w),
+    })
 }

@@ -168,16 +168,8 @@ pub(crate) unsafe fn child_enter(
         )
     };
     if got as u64 != r {
-        let msg = [
-            u64::MAX.to_le_bytes(),
-            (-(libc::EEXIST as i64)).to_le_bytes(),
-        ]
-        .concat();
-        // SAFETY: writing a local buffer to our pipe, then exiting.
-        unsafe {
-            libc::write(status_w, msg.as_ptr().cast(), msg.len());
-            libc::_exit(127)
-        }
+        // SAFETY: we are the forked child, which is to exit.
+        unsafe { crate::restore::fail_in_child(status_w, u64::MAX, -(libc::EEXIST as i64)) }
     }
     // SAFETY: `R` is ours and large enough for code + stack + data (sized by
     // the parent from the same plan); the sources are live in this process;

@@ -10,11 +10,12 @@
 //! named by its pid, and [`TREE`] (written last) naming them, parents
 //! before children.
 
-use crate::dump::{dump_frozen, flush_ignored_alarm, Leave};
-use crate::dump_mem::Sink;
+use crate::dump::{dump_frozen, flush_ignored_alarm, AfterFreeze, Leave};
+use crate::dump_mem::{reserve_for, Sink};
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::Frozen;
 use crate::image::{self, Manifest};
+use crate::pagebuf::PageBuf;
 use crate::refuse;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -40,6 +41,43 @@ pub struct TreeProc {
 pub struct TreeManifest {
     pub version: u32,
     pub procs: Vec<TreeProc>,
+}
+
+impl TreeManifest {
+    /// A tree of `procs` in this version.
+    pub fn new(procs: Vec<TreeProc>) -> TreeManifest {
+        TreeManifest { version: 1, procs }
+    }
+
+    /// Checks it: version 1, 1 to [`MAX_PROCESSES`] processes, the root
+    /// first, each after its parent, pids distinct and positive.
+    pub fn check(&self) -> Result<()> {
+        let bad = |why: String| Err(Error::Image(format!("process tree: {why}")));
+        if self.version != 1 {
+            return bad(format!(
+                "version {} (this restores version 1)",
+                self.version
+            ));
+        }
+        if self.procs.is_empty() || self.procs.len() > MAX_PROCESSES {
+            return bad(format!(
+                "{} processes (1 to {MAX_PROCESSES})",
+                self.procs.len()
+            ));
+        }
+        for (i, p) in self.procs.iter().enumerate() {
+            if p.pid <= 0 || self.procs[..i].iter().any(|q| q.pid == p.pid) {
+                return bad(format!("pid {} repeated or not positive", p.pid));
+            }
+            if i > 0 && !self.procs[..i].iter().any(|q| q.pid == p.ppid) {
+                return bad(format!(
+                    "the parent {} of pid {} comes not before it",
+                    p.ppid, p.pid
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 thread_local! {
@@ -113,9 +151,7 @@ pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats>
     let procs = processes(root)?;
     let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
     let _scope = Scope::enter(&pids);
-    for &pid in &pids {
-        refuse::check(pid)?;
-    }
+    check(&procs, &[])?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
     let tree_path = dir.join(TREE);
     // An earlier tree image is no tree image while the new one is written.
@@ -133,15 +169,7 @@ pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats>
         );
     }
     let t0 = Instant::now();
-    let mut frozen = Vec::new();
-    for &pid in &pids {
-        frozen.push(Frozen::seize(pid)?);
-    }
-    if processes(root)? != procs {
-        return Err(Error::Changed(format!(
-            "the process tree of pid {root} changed while it was being stopped"
-        )));
-    }
+    let frozen = freeze(root, &procs)?;
     let mut manifests = Vec::new();
     let mut pages_bytes = 0;
     for (f, out) in frozen.iter().zip(&outs) {
@@ -151,12 +179,12 @@ pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats>
         pages_bytes += m.pages_len;
         manifests.push(m);
     }
-    mark_shared(&mut manifests)?;
+    mark_shared(&mut manifests.iter_mut().collect::<Vec<_>>())?;
     for (m, out) in manifests.iter().zip(outs) {
         image::write_manifest_to(&out.manifest, m)?;
         out.commit().map_err(|e| Error::io("image", e))?;
     }
-    let tm = TreeManifest { version: 1, procs };
+    let tm = TreeManifest::new(procs);
     let text = serde_json::to_vec_pretty(&tm).map_err(|e| Error::Image(e.to_string()))?;
     let tmp = dir.join(format!(".{TREE}.tmp"));
     std::fs::write(&tmp, text).map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
@@ -168,11 +196,7 @@ pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats>
         frozen: t0.elapsed(),
     };
     match leave {
-        // Children first: a parent killed first would see them go.
-        Leave::Kill => {
-            frozen.into_iter().rev().for_each(Frozen::kill);
-            reaped(&pids, Duration::from_secs(5));
-        }
+        Leave::Kill => kill_all(frozen, &pids),
         Leave::Continue => {
             for (f, m) in frozen.iter().zip(&manifests) {
                 let _ = flush_ignored_alarm(f, m);
@@ -182,10 +206,139 @@ pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats>
     Ok(stats)
 }
 
+/// Refuses (reading `/proc` only) the tree `procs` if one of its processes
+/// has what the engine cannot carry, besides what they share among
+/// themselves; pipes with an inode in `relayed` are accepted (a node
+/// daemon's relays). Call within a [`Scope`] of the tree.
+fn check(procs: &[TreeProc], relayed: &[u64]) -> Result<()> {
+    for (i, p) in procs.iter().enumerate() {
+        match refuse::check_relayed(p.pid, relayed) {
+            Err(Error::Refused(why)) if i > 0 => {
+                return Err(Refusal::InTree {
+                    pid: p.pid,
+                    why: Box::new(why),
+                }
+                .into())
+            }
+            r => r?,
+        }
+    }
+    Ok(())
+}
+
+/// [`check`] of the tree of `root` as it is now: its processes.
+pub fn check_tree(root: i32, relayed: &[u64]) -> Result<Vec<TreeProc>> {
+    let procs = processes(root)?;
+    let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
+    let _scope = Scope::enter(&pids);
+    check(&procs, relayed)?;
+    Ok(procs)
+}
+
+/// Seizes every process of `procs` (the tree of `root`, in its order) and
+/// checks that the tree did not change meanwhile; on an error all are let go.
+fn freeze(root: i32, procs: &[TreeProc]) -> Result<Vec<Frozen>> {
+    let mut frozen = Vec::new();
+    for p in procs {
+        frozen.push(Frozen::seize(p.pid)?);
+    }
+    if processes(root)? != procs {
+        return Err(Error::Changed(format!(
+            "the process tree of pid {root} changed while it was being stopped"
+        )));
+    }
+    Ok(frozen)
+}
+
+/// Kills the stopped tree, children first (a parent killed first would
+/// see them go), and waits until their pids are free.
+fn kill_all(frozen: Vec<Frozen>, pids: &[i32]) {
+    frozen.into_iter().rev().for_each(Frozen::kill);
+    reaped(pids, Duration::from_secs(5));
+}
+
+/// A tree stopped and dumped into memory, still stopped (as
+/// [`crate::Dumped`] is one process): the caller sends the images
+/// somewhere, then kills the originals or resumes them. Dropping it
+/// resumes them. Bound to the thread that stopped it (ptrace).
+pub struct DumpedTree {
+    pub procs: Vec<TreeProc>,
+    /// Each process's image, in the order of `procs`.
+    pub images: Vec<(Manifest, PageBuf)>,
+    frozen: Vec<Frozen>,
+    since: Instant,
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl DumpedTree {
+    /// SIGKILLs the originals (children first); returns the time they were
+    /// stopped.
+    pub fn kill(self) -> Duration {
+        let d = self.since.elapsed();
+        let pids: Vec<i32> = self.procs.iter().map(|p| p.pid).collect();
+        kill_all(self.frozen, &pids);
+        d
+    }
+
+    /// Takes the page contents out (the manifests stay, for the decision).
+    pub fn take_pages(&mut self) -> Vec<PageBuf> {
+        self.images
+            .iter_mut()
+            .map(|(_, p)| std::mem::take(p))
+            .collect()
+    }
+
+    /// Lets the originals continue; returns the time they were stopped.
+    pub fn resume(self) -> Duration {
+        let d = self.since.elapsed();
+        for (f, (m, _)) in self.frozen.iter().zip(&self.images) {
+            let _ = flush_ignored_alarm(f, m);
+        }
+        d
+    }
+}
+
+/// Refuses (before anything is stopped) or stops the tree of `root` and
+/// dumps each process into memory, leaving them stopped; pipes with an
+/// inode in `relayed` are recorded as relayed ends (a node daemon's).
+/// `after_freeze` runs once all are stopped, before anything of them is
+/// read (see [`crate::AfterFreeze`]); its refusal lets them go.
+pub fn freeze_and_dump_tree(
+    root: i32,
+    relayed: &[u64],
+    after_freeze: Option<AfterFreeze>,
+) -> Result<DumpedTree> {
+    let procs = processes(root)?;
+    let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
+    let _scope = Scope::enter(&pids);
+    check(&procs, relayed)?;
+    let reserves: Vec<_> = pids.iter().map(|&p| reserve_for(p, None)).collect();
+    let frozen = freeze(root, &procs)?;
+    if let Err(why) = after_freeze.map_or(Ok(()), |c| c()) {
+        drop(frozen);
+        return Err(Error::Changed(why));
+    }
+    let since = Instant::now();
+    let mut images = Vec::new();
+    for (f, reserve) in frozen.iter().zip(reserves) {
+        let mut pages = PageBuf::new();
+        let m = dump_frozen(f, relayed, None, Sink::Memory(&mut pages, reserve))?;
+        images.push((m, pages));
+    }
+    mark_shared(&mut images.iter_mut().map(|(m, _)| m).collect::<Vec<_>>())?;
+    Ok(DumpedTree {
+        procs,
+        images,
+        frozen,
+        since,
+        _thread_bound: std::marker::PhantomData,
+    })
+}
+
 /// Waits (at most `most`) until no process holds one of `pids`: the
 /// killed processes of a tree are reaped by their parents, or by init
 /// once those are gone, and a restore wants their pids.
-fn reaped(pids: &[i32], most: Duration) {
+pub(crate) fn reaped(pids: &[i32], most: Duration) {
     let t = Instant::now();
     // SAFETY: kill with signal 0 only checks for the process.
     while pids.iter().any(|&p| unsafe { libc::kill(p, 0) } == 0) && t.elapsed() < most {
@@ -197,7 +350,7 @@ fn reaped(pids: &[i32], most: Duration) {
 /// hold (`kcmp(KCMP_FILE)`; `dup_of` already links those of one process).
 /// Pipes are left alone: one held by another process is refused, a
 /// self-pipe is one process's.
-fn mark_shared(ms: &mut [Manifest]) -> Result<()> {
+fn mark_shared(ms: &mut [&mut Manifest]) -> Result<()> {
     // (pid, fd, shared id) of each description seen so far.
     let mut seen: Vec<(i32, i32, u32)> = Vec::new();
     let mut next = 0u32;
@@ -209,25 +362,33 @@ fn mark_shared(ms: &mut [Manifest]) -> Result<()> {
                 continue;
             }
             let fd = f.fd;
-            let same = seen.iter().find(|&&(p, g, _)| {
+            let mut same = None;
+            for &(p, g, id) in seen.iter().filter(|s| s.0 != pid) {
                 // SAFETY: kcmp only compares kernel objects of two pids.
-                p != pid && unsafe { libc::syscall(libc::SYS_kcmp, p, pid, 0, g, fd) } == 0
-            });
-            let id = match same {
-                Some(&(_, _, id)) => id,
-                None => {
-                    next += 1;
-                    seen.push((pid, fd, next));
-                    continue;
+                match unsafe {
+                    libc::syscall(libc::SYS_kcmp, p, pid, 0 /* KCMP_FILE */, g, fd)
+                } {
+                    0 => {
+                        same = Some((p, g, id));
+                        break;
+                    }
+                    // Unknown (seccomp, no CONFIG_KCMP): copies with one
+                    // offset each would overwrite each other's output.
+                    r if r < 0 => {
+                        return Err(Error::last(format!(
+                            "kcmp(KCMP_FILE) of fd {g} of pid {p} and fd {fd} of pid {pid}"
+                        )))
+                    }
+                    _ => {}
                 }
+            }
+            let Some((p, g, id)) = same else {
+                next += 1;
+                seen.push((pid, fd, next));
+                continue;
             };
             ms[i].fds[k].shared = Some(id);
             // The first holder is marked too.
-            let (p, g) = seen
-                .iter()
-                .find(|s| s.2 == id)
-                .map(|s| (s.0, s.1))
-                .unwrap_or((0, 0));
             for m in ms.iter_mut().filter(|m| m.pid == p) {
                 for e in m.fds.iter_mut().filter(|e| e.fd == g) {
                     e.shared = Some(id);

@@ -1,7 +1,7 @@
-//! Process trees: Debian's stress-ng (a parent and its forked worker,
+//! Process trees: Debian's stress-ng (a parent and its two forked workers,
 //! sharing `/dev/zero` memory and their stdout) checkpointed, killed and
 //! restored 20 times in a row while it runs, with its pids; and the
-//! refusals of a tree restore.
+//! refusals and failures of a tree restore.
 
 mod common;
 
@@ -14,7 +14,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MOVES: u32 = 20;
-const OPS: u32 = 20000;
+const OPS: u32 = 40000;
+/// Worker processes (`--cpu`): three processes in the tree.
+const WORKERS: usize = 2;
 
 /// A tree restore chooses its pids (`clone3(set_tid)`): root, or
 /// `CAP_CHECKPOINT_RESTORE` (40) or `CAP_SYS_ADMIN` (21) in `CapEff`.
@@ -51,7 +53,8 @@ fn spawn_stress(out: &Path) -> i32 {
         })
     };
     let child = c
-        .args(["--cpu", "1", "--cpu-method", "fft", "--metrics-brief", "-v"])
+        .args(["--cpu", &WORKERS.to_string(), "--cpu-method", "fft"])
+        .args(["--metrics-brief", "-v"])
         .args(["--cpu-ops", &OPS.to_string()])
         .stdin(Stdio::null())
         .stdout(f.try_clone().unwrap())
@@ -63,17 +66,17 @@ fn spawn_stress(out: &Path) -> i32 {
     pid
 }
 
-/// Waits until `root` has its worker (a tree of two).
-fn wait_for_worker(root: i32) -> Vec<tree::TreeProc> {
+/// Waits until `root` has its workers (a tree of 1 + [`WORKERS`]).
+fn wait_for_workers(root: i32) -> Vec<tree::TreeProc> {
     let t = Instant::now();
     loop {
         let procs = tree::processes(root).unwrap();
-        if procs.len() == 2 {
+        if procs.len() == 1 + WORKERS {
             return procs;
         }
         assert!(
             t.elapsed() < Duration::from_secs(30),
-            "no worker: {procs:?}"
+            "no workers: {procs:?}"
         );
         sleep_ms(10);
     }
@@ -88,12 +91,12 @@ fn stress_ng_survives_twenty_moves_with_its_pids() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let root = spawn_stress(&out);
-    let procs = wait_for_worker(root);
+    let procs = wait_for_workers(root);
     for i in 0..MOVES {
         let img = dir.path().join(format!("img{}", i % 2));
         let stats = checkpoint_tree(root, &img, Leave::Kill)
             .unwrap_or_else(|e| panic!("checkpoint {i}: {e}"));
-        assert_eq!(stats.processes, 2, "move {i}");
+        assert_eq!(stats.processes, 1 + WORKERS, "move {i}");
         let r = restore_tree(&img).unwrap_or_else(|e| panic!("restore {i}: {e}"));
         assert_eq!(r.pid, root, "move {i}: the root's pid");
         // The worker is the root's child again, with its pid.
@@ -105,19 +108,17 @@ fn stress_ng_survives_twenty_moves_with_its_pids() {
     assert_eq!(describe(st), "exit 0", "{text}");
     // Once each, in order, whole lines: the copies share the file offset
     // as the originals did (with one description each, the parent's last
-    // lines overwrite those its worker wrote at the end).
-    let worker = procs[1].pid;
-    let mut at = 0;
-    for line in [
-        "dispatching hogs: 1 cpu".to_string(),
-        format!("cpu: exited [{worker}] (instance 0)"),
-        format!("process [{worker}] terminated"),
-        "successful run completed".to_string(),
-    ] {
-        assert_eq!(text.matches(&line).count(), 1, "{line:?} in:\n{text}");
-        let i = text.find(&line).unwrap();
-        assert!(i > at, "{line:?} out of order in:\n{text}");
-        at = i;
+    // lines overwrite those its workers wrote at the end).
+    let once = |line: &str| {
+        assert_eq!(text.matches(line).count(), 1, "{line:?} in:\n{text}");
+        text.find(line).unwrap()
+    };
+    let start = once(&format!("dispatching hogs: {WORKERS} cpu"));
+    let end = once("successful run completed");
+    for (i, w) in procs[1..].iter().enumerate() {
+        let exited = once(&format!("cpu: exited [{}] (instance {i})", w.pid));
+        let reaped = once(&format!("process [{}] terminated", w.pid));
+        assert!(start < exited && exited < reaped && reaped < end, "{text}");
     }
     assert!(text.lines().all(|l| l.starts_with("stress-ng: ")), "{text}");
     // The worker's count reached its parent through the shared memory.
@@ -144,7 +145,7 @@ fn a_failed_restore_leaves_no_process_and_the_image_restores_later() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let root = spawn_stress(&out);
-    let procs = wait_for_worker(root);
+    let procs = wait_for_workers(root);
     let img = dir.path().join("img");
     checkpoint_tree(root, &img, Leave::Kill).unwrap();
     // The worker's working directory is gone here: its blob's chdir fails
@@ -192,7 +193,7 @@ fn a_tree_is_not_restored_over_its_running_original() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let root = spawn_stress(&out);
-    let procs = wait_for_worker(root);
+    let procs = wait_for_workers(root);
     let img = dir.path().join("img");
     checkpoint_tree(root, &img, Leave::Continue).unwrap();
     let e = restore_tree(&img).unwrap_err().to_string();
@@ -211,8 +212,10 @@ fn a_tree_is_not_restored_over_its_running_original() {
         assert!(matches!(state, 'R' | 'S'), "pid {}: {state}", p.pid);
         assert_eq!(tracer, 0);
     }
-    // SAFETY: kill has no memory arguments; the worker is not our child.
-    unsafe { libc::kill(procs[1].pid, libc::SIGKILL) };
+    for w in &procs[1..] {
+        // SAFETY: kill has no memory arguments; the workers are not our children.
+        unsafe { libc::kill(w.pid, libc::SIGKILL) };
+    }
     kill(root);
 }
 

@@ -408,7 +408,7 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             node.migrations.track_future(fut).await;
             Ok(())
         }
-        Msg::MigrateIn { .. } | Msg::PreCopy => {
+        Msg::MigrateIn { .. } | Msg::TreeIn { .. } | Msg::PreCopy => {
             conn.send(&Msg::Error(format!(
                 "a migration starts with Offer (protocol version {})",
                 proto::VERSION

@@ -14,11 +14,12 @@
 
 use crate::access::Admitted;
 use crate::daemon::Node;
+use crate::migrate_dump::{Decision, Job, Outgoing};
 use crate::program;
 use crate::proto::{Conn, End, Exit, Msg, Outcome, CHUNK};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 /// How long the source waits for each answer of the destination.
@@ -73,15 +74,20 @@ async fn migrate_acquired(
     let pid = prog.pid;
     let inos = prog.inos.clone();
     let inos2 = inos.clone();
-    tokio::task::spawn_blocking(move || halfproc_migrate::refuse::check_relayed(pid, &inos2))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
-    let owner = halfproc_migrate::Creds::of(pid)
-        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
-    let image_bytes = crate::admission::image_estimate(pid)
-        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
-    let mapped = halfproc_migrate::restore_need::mapped(pid, None)
+    // A program with children moves with them, as a tree.
+    let procs = tokio::task::spawn_blocking(move || {
+        match halfproc_migrate::refuse::children(pid).is_empty() {
+            true => halfproc_migrate::refuse::check_relayed(pid, &inos2).map(|()| vec![pid]),
+            false => {
+                halfproc_migrate::check_tree(pid, &inos2).map(|t| t.iter().map(|p| p.pid).collect())
+            }
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
+    let tree = procs.len() > 1;
+    let (owner, image_bytes, mapped) = crate::migrate_tree::estimates(&procs)
         .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     // Before anything of it is read: may the destination be sent it?
     let conn = timeout(ANSWER_TIMEOUT, Conn::connect_dest(to, &node.ident))
@@ -101,7 +107,10 @@ async fn migrate_acquired(
             ))
         }
     };
-    let mode = crate::precopy::mode();
+    let mode = match tree {
+        false => crate::precopy::mode(),
+        true => crate::precopy::Mode::Off("a process tree is moved frozen as a whole".into()),
+    };
     // Before anything is stopped (a yield included): may it come?
     let size = (image_bytes, mapped);
     let ticket = match offer(&mut conn, prog, &owner, size, mode.on()).await {
@@ -128,8 +137,12 @@ async fn migrate_acquired(
         format!("{to} accepted pid {pid} (ticket {ticket:016x}); stopping it"),
     );
     // A program that yields is moved from its next yield (or, if it does
-    // not reach one in time, from where it is).
-    match crate::yield_point::park(pid, crate::yield_point::wait_limit()).await {
+    // not reach one in time, from where it is). A tree is frozen as a whole.
+    let parking = match tree {
+        true => crate::yield_point::Parking::NoPage,
+        false => crate::yield_point::park(pid, crate::yield_point::wait_limit()).await,
+    };
+    match parking {
         crate::yield_point::Parking::NoPage => {}
         crate::yield_point::Parking::Parked(t) => say(
             progress,
@@ -151,9 +164,6 @@ async fn migrate_acquired(
     // Freeze and dump on a thread that stays the tracer until the decision.
     // Before it, pre-copy rounds while the program runs (if the kernel
     // tracks dirty pages), their pages streamed at once.
-    let (dump_tx, dump_rx) = oneshot::channel::<Result<crate::precopy::Image, String>>();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<Decision>();
-    let (fin_tx, fin_rx) = oneshot::channel::<Duration>();
     let (pre_tx, mut pre_rx) = mpsc::channel::<Msg>(4);
     let pre_tx = if mode.on() {
         conn.send(&Msg::PreCopy)
@@ -182,7 +192,7 @@ async fn migrate_acquired(
     };
     // The same after every pre-copy read, before it is sent (the program
     // runs: it may exec a set-user-ID program or turn non-dumpable).
-    let mut pre_check = move || {
+    let pre_check = move || {
         let r = admitted2
             .as_ref()
             .as_ref()
@@ -192,52 +202,24 @@ async fn migrate_acquired(
         }
         r
     };
-    std::thread::Builder::new()
-        .name("halfproc-migrate".into())
-        .spawn(move || {
-            crate::access::test_admit_delay();
-            match crate::precopy::dump(pid, &inos, &mode, pre_tx, &mut pre_check, Some(&check)) {
-                Err(e) => {
-                    let _ = dump_tx.send(Err(e));
-                }
-                Ok((d, image)) => {
-                    let _ = dump_tx.send(Ok(image));
-                    let frozen = match go_rx.recv().unwrap_or(Decision::Resume) {
-                        Decision::Kill => d.kill(),
-                        Decision::Resume => d.resume(),
-                        Decision::Hold => {
-                            // A SIGSTOP queued before the detach: the process
-                            // group-stops at once, traced by no one.
-                            // SAFETY: signalling the stopped original.
-                            unsafe { libc::kill(pid, libc::SIGSTOP) };
-                            let t = d.resume();
-                            // It stops on its way back to user mode, before
-                            // any instruction of its own; wait until it has
-                            // (a runnable task has not yet), so "kept stopped"
-                            // is true when the answer says it.
-                            for _ in 0..2000 {
-                                let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                                    .unwrap_or_default();
-                                let state = st.rsplit(')').next().unwrap_or("").trim_start();
-                                if state.is_empty() || state.starts_with('T') {
-                                    break;
-                                }
-                                std::thread::sleep(Duration::from_millis(1));
-                            }
-                            t
-                        }
-                    };
-                    let _ = fin_tx.send(frozen);
-                }
-            }
-        })
-        .map_err(|e| format!("thread: {e}"))?;
+    let handles = crate::migrate_dump::spawn(Job {
+        pid,
+        inos,
+        tree,
+        mode,
+        pre: pre_tx,
+        pre_check: Box::new(pre_check),
+        check: Box::new(check),
+    })?;
     while let Some(m) = pre_rx.recv().await {
         conn.send(&m).await.map_err(|e| {
             format!("connection to {to} lost while pre-copying: {e}; pid {pid} keeps running here")
         })?;
     }
-    let image = dump_rx.await.map_err(|_| "dump thread died".to_string())?;
+    let image = handles
+        .image
+        .await
+        .map_err(|_| "dump thread died".to_string())?;
     if let Some(why) = changed.lock().unwrap().take() {
         return Ok(Msg::Denied(format!(
             "{why}; migration of pid {pid} to {to} refused, it keeps running here"
@@ -250,8 +232,8 @@ async fn migrate_acquired(
             format!("pid {pid}: {e}; it keeps running here")
         }
     })?;
-    let bytes = image.pages.len() as u64;
-    let mode = image.mode.clone();
+    let bytes = image.bytes();
+    let mode = image.mode();
     say(
         progress,
         format!(
@@ -297,8 +279,8 @@ async fn migrate_acquired(
             Decision::Hold
         }
     };
-    let _ = go_tx.send(decision);
-    let frozen = fin_rx.await.unwrap_or_default();
+    let _ = handles.decide.send(decision);
+    let frozen = handles.frozen.await.unwrap_or_default();
     if let (Ok(new_pid), true) = (&outcome, prog.origin.node == node.id) {
         // The origin is here: `ps` shows the new place at once (the
         // destination's Attach says it too, on another connection).
@@ -326,14 +308,6 @@ async fn migrate_acquired(
              it does not run there, `--force kill` if it does"
         ))),
     }
-}
-
-/// What the source does with the frozen original.
-enum Decision {
-    Kill,
-    Resume,
-    /// Keep it stopped (in doubt), detached.
-    Hold,
 }
 
 /// Why a migration did not complete.
@@ -495,37 +469,68 @@ async fn stream_and_commit(
     (id, ticket): (u64, u64),
     stdin_offset: u64,
     owner: halfproc_migrate::Creds,
-    image: crate::precopy::Image,
+    image: Outgoing,
     progress: &Progress,
 ) -> Result<i32, Failed> {
-    let crate::precopy::Image {
-        manifest,
-        pages,
-        included,
-        ..
-    } = image;
     let lost = |e: std::io::Error| {
         Failed::Before(format!(
             "connection to destination lost while streaming: {e}"
         ))
     };
-    conn.send(&Msg::MigrateIn {
-        id,
-        ticket,
-        origin: prog.origin.clone(),
-        gen: prog.gen + 1,
-        stdin_offset,
-        program: prog.program.clone(),
-        owner: Box::new(owner),
-        manifest,
-        included,
-    })
-    .await
-    .map_err(lost)?;
-    for c in pages.chunks(CHUNK) {
-        conn.send(&Msg::Pages(c.to_vec())).await.map_err(lost)?;
+    let (origin, gen, program) = (prog.origin.clone(), prog.gen + 1, prog.program.clone());
+    let owner = Box::new(owner);
+    let contents = match image {
+        Outgoing::One(crate::precopy::Image {
+            manifest,
+            pages,
+            included,
+            ..
+        }) => {
+            conn.send(&Msg::MigrateIn {
+                id,
+                ticket,
+                origin,
+                gen,
+                stdin_offset,
+                program,
+                owner,
+                manifest,
+                included,
+            })
+            .await
+            .map_err(lost)?;
+            vec![pages]
+        }
+        Outgoing::Tree {
+            procs,
+            manifests,
+            pages,
+        } => {
+            conn.send(&Msg::TreeIn {
+                id,
+                ticket,
+                origin,
+                gen,
+                stdin_offset,
+                program,
+                owner,
+                procs,
+                manifests: manifests
+                    .into_iter()
+                    .map(serde_bytes::ByteBuf::from)
+                    .collect(),
+            })
+            .await
+            .map_err(lost)?;
+            pages
+        }
+    };
+    for pages in contents {
+        for c in pages.chunks(CHUNK) {
+            conn.send(&Msg::Pages(c.to_vec())).await.map_err(lost)?;
+        }
+        conn.send(&Msg::PagesEnd).await.map_err(lost)?;
     }
-    conn.send(&Msg::PagesEnd).await.map_err(lost)?;
     let new_pid = loop {
         match answer(conn, "restoring").await.map_err(Failed::Before)? {
             Msg::Restored { pid } => break pid,

@@ -66,6 +66,10 @@ pub async fn offer(node: Arc<Node>, mut conn: Conn, first: Msg) {
     }
     let next = match tokio::time::timeout(hold, conn.recv()).await {
         Ok(Ok(m @ Msg::MigrateIn { .. })) => m,
+        Ok(Ok(m @ Msg::TreeIn { .. })) if !precopy => {
+            crate::migrate_tree_in::tree_in(node, conn, m, ticket).await;
+            return;
+        }
         Ok(Ok(Msg::PreCopy)) if precopy => Msg::PreCopy,
         Ok(Ok(other)) => {
             let e = format!(
@@ -158,6 +162,12 @@ async fn migrate_in(node: Arc<Node>, mut conn: Conn, mut first: Msg, mut ticket:
         id,
     )
     .await;
+    report(&node, &mut conn, id, r).await;
+}
+
+/// Records and answers a migration's failure (`Denied` for a refusal by
+/// the offer's rules, else `Error`).
+pub(crate) async fn report(node: &Node, conn: &mut Conn, id: u64, r: Result<(), Refusal>) {
     if let Err(e) = r {
         node.set_outcome(id, Outcome::Aborted(e.text().to_string()));
         let m = match e {
@@ -268,6 +278,49 @@ async fn receive_and_restore(
         owner: Some(*owner),
     })
     .await?;
+    let copy = Copy {
+        origin,
+        gen,
+        program,
+        stdin_offset,
+        id,
+    };
+    commit_and_run(node, conn, started, copy, move |pid| {
+        let r = crate::files::fill(pid, &copies);
+        drop(copies);
+        r
+    })
+    .await
+}
+
+/// A restored copy's program, as its `MigrateIn` described it.
+pub(crate) struct Copy {
+    pub(crate) origin: Origin,
+    pub(crate) gen: u64,
+    pub(crate) program: String,
+    pub(crate) stdin_offset: u64,
+    /// The migration's id (see `Outcome`).
+    pub(crate) id: u64,
+}
+
+/// The end of a migration's restore, for one process or a tree: `fill`
+/// completes the held copy, `Restored` is answered, then `Commit` awaited;
+/// the copy is linked to its origin, adopted and let go, and `Resumed`
+/// answered. Any failure before the copy is let go kills it.
+pub(crate) async fn commit_and_run(
+    node: &Arc<Node>,
+    conn: &mut Conn,
+    started: program::Started,
+    c: Copy,
+    fill: impl FnOnce(i32) -> Result<(), String>,
+) -> Result<(), Refusal> {
+    let Copy {
+        origin,
+        gen,
+        program,
+        stdin_offset,
+        id,
+    } = c;
     let pid = started.pid;
     let go = started.go.clone();
     let decide = |yes: bool| {
@@ -275,8 +328,7 @@ async fn receive_and_restore(
             let _ = g.send(yes);
         }
     };
-    crate::files::fill(pid, &copies).inspect_err(|_| decide(false))?;
-    drop(copies);
+    fill(pid).inspect_err(|_| decide(false))?;
     conn.send(&Msg::Restored { pid }).await.map_err(|e| {
         decide(false);
         e.to_string()

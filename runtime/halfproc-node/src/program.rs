@@ -14,9 +14,10 @@ use crate::proto::{self, End, Exit, Msg, Origin, Stream};
 use crate::session::{Session, StdinChunk};
 use halfproc_migrate::image::Manifest;
 use halfproc_migrate::{Creds, RestoreOptions};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -338,6 +339,19 @@ pub enum How {
         /// Restore as this user (the daemon is root); `None`: as the daemon.
         owner: Option<Creds>,
     },
+    /// A process tree, held until the decision.
+    RestoreTree(Box<TreeImages>),
+}
+
+/// The images of a process tree (see `halfproc_migrate::tree`), their
+/// contents in memory: restored held at the tree's gate until the
+/// decision, as a [`How::Restore`] is `stopped`.
+pub struct TreeImages {
+    pub tree: halfproc_migrate::tree::TreeManifest,
+    pub manifests: Vec<Manifest>,
+    pub pages: Vec<halfproc_migrate::PageBuf>,
+    /// Restore as this user (the daemon is root); `None`: as the daemon.
+    pub owner: Option<Creds>,
 }
 
 /// Where a restore finds the image's page contents.
@@ -396,18 +410,27 @@ fn spawn_pipes() -> Result<Pipes, String> {
     })
 }
 
-/// New pipes for the relayed fds of an image: one per pipe of the image; a
-/// read end is stdin (its unread bytes written first), a write end is
-/// stderr if its lowest fd is 2, else stdout.
-fn image_pipes(m: &Manifest) -> Result<Pipes, String> {
+/// New pipes for the relayed fds of images (one, or a tree's): one per
+/// pipe of the images (by its inode there: a tree's processes share
+/// them); a read end is stdin (its unread bytes written first), a write
+/// end is stderr if its lowest fd is 2, else stdout. Also: each original
+/// pipe's inode -> the process's end of its new pipe.
+fn image_pipes<M: std::borrow::Borrow<Manifest>>(
+    ms: &[M],
+) -> Result<(Pipes, BTreeMap<u64, RawFd>), String> {
     let mut p = Pipes {
         stdin: None,
         outputs: Vec::new(),
         child: Vec::new(),
         inos: Vec::new(),
     };
-    for f in m.fds.iter().filter(|f| f.dup_of.is_none()) {
+    let mut ends = BTreeMap::new();
+    let fds = ms.iter().flat_map(|m| &m.borrow().fds);
+    for f in fds.filter(|f| f.dup_of.is_none()) {
         let Some(r) = &f.relayed else { continue };
+        if ends.contains_key(&r.ino) {
+            continue;
+        }
         let (rd, wr) = pipe_pair()?;
         p.inos.push(ino(&rd));
         if r.write {
@@ -433,8 +456,9 @@ fn image_pipes(m: &Manifest) -> Result<Pipes, String> {
             p.stdin = Some(wr);
             p.child.push((f.fd, rd));
         }
+        ends.insert(r.ino, p.child.last().map_or(-1, |c| c.1.as_raw_fd()));
     }
-    Ok(p)
+    Ok((p, ends))
 }
 
 /// Result of the keeper's start: pid and, for a stopped restore, the
@@ -449,9 +473,10 @@ pub struct Started {
 
 /// Creates the process on a keeper thread (see the module documentation).
 pub async fn create(how: How) -> Result<Started, String> {
-    let pipes = match &how {
-        How::Spawn { .. } => spawn_pipes()?,
-        How::Restore { manifest, .. } => image_pipes(manifest)?,
+    let (pipes, ends) = match &how {
+        How::Spawn { .. } => (spawn_pipes()?, BTreeMap::new()),
+        How::Restore { manifest, .. } => image_pipes(&[manifest.as_ref()])?,
+        How::RestoreTree(t) => image_pipes(&t.manifests)?,
     };
     let Pipes {
         stdin,
@@ -462,10 +487,13 @@ pub async fn create(how: How) -> Result<Started, String> {
     let (rtx, rrx) = oneshot::channel::<Result<i32, String>>();
     let (etx, erx) = oneshot::channel::<Option<Exit>>();
     let (gtx, grx) = std::sync::mpsc::channel::<bool>();
-    let stopped = matches!(how, How::Restore { stopped: true, .. });
+    let stopped = matches!(
+        how,
+        How::Restore { stopped: true, .. } | How::RestoreTree(_)
+    );
     std::thread::Builder::new()
         .name("halfproc-keeper".into())
-        .spawn(move || keeper(how, child, rtx, grx, etx))
+        .spawn(move || keeper(how, (child, ends), rtx, grx, etx))
         .map_err(|e| format!("keeper thread: {e}"))?;
     let pid = rrx.await.map_err(|_| "keeper thread died".to_string())??;
     Ok(Started {
@@ -479,12 +507,13 @@ pub async fn create(how: How) -> Result<Started, String> {
 
 fn keeper(
     how: How,
-    child: Vec<(i32, OwnedFd)>,
+    (child, ends): (Vec<(i32, OwnedFd)>, BTreeMap<u64, RawFd>),
     reply: oneshot::Sender<Result<i32, String>>,
     go: std::sync::mpsc::Receiver<bool>,
     exit: oneshot::Sender<Option<Exit>>,
 ) {
     let mut stopped = false;
+    let mut held = None;
     let pid = match how {
         How::Spawn {
             argv,
@@ -606,12 +635,65 @@ fn keeper(
                 }
             }
         }
+        How::RestoreTree(t) => {
+            stopped = true;
+            let TreeImages {
+                tree,
+                manifests,
+                pages,
+                owner,
+            } = *t;
+            // Each image's relayed fds get the new pipe of their original.
+            let inherit: Vec<Vec<(i32, RawFd)>> = manifests
+                .iter()
+                .map(|m| {
+                    m.fds
+                        .iter()
+                        .filter(|f| f.dup_of.is_none())
+                        .filter_map(|f| Some((f.fd, *ends.get(&f.relayed.as_ref()?.ino)?)))
+                        .collect()
+                })
+                .collect();
+            let data = pages.iter().map(|p| &p[..]).collect();
+            let r = halfproc_migrate::restore_tree_held(
+                &tree,
+                &manifests,
+                halfproc_migrate::TreePages::Memory(data),
+                &inherit,
+                owner.as_ref(),
+            );
+            // Before the tree runs: see `Pages::Memory`.
+            drop(pages);
+            drop(child);
+            match r {
+                Ok(h) => {
+                    let root = h.root();
+                    held = Some(h);
+                    root
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e.to_string()));
+                    return;
+                }
+            }
+        }
     };
     let _ = reply.send(Ok(pid));
     if stopped {
         let cont = go.recv().unwrap_or(false);
-        // SAFETY: signalling our own (stopped) child.
-        unsafe { libc::kill(pid, if cont { libc::SIGCONT } else { libc::SIGKILL }) };
+        match held {
+            // Dropped, a held tree is killed.
+            Some(h) if cont => {
+                if let Err(e) = h.release() {
+                    tracing::warn!("tree of pid {pid}: {e}");
+                }
+            }
+            Some(h) => drop(h),
+            // SAFETY: signalling our own (stopped) child.
+            None => unsafe {
+                libc::kill(pid, if cont { libc::SIGCONT } else { libc::SIGKILL });
+            },
+        }
     }
     let _ = exit.send(reap(pid));
 }

@@ -35,7 +35,7 @@ pub fn unix_path(addr: &str) -> Option<&str> {
 /// Protocol version; both ends of a connection must speak the same.
 /// 7 and 8: `Checkpoint.with_files` and `Offer.mapped`, made on two
 /// branches that each called itself 7 (8 is the both of them).
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// Largest frame accepted (page data is sent in [`CHUNK`]-byte frames).
 pub const MAX_FRAME: usize = 8 << 20;
 /// Size of the page-data frames of a migration.
@@ -252,6 +252,21 @@ pub enum Msg {
         /// After a pre-copy: for each page of the image, whether its
         /// content follows in `Pages` (else the pre-copied one stands).
         included: Option<Vec<bool>>,
+    },
+    /// A process tree's `MigrateIn` (a program with the workers it forked;
+    /// no pre-copy, see `halfproc_migrate::tree`): the images of its
+    /// processes, root first, each after its parent; then, for each in
+    /// that order, `Pages`* and `PagesEnd`.
+    TreeIn {
+        id: u64,
+        ticket: u64,
+        origin: Origin,
+        gen: u64,
+        stdin_offset: u64,
+        program: String,
+        owner: Box<halfproc_migrate::Creds>,
+        procs: Vec<halfproc_migrate::tree::TreeProc>,
+        manifests: Vec<serde_bytes::ByteBuf>,
     },
     /// Source: pre-copy follows (`PrePages`*, then `MigrateIn`).
     PreCopy,

@@ -163,6 +163,19 @@ pub unsafe fn clone_member() -> Result<i32> {
 /// As for [`clone_member`] (the raw system call: the child should only
 /// make system calls and `_exit`).
 pub unsafe fn fork_with_pid(pid: i32) -> Result<i32> {
+    // SAFETY: per the contract.
+    unsafe { fork_with_pid_raw(pid) }
+        .map_err(|e| Error::from_errno(format!("clone3(set_tid = {pid})"), e))
+}
+
+/// [`fork_with_pid`] that fails with the bare errno: callable from a child
+/// forked by a multi-threaded process, where allocating (an error message)
+/// could wait forever on a lock another thread held at the fork.
+///
+/// # Safety
+///
+/// As for [`fork_with_pid`].
+pub unsafe fn fork_with_pid_raw(pid: i32) -> std::result::Result<i32, i32> {
     let tid = [pid];
     let args = CloneArgs {
         exit_signal: libc::SIGCHLD as u64,
@@ -176,7 +189,8 @@ pub unsafe fn fork_with_pid(pid: i32) -> Result<i32> {
     // is the caller's contract.
     let r = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, CLONE_ARGS_SIZE) };
     if r < 0 {
-        return Err(Error::last_os(format!("clone3(set_tid = {pid})")));
+        // SAFETY: errno of this thread, set by the failed call.
+        return Err(unsafe { *libc::__errno_location() });
     }
     Ok(r as i32)
 }

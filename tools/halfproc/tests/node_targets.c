@@ -5,7 +5,9 @@
  *   plain   nothing
  *   socket  an unconnected unix socket (refused by migrate)
  *   pipe    a pipe to a child process that reads it (refused by migrate)
- *   child   a child process that waits to be killed (refused by migrate)
+ *   child   a child process that waits to be killed (moves as a tree)
+ *   zombie  a child process that exits at once, reaped only at the end
+ *           (refused by migrate: a zombie cannot be carried)
  *   thread  a second thread that sleeps (refused by migrate)
  *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
  *           would run on (the fault tests check that none does)
@@ -68,6 +70,10 @@ int main(int argc, char **argv)
 		if (child == 0)
 			for (;;)
 				pause();
+	} else if (!strcmp(mode, "zombie")) {
+		child = fork();
+		if (child == 0)
+			_exit(0);
 	} else if (!strcmp(mode, "socket")) {
 		if (socket(AF_UNIX, SOCK_STREAM, 0) < 0)
 			return 90;
