@@ -383,6 +383,18 @@ pub async fn resolve(node: Arc<Node>, pid: i32, force: Option<bool>) -> Msg {
         Some(false) => Learned::Committed(0),
         None => learn_outcome(&node, &to, id, peer, OUTCOME_WAIT).await,
     };
+    // A tree was held whole (each of its processes stopped, none can fork):
+    // it is settled whole, children first.
+    let held: Vec<i32> = match halfproc_migrate::tree::processes(pid) {
+        Ok(t) => t.iter().rev().map(|p| p.pid).collect(),
+        Err(_) => vec![pid],
+    };
+    let signal_all = |sig| {
+        for &p in &held {
+            // SAFETY: signalling our own stopped child and its stopped tree.
+            unsafe { libc::kill(p, sig) };
+        }
+    };
     match learned {
         Learned::Committed(new_pid) => {
             prog.leave(End::Migrated);
@@ -391,8 +403,7 @@ pub async fn resolve(node: Arc<Node>, pid: i32, force: Option<bool>) -> Msg {
                     s.set_place(prog.gen + 1, format!("{to} pid {new_pid}"));
                 }
             }
-            // SAFETY: killing our own stopped child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            signal_all(libc::SIGKILL);
             Msg::Done(format!(
                 "pid {pid}: the migration to {to} committed{}; the stopped original was killed",
                 if new_pid > 0 {
@@ -405,8 +416,7 @@ pub async fn resolve(node: Arc<Node>, pid: i32, force: Option<bool>) -> Msg {
         Learned::Aborted(e) => {
             prog.set_running();
             prog.resume_here();
-            // SAFETY: continuing our own stopped child.
-            unsafe { libc::kill(pid, libc::SIGCONT) };
+            signal_all(libc::SIGCONT);
             Msg::Done(format!(
                 "pid {pid}: the migration to {to} did not commit ({e}); pid {pid} was resumed here"
             ))

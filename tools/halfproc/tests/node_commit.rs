@@ -11,7 +11,9 @@
 //! - the `Resumed` is lost and the destination dies: the source cannot
 //!   learn the outcome, keeps the original stopped (not traced, not
 //!   killed), `migrate` exits 75 "in doubt"; `--resolve` asks again (still
-//!   in doubt), `--resolve --force resume` continues it: identical output.
+//!   in doubt), `--resolve --force resume` continues it: identical output;
+//! - the same for a process tree (stress-ng and its worker, root only):
+//!   every process of it is kept stopped, and resumed.
 
 mod common;
 
@@ -209,4 +211,62 @@ fn lost_commit_is_aborted_and_resumed_here() {
 #[test]
 fn unreachable_destination_after_commit_is_in_doubt() {
     cut_at(Cut::ResumedAndKill, "doubt");
+}
+
+#[test]
+fn a_tree_left_in_doubt_is_held_and_resumed_whole() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: needs root (pids chosen at restore, a pid namespace for node B)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (Daemon::start(), NodeInNamespace::start());
+    let argv = [
+        "/usr/bin/stress-ng",
+        "--cpu",
+        "1",
+        "--cpu-method",
+        "fft",
+        "--timeout",
+        "600",
+        "-v",
+    ];
+    let r = run(&a, &argv, None, tmp.path(), "tree");
+    let pid = r.pid();
+    let t = std::time::Instant::now();
+    let worker: i32 = loop {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            break k.parse().unwrap();
+        }
+        assert!(t.elapsed().as_secs() < 20, "stress-ng started no worker");
+        sleep_ms(5);
+    };
+    let via = proxy(b.addr.clone(), b.pid(), Cut::ResumedAndKill);
+    let (code, _, err) = migrate_cmd(&a.addr, &[&pid.to_string(), "--to", &via]);
+    assert_eq!(code, Some(75), "{err}");
+    assert!(err.contains("a process tree of 2"), "{err}");
+    for p in [pid, worker] {
+        assert_eq!(proc_state(p), Some('T'), "pid {p} not kept stopped");
+        assert_eq!(tracer(p), "TracerPid:\t0");
+    }
+    let (code, _, err) = migrate_cmd(
+        &a.addr,
+        &[&pid.to_string(), "--resolve", "--force", "resume"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    for p in [pid, worker] {
+        let t = std::time::Instant::now();
+        while proc_state(p) == Some('T') {
+            assert!(t.elapsed().as_secs() < 5, "pid {p} left stopped");
+            sleep_ms(5);
+        }
+    }
+    // Its timeout, early: the run completes as usual.
+    signal(worker, libc::SIGALRM);
+    let (_, code, err) = r.finish();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.matches("successful run completed").count(), 1, "{err}");
 }

@@ -26,16 +26,6 @@ fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Node B in its pid namespace: `unshare --fork` and the shell (init
-/// there) ignore SIGTERM, so it is killed (with all of its namespace).
-struct NodeInNamespace(Daemon);
-
-impl Drop for NodeInNamespace {
-    fn drop(&mut self) {
-        self.0.kill();
-    }
-}
-
 #[test]
 fn stress_ng_moves_twenty_times_with_its_worker() {
     if !is_root() {
@@ -44,22 +34,7 @@ fn stress_ng_moves_twenty_times_with_its_worker() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let a = Daemon::start();
-    // pid 1 of B's namespace is a shell that reaps what is orphaned there
-    // (a moved worker, killed after its parent), as an init does.
-    let b = NodeInNamespace(Daemon::start_wrapped(
-        &[
-            "unshare",
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--kill-child",
-            "sh",
-            "-c",
-            "\"$0\" \"$@\" & wait",
-        ],
-        &[],
-        &[],
-    ));
+    let b = NodeInNamespace::start();
     let b = &b.0;
     let argv = [
         "/usr/bin/stress-ng",

@@ -156,6 +156,45 @@ impl Drop for Daemon {
     }
 }
 
+/// A node daemon in a pid namespace of its own, as another machine would
+/// have its own pids (root only). Its init is a shell that reaps what is
+/// orphaned there (a moved worker, killed after its parent). `unshare
+/// --fork` and that shell ignore SIGTERM: dropped, it is killed, and its
+/// namespace with it.
+pub struct NodeInNamespace(pub Daemon);
+
+impl NodeInNamespace {
+    pub fn start() -> NodeInNamespace {
+        NodeInNamespace(Daemon::start_wrapped(
+            &[
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child",
+                "sh",
+                "-c",
+                "\"$0\" \"$@\" & wait",
+            ],
+            &[],
+            &[],
+        ))
+    }
+}
+
+impl std::ops::Deref for NodeInNamespace {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.0
+    }
+}
+
+impl Drop for NodeInNamespace {
+    fn drop(&mut self) {
+        self.0.kill();
+    }
+}
+
 pub fn signal(pid: i32, sig: i32) {
     // SAFETY: sending a signal has no memory-safety preconditions.
     unsafe { libc::kill(pid, sig) };
