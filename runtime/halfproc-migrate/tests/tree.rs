@@ -7,10 +7,7 @@ mod common;
 
 use common::*;
 use halfproc_migrate::{checkpoint_tree, restore, restore_tree, tree, Leave};
-use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MOVES: u32 = 20;
@@ -40,30 +37,25 @@ fn stress_ng() -> &'static Path {
 }
 
 /// stress-ng with stdout and stderr on one open file `out` (one open file
-/// description, which the worker it forks shares).
+/// description, which the workers it forks share).
 fn spawn_stress(out: &Path) -> i32 {
-    let f = File::create(out).unwrap();
-    let mut c = Command::new(stress_ng());
-    // SAFETY: close_range and prctl are async-signal-safe (see common::spawn).
-    unsafe {
-        c.pre_exec(|| {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        })
-    };
-    let child = c
-        .args(["--cpu", &WORKERS.to_string(), "--cpu-method", "fft"])
-        .args(["--metrics-brief", "-v"])
-        .args(["--cpu-ops", &OPS.to_string()])
-        .stdin(Stdio::null())
-        .stdout(f.try_clone().unwrap())
-        .stderr(f)
-        .spawn()
-        .expect("spawn stress-ng");
-    let pid = child.id() as i32;
-    std::mem::forget(child);
-    pid
+    let workers = WORKERS.to_string();
+    let ops = OPS.to_string();
+    let args = [
+        "--cpu",
+        &workers,
+        "--cpu-method",
+        "fft",
+        "--metrics-brief",
+        "-v",
+    ];
+    spawn_to(
+        stress_ng(),
+        &[&args[..], &["--cpu-ops", &ops]].concat(),
+        None,
+        out,
+        true,
+    )
 }
 
 /// Waits until `root` has its workers (a tree of 1 + [`WORKERS`]).

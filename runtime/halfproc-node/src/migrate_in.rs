@@ -136,15 +136,9 @@ async fn migrate_in(node: Arc<Node>, mut conn: Conn, mut first: Msg, mut ticket:
     else {
         return;
     };
-    if theirs != ticket.id {
-        let e = format!(
-            "MigrateIn names ticket {theirs:016x}, this connection's offer got {:016x}",
-            ticket.id
-        );
-        let _ = conn.send(&Msg::Error(e)).await;
+    if !begin(&node, &mut conn, "MigrateIn", (theirs, &ticket), id).await {
         return;
     }
-    node.set_outcome(id, Outcome::Pending);
     let r = receive_and_restore(
         &node,
         &mut conn,
@@ -163,6 +157,28 @@ async fn migrate_in(node: Arc<Node>, mut conn: Conn, mut first: Msg, mut ticket:
     )
     .await;
     report(&node, &mut conn, id, r).await;
+}
+
+/// Starts migration `id` if its message (`what`) names this connection's
+/// ticket (`theirs`): its outcome is pending from now on. Else answers
+/// with the error and returns false.
+pub(crate) async fn begin(
+    node: &Node,
+    conn: &mut Conn,
+    what: &str,
+    (theirs, ticket): (u64, &Ticket),
+    id: u64,
+) -> bool {
+    if theirs != ticket.id {
+        let e = format!(
+            "{what} names ticket {theirs:016x}, this connection's offer got {:016x}",
+            ticket.id
+        );
+        let _ = conn.send(&Msg::Error(e)).await;
+        return false;
+    }
+    node.set_outcome(id, Outcome::Pending);
+    true
 }
 
 /// Records and answers a migration's failure (`Denied` for a refusal by

@@ -8,9 +8,9 @@
 
 use crate::admission::{Proposal, Refusal, Ticket};
 use crate::daemon::Node;
-use crate::migrate_in::{commit_and_run, report, Copy};
+use crate::migrate_in::{begin, commit_and_run, report, Copy};
 use crate::program::{self, How, TreeImages};
-use crate::proto::{Conn, Msg, Outcome};
+use crate::proto::{Conn, Msg};
 use halfproc_migrate::image::{self, Manifest};
 use halfproc_migrate::restore_need::{mapped_in, runs_in, Mapped};
 use halfproc_migrate::tree::TreeManifest;
@@ -33,15 +33,9 @@ pub(crate) async fn tree_in(node: Arc<Node>, mut conn: Conn, first: Msg, mut tic
     else {
         return;
     };
-    if theirs != ticket.id {
-        let e = format!(
-            "TreeIn names ticket {theirs:016x}, this connection's offer got {:016x}",
-            ticket.id
-        );
-        let _ = conn.send(&Msg::Error(e)).await;
+    if !begin(&node, &mut conn, "TreeIn", (theirs, &ticket), id).await {
         return;
     }
-    node.set_outcome(id, Outcome::Pending);
     let tree = TreeManifest::new(procs);
     let r = async {
         let (manifests, pages) = receive(

@@ -215,8 +215,7 @@ fn unreachable_destination_after_commit_is_in_doubt() {
 
 #[test]
 fn a_tree_left_in_doubt_is_held_and_resumed_whole() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         eprintln!("SKIP: needs root (pids chosen at restore, a pid namespace for node B)");
         return;
     }
@@ -234,16 +233,7 @@ fn a_tree_left_in_doubt_is_held_and_resumed_whole() {
     ];
     let r = run(&a, &argv, None, tmp.path(), "tree");
     let pid = r.pid();
-    let t = std::time::Instant::now();
-    let worker: i32 = loop {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        if let Some(k) = kids.split_whitespace().next() {
-            break k.parse().unwrap();
-        }
-        assert!(t.elapsed().as_secs() < 20, "stress-ng started no worker");
-        sleep_ms(5);
-    };
+    let worker = first_child(pid);
     let via = proxy(b.addr.clone(), b.pid(), Cut::ResumedAndKill);
     let (code, _, err) = migrate_cmd(&a.addr, &[&pid.to_string(), "--to", &via]);
     assert_eq!(code, Some(75), "{err}");

@@ -20,11 +20,6 @@ fn as_root() -> Command {
     Command::new(env!("CARGO_BIN_EXE_halfproc"))
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// A temporary directory everyone may write to (the clients' pid files),
 /// with `rootonly` in it: root's, mode 0700.
 fn dirs() -> (tempfile::TempDir, std::path::PathBuf) {

@@ -131,17 +131,8 @@ fn stress_ng_to_a_node_where_its_pids_are_in_use_runs_on() {
     let (a, b) = (Daemon::start(), Daemon::start());
     let r = run(&a, &argv, None, tmp.path(), "stress-ng");
     let pid = r.pid();
-    // Wait for the worker: it moves with its parent.
-    let t = std::time::Instant::now();
-    let worker = loop {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        if let Some(k) = kids.split_whitespace().next() {
-            break k.to_string();
-        }
-        assert!(t.elapsed().as_secs() < 20, "stress-ng started no worker");
-        sleep_ms(5);
-    };
+    // It moves with its worker.
+    let worker = first_child(pid);
     let e = migrate(&a.addr, pid, &b.addr).expect_err("stress-ng migrated");
     assert!(
         e.contains(&format!("pid {pid} is in use here"))
@@ -153,7 +144,7 @@ fn stress_ng_to_a_node_where_its_pids_are_in_use_runs_on() {
         "worker {worker} gone"
     );
     assert_eq!(tracer(pid), 0);
-    assert_eq!(tracer(worker.parse().unwrap()), 0);
+    assert_eq!(tracer(worker), 0);
     let (out, code, err) = r.finish();
     assert_eq!(code, 0, "stress-ng exit status: {err}");
     let report = String::from_utf8_lossy(&out).into_owned() + &err;

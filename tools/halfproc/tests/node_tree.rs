@@ -12,20 +12,6 @@ use common::*;
 
 const MIGRATIONS: usize = 20;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// The children of `pid` as `/proc` of this namespace lists them.
-fn children(pid: i32) -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|k| k.parse().ok())
-        .collect()
-}
-
 #[test]
 fn stress_ng_moves_twenty_times_with_its_worker() {
     if !is_root() {
@@ -51,14 +37,7 @@ fn stress_ng_moves_twenty_times_with_its_worker() {
     ];
     let r = run(&a, &argv, None, tmp.path(), "stress-ng");
     let pid = r.pid();
-    let t = std::time::Instant::now();
-    let worker = loop {
-        if let Some(&w) = children(pid).first() {
-            break w;
-        }
-        assert!(t.elapsed().as_secs() < 20, "stress-ng started no worker");
-        sleep_ms(5);
-    };
+    let worker = first_child(pid);
     let nodes = [&a, b];
     let mut here = 0;
     for i in 0..MIGRATIONS {

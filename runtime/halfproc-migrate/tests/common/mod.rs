@@ -50,6 +50,18 @@ pub fn targets() -> &'static Path {
 
 /// Spawns `cmd args` with stdin from `stdin` (or /dev/null) and stdout to `out`.
 pub fn spawn(cmd: &Path, args: &[&str], stdin: Option<&Path>, out: &Path) -> i32 {
+    spawn_to(cmd, args, stdin, out, false)
+}
+
+/// [`spawn`], with stderr on `out` too when `with_stderr` (one open file
+/// description for both), else on /dev/null.
+pub fn spawn_to(
+    cmd: &Path,
+    args: &[&str],
+    stdin: Option<&Path>,
+    out: &Path,
+    with_stderr: bool,
+) -> i32 {
     let input = match stdin {
         Some(p) => Stdio::from(File::open(p).unwrap()),
         None => Stdio::null(),
@@ -66,11 +78,16 @@ pub fn spawn(cmd: &Path, args: &[&str], stdin: Option<&Path>, out: &Path) -> i32
             Ok(())
         })
     };
+    let out = File::create(out).unwrap();
+    let err = match with_stderr {
+        true => Stdio::from(out.try_clone().unwrap()),
+        false => Stdio::null(),
+    };
     let child = c
         .args(args)
         .stdin(input)
-        .stdout(File::create(out).unwrap())
-        .stderr(Stdio::null())
+        .stdout(out)
+        .stderr(err)
         .spawn()
         .expect("spawn target");
     let pid = child.id() as i32;

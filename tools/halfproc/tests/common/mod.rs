@@ -195,6 +195,36 @@ impl Drop for NodeInNamespace {
     }
 }
 
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The children of `pid` as `/proc` of this pid namespace lists them.
+pub fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|k| k.parse().ok())
+        .collect()
+}
+
+/// The first child `pid` forks (waits up to 20 s): a stress-ng's worker.
+pub fn first_child(pid: i32) -> i32 {
+    let t = Instant::now();
+    loop {
+        if let Some(&c) = children(pid).first() {
+            return c;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "pid {pid} forked no child"
+        );
+        sleep_ms(5);
+    }
+}
+
 pub fn signal(pid: i32, sig: i32) {
     // SAFETY: sending a signal has no memory-safety preconditions.
     unsafe { libc::kill(pid, sig) };
