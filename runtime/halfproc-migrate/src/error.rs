@@ -177,7 +177,7 @@ impl Error {
 
     /// The message without the "cannot restore: " of a restore error (to
     /// be wrapped in another one).
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         match self {
             Error::Restore(m) => m.clone(),
             e => e.to_string(),

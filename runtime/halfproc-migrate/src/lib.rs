@@ -72,5 +72,5 @@ pub use precopy::{probe_soft_dirty, DirtyTracker};
 pub use procfs::{maps, MapsEntry};
 pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};
 pub use restore_check::{copy_instead, differing_files};
-pub use restore_tree::{restore_tree, restore_tree_held, HeldTree, TreePages};
+pub use restore_tree::{restore_tree, restore_tree_held, tree_restorable, HeldTree, TreePages};
 pub use tree::{check_tree, checkpoint_tree, freeze_and_dump_tree, DumpedTree, TreeStats};

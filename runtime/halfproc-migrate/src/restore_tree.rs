@@ -116,6 +116,33 @@ impl Drop for HeldTree {
     }
 }
 
+/// Whether a tree of processes `pids` may be restored here (nothing to
+/// check for none): on the portable backend (a member's copy is made with
+/// `clone3(CLONE_HALFPROC)`, which takes a new pid), with every pid free
+/// (not held by a process, a process group or a session).
+pub fn tree_restorable(pids: &[i32]) -> Result<()> {
+    if pids.is_empty() {
+        return Ok(());
+    }
+    if crate::mem::caller_is_member() {
+        return Err(Error::Restore(
+            "process trees are restored on the portable backend only (a member's copy is \
+             made with clone3(CLONE_HALFPROC), which takes a new pid)"
+                .into(),
+        ));
+    }
+    let sessions = sessions();
+    for &pid in pids {
+        if let Some(who) = pid_in_use(pid, &sessions) {
+            return Err(Error::Restore(format!(
+                "pid {pid} is in use here (by {who}): a process tree is restored with its pids \
+                 (its processes wait for and signal each other by pid)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Restores the tree image in `dir` (written by [`crate::checkpoint_tree`]);
 /// returns its root's copy, a child of the caller. Every process has its
 /// pid again, its parent's copy as parent, and shares what it shared.
@@ -163,23 +190,8 @@ pub fn restore_tree_held(
             p.pid, m.pid
         )));
     }
-    if crate::mem::caller_is_member() {
-        return Err(Error::Restore(
-            "process trees are restored on the portable backend only (a member's copy is \
-             made with clone3(CLONE_HALFPROC), which takes a new pid)"
-                .into(),
-        ));
-    }
-    let sessions = sessions();
-    for p in &t.procs {
-        if let Some(who) = pid_in_use(p.pid, &sessions) {
-            return Err(Error::Restore(format!(
-                "pid {} is in use here (by {who}): a process tree is restored with its pids \
-                 (its processes wait for and signal each other by pid)",
-                p.pid
-            )));
-        }
-    }
+    let pids: Vec<i32> = t.procs.iter().map(|p| p.pid).collect();
+    tree_restorable(&pids)?;
     // The open file descriptions the tree shares, opened once.
     let mut shared: BTreeMap<u32, File> = BTreeMap::new();
     for f in ms.iter().flat_map(|m| &m.fds) {

@@ -149,6 +149,12 @@ pub(crate) unsafe fn grow(
     plans: &[Plan],
     r: u64,
 ) -> ! {
+    // The tree's own process group, led by its root, as the node daemon
+    // starts a program (not the restoring tool's).
+    let root = t.procs[0].pid;
+    // SAFETY: setpgid of ourselves; the root's group exists (made by the
+    // root before it forked us).
+    unsafe { libc::setpgid(0, if i == 0 { 0 } else { root }) };
     for &c in &kids[i] {
         // SAFETY: per the contract (clone3 runs no atfork handlers).
         match unsafe { halfproc_sys::task::fork_with_pid_raw(t.procs[c].pid) } {

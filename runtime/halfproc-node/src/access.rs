@@ -242,6 +242,13 @@ pub fn admit_target(
 }
 
 impl Admitted {
+    /// The same request admitted for process `pid` as it is now (another
+    /// process of the program's tree). The error is the text of a
+    /// [`Msg::Denied`].
+    pub fn for_pid(&self, pid: i32) -> Result<Admitted, String> {
+        admit_target(&self.peer, pid, self.daemon_uid, self.what)
+    }
+
     /// Whether the request may still act on the (now stopped) program:
     /// its ids are those it was admitted with and [`may_act`] still holds
     /// (it is still dumpable, unless root asks through a root daemon). The
@@ -520,6 +527,7 @@ mod tests {
                 image_bytes: 0,
                 mapped: Default::default(),
                 precopy: false,
+                tree: vec![],
             },
             Msg::MigrateIn {
                 id: 1,

@@ -10,7 +10,10 @@
 //! process *stopped* and answers `Restored` -> `Commit` -> the destination
 //! continues it and answers `Resumed` -> the original is killed. Any error
 //! or timeout before `Resumed` resumes the original where it was, relays
-//! included, and the error names what happened.
+//! included, and the error names what happened. A program with children
+//! moves as a process tree: offered with its pids, frozen as a whole (no
+//! yield point, no pre-copy), sent as `TreeIn` and each process's pages
+//! (the destination's side: [`crate::migrate_tree_in`]).
 
 use crate::access::Admitted;
 use crate::daemon::Node;
@@ -87,8 +90,21 @@ async fn migrate_acquired(
     .map_err(|e| e.to_string())?
     .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     let tree = procs.len() > 1;
-    let (owner, image_bytes, mapped) = crate::migrate_tree::estimates(&procs)
-        .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
+    // The request's admission holds for every process of a tree.
+    let admitted = match crate::migrate_tree::admit_all(admitted, &procs) {
+        Ok(a) => a,
+        Err(why) => {
+            return Ok(Msg::Denied(format!(
+                "{why}; pid {pid} was never stopped, it keeps running here"
+            )))
+        }
+    };
+    let procs2 = procs.clone();
+    let (owner, image_bytes, mapped) =
+        tokio::task::spawn_blocking(move || crate::migrate_tree::estimates(&procs2))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
     // Before anything of it is read: may the destination be sent it?
     let conn = timeout(ANSWER_TIMEOUT, Conn::connect_dest(to, &node.ident))
         .await
@@ -113,7 +129,8 @@ async fn migrate_acquired(
     };
     // Before anything is stopped (a yield included): may it come?
     let size = (image_bytes, mapped);
-    let ticket = match offer(&mut conn, prog, &owner, size, mode.on()).await {
+    let tree_pids = if tree { procs } else { Vec::new() };
+    let ticket = match offer(&mut conn, prog, &owner, size, (mode.on(), tree_pids)).await {
         Ok(t) => t,
         Err(refused) => {
             let never = |w: &str| {
@@ -184,7 +201,7 @@ async fn migrate_acquired(
     let admitted = Arc::new(admitted);
     let admitted2 = admitted.clone();
     let check = move || {
-        let r = admitted.as_ref().as_ref().map_or(Ok(()), Admitted::recheck);
+        let r = admitted.iter().try_for_each(Admitted::recheck);
         if let Err(why) = &r {
             *changed2.lock().unwrap() = Some(why.clone());
         }
@@ -193,10 +210,7 @@ async fn migrate_acquired(
     // The same after every pre-copy read, before it is sent (the program
     // runs: it may exec a set-user-ID program or turn non-dumpable).
     let pre_check = move || {
-        let r = admitted2
-            .as_ref()
-            .as_ref()
-            .map_or(Ok(()), Admitted::recheck_precopy);
+        let r = admitted2.iter().try_for_each(Admitted::recheck_precopy);
         if let Err(why) = &r {
             *changed3.lock().unwrap() = Some(why.clone());
         }
@@ -448,7 +462,7 @@ async fn offer(
     prog: &program::Program,
     owner: &halfproc_migrate::Creds,
     (image_bytes, mapped): (u64, halfproc_migrate::restore_need::Mapped),
-    precopy: bool,
+    (precopy, tree): (bool, Vec<i32>),
 ) -> Result<u64, crate::admission::Refusal> {
     use crate::admission::Refusal;
     conn.send(&Msg::Offer {
@@ -458,6 +472,7 @@ async fn offer(
         image_bytes,
         mapped,
         precopy,
+        tree,
     })
     .await
     .map_err(|e| format!("sending the offer: {e}"))?;

@@ -22,6 +22,7 @@ pub async fn offer(node: Arc<Node>, mut conn: Conn, first: Msg) {
         image_bytes,
         mapped,
         precopy,
+        tree,
     } = first
     else {
         return;
@@ -39,7 +40,12 @@ pub async fn offer(node: Arc<Node>, mut conn: Conn, first: Msg) {
         mapped,
         runs: None,
     };
-    let ticket = match node.admission.reserve(&node, &p) {
+    // A tree is restored with its pids: refused now if they are taken
+    // here, rather than after it was stopped.
+    let ticket = match halfproc_migrate::tree_restorable(&tree)
+        .map_err(|e| Refusal::Unable(e.text()))
+        .and_then(|()| node.admission.reserve(&node, &p))
+    {
         Ok(t) => t,
         Err(r) => {
             tracing::info!(
@@ -66,7 +72,7 @@ pub async fn offer(node: Arc<Node>, mut conn: Conn, first: Msg) {
     }
     let next = match tokio::time::timeout(hold, conn.recv()).await {
         Ok(Ok(m @ Msg::MigrateIn { .. })) => m,
-        Ok(Ok(m @ Msg::TreeIn { .. })) if !precopy => {
+        Ok(Ok(m @ Msg::TreeIn { .. })) if !precopy && !tree.is_empty() => {
             crate::migrate_tree_in::tree_in(node, conn, m, ticket).await;
             return;
         }
@@ -301,12 +307,12 @@ async fn receive_and_restore(
         stdin_offset,
         id,
     };
-    commit_and_run(node, conn, started, copy, move |pid| {
+    let fill = move |pid| {
         let r = crate::files::fill(pid, &copies);
         drop(copies);
         r
-    })
-    .await
+    };
+    commit_and_run(node, conn, started, copy, (fill, || Ok(()))).await
 }
 
 /// A restored copy's program, as its `MigrateIn` described it.
@@ -320,7 +326,8 @@ pub(crate) struct Copy {
 }
 
 /// The end of a migration's restore, for one process or a tree: `fill`
-/// completes the held copy, `Restored` is answered, then `Commit` awaited;
+/// completes the held copy, `Restored` is answered, then `Commit` awaited
+/// and `whole` checked (the copy is still all there);
 /// the copy is linked to its origin, adopted and let go, and `Resumed`
 /// answered. Any failure before the copy is let go kills it.
 pub(crate) async fn commit_and_run(
@@ -328,7 +335,10 @@ pub(crate) async fn commit_and_run(
     conn: &mut Conn,
     started: program::Started,
     c: Copy,
-    fill: impl FnOnce(i32) -> Result<(), String>,
+    (fill, whole): (
+        impl FnOnce(i32) -> Result<(), String>,
+        impl Fn() -> Result<(), String>,
+    ),
 ) -> Result<(), Refusal> {
     let Copy {
         origin,
@@ -350,7 +360,8 @@ pub(crate) async fn commit_and_run(
         e.to_string()
     })?;
     match conn.recv().await {
-        Ok(Msg::Commit) => {}
+        // Still whole (a tree's copies all held), or no commit.
+        Ok(Msg::Commit) => whole().inspect_err(|_| decide(false))?,
         other => {
             decide(false);
             return Err(format!("no commit ({other:?}); copy pid {pid} killed").into());

@@ -36,6 +36,7 @@ pub(crate) async fn tree_in(node: Arc<Node>, mut conn: Conn, first: Msg, mut tic
     if !begin(&node, &mut conn, "TreeIn", (theirs, &ticket), id).await {
         return;
     }
+    let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
     let tree = TreeManifest::new(procs);
     let r = async {
         let (manifests, pages) = receive(
@@ -62,7 +63,15 @@ pub(crate) async fn tree_in(node: Arc<Node>, mut conn: Conn, first: Msg, mut tic
             stdin_offset,
             id,
         };
-        commit_and_run(&node, &mut conn, started, copy, |_| Ok(())).await
+        // Every copy still there: one killed while held (the OOM killer, an
+        // administrator) would leave the tree partial.
+        let gone = || match pids.iter().find(|&&p| !alive(p)) {
+            Some(p) => Err(format!(
+                "copy pid {p} of the tree is gone; every copy was killed"
+            )),
+            None => Ok(()),
+        };
+        commit_and_run(&node, &mut conn, started, copy, (|_| gone(), gone)).await
     }
     .await;
     report(&node, &mut conn, id, r).await;
@@ -163,4 +172,14 @@ async fn receive_pages(conn: &mut Conn, m: &Manifest) -> Result<PageBuf, Refusal
     }
     image::verify_pages(m, &full).map_err(|e| e.to_string())?;
     Ok(full)
+}
+
+/// Whether process `pid` lives here (a zombie, killed and not reaped yet,
+/// does not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }

@@ -610,8 +610,16 @@ fn keeper(
             owner,
         } => {
             stopped = st;
+            // Every relayed fd, a second one on a pipe too, gets the new
+            // pipe of its original.
+            let inherit = manifest
+                .fds
+                .iter()
+                .filter(|f| f.dup_of.is_none())
+                .filter_map(|f| Some((f.fd, *ends.get(&f.relayed.as_ref()?.ino)?)))
+                .collect();
             let opts = RestoreOptions {
-                inherit: child.iter().map(|(n, fd)| (*n, fd.as_raw_fd())).collect(),
+                inherit,
                 stopped: st,
                 creds: owner,
             };

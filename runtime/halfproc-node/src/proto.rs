@@ -224,6 +224,9 @@ pub enum Msg {
         mapped: halfproc_migrate::restore_need::Mapped,
         /// Pre-copy rounds will come (`PreCopy`) before `MigrateIn`.
         precopy: bool,
+        /// A process tree's pids (root first), which its restore needs
+        /// free there; empty for one process (then `MigrateIn` follows).
+        tree: Vec<i32>,
     },
     /// Destination: come; what the offer needs is reserved under `ticket`
     /// for `hold_ms` (until `PreCopy` or `MigrateIn` come on this

@@ -232,6 +232,7 @@ fn offer() -> Msg {
         image_bytes: 4096,
         mapped: Default::default(),
         precopy: false,
+        tree: vec![],
     }
 }
 
@@ -298,6 +299,47 @@ fn a_full_node_refuses_before_the_freeze_and_an_offer_holds_its_slot() {
     let (out, code, err) = r.finish();
     assert_same("full", &out, &want);
     assert_eq!(code, want_code, "{err}");
+}
+
+/// A process tree is restored with its pids: an offer of one whose pid is
+/// taken on the destination is refused there, before anything is stopped;
+/// a `TreeIn` that follows an offer of one process is no tree.
+#[test]
+fn a_tree_whose_pids_are_taken_is_refused_by_its_offer() {
+    let b = Daemon::start();
+    let me = std::process::id() as i32;
+    let mut taken = offer();
+    if let Msg::Offer { tree, .. } = &mut taken {
+        *tree = vec![me, 1];
+    }
+    let m = Raw::connect(&b.addr).ask(taken);
+    assert!(
+        matches!(&m, Msg::Error(e) if e.contains(&format!("pid {me} is in use here (by a process)"))),
+        "{m:?}"
+    );
+    let mut raw = Raw::connect(&b.addr);
+    let Msg::Accept { ticket, .. } = raw.ask(offer()) else {
+        panic!("offer not accepted");
+    };
+    let m = raw.ask(Msg::TreeIn {
+        id: 1,
+        ticket,
+        origin: Origin {
+            addr: "127.0.0.1:1".into(),
+            node: 1,
+            session: 1,
+        },
+        gen: 1,
+        stdin_offset: 0,
+        program: "raw".into(),
+        owner: Box::new(Creds::current()),
+        procs: vec![],
+        manifests: vec![],
+    });
+    assert!(
+        matches!(&m, Msg::Error(e) if e.contains("expected MigrateIn after Accept, got TreeIn")),
+        "{m:?}"
+    );
 }
 
 /// The destination's daemon runs under `prlimit --as=400MiB`, which the

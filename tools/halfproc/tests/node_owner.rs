@@ -273,6 +273,39 @@ fn the_owner_may_not_checkpoint_a_non_dumpable_program() {
     }
 }
 
+/// A program whose child made itself not dumpable moves as a tree, and the
+/// client's admission must hold for every process of it: its owner's
+/// `migrate` is refused before anything is stopped, naming the child
+/// (found in review: the child's memory was moved and restored dumpable,
+/// readable by the owner).
+#[test]
+fn the_owner_may_not_migrate_a_tree_with_a_non_dumpable_child() {
+    let Some(Nodes {
+        tmp, a: _a, b, sa, ..
+    }) = nodes(&[])
+    else {
+        return;
+    };
+    let argv = [targets(), "nodumpchild", "300", "wait"];
+    let (want, want_code) = reference(&argv[..3], None);
+    let (mut run, pid) = run_as(as_user(OWNER), &sa, tmp.path(), &argv);
+    let reader = ready(&mut run);
+    let child = first_child(pid);
+    let (code, _, err) = migrate_as(as_user(OWNER), &sa, pid, &b.addr);
+    assert_eq!(code, 77, "owner's migrate: {err}");
+    assert!(
+        err.contains(&format!("pid {child} is not dumpable")) && err.contains("never stopped"),
+        "{err}"
+    );
+    untouched(pid, "the refusal");
+    untouched(child, "the refusal");
+    drop(run.stdin.take());
+    let stdout = rest(reader);
+    let out = run.wait_with_output().unwrap();
+    assert_same("nodumpchild", &stdout, &want);
+    assert_eq!(out.status.code(), Some(want_code));
+}
+
 /// Whether `pid` is dumpable by its owner now (its /proc files are root's
 /// otherwise).
 fn dumpable(pid: i32) -> bool {

@@ -8,6 +8,8 @@
  *   child   a child process that waits to be killed (moves as a tree)
  *   zombie  a child process that exits at once, reaped only at the end
  *           (refused by migrate: a zombie cannot be carried)
+ *   nodumpchild  a child process that makes itself not dumpable and
+ *           waits to be killed; prints "ready" first, once it is
  *   thread  a second thread that sleeps (refused by migrate)
  *   nohup   SIGHUP and SIGPIPE ignored: a copy orphaned by a dead node
  *           would run on (the fault tests check that none does)
@@ -74,6 +76,26 @@ int main(int argc, char **argv)
 		child = fork();
 		if (child == 0)
 			_exit(0);
+	} else if (!strcmp(mode, "nodumpchild")) {
+		int q[2];
+		char c;
+
+		if (pipe(q))
+			return 97;
+		child = fork();
+		if (child == 0) {
+			if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+				_exit(95);
+			write(q[1], "x", 1);
+			for (;;)
+				pause();
+		}
+		close(q[1]);
+		if (read(q[0], &c, 1) != 1)
+			return 98;
+		close(q[0]);
+		printf("ready\n");
+		fflush(stdout);
 	} else if (!strcmp(mode, "socket")) {
 		if (socket(AF_UNIX, SOCK_STREAM, 0) < 0)
 			return 90;
