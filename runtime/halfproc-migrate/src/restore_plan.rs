@@ -97,38 +97,6 @@ pub(crate) struct Plan {
     pub(crate) pid_slots: Vec<u64>,
 }
 
-/// Queues `s` again with its siginfo, to the process (`rt_sigqueueinfo`)
-/// or to its thread (`rt_tgsigqueueinfo`); the pids (0 here) are filled in
-/// by the child (see [`Plan::pid_slots`]).
-fn requeue(
-    b: &mut Blob,
-    op: &mut impl FnMut(libc::c_long, &[u64], u64, String),
-    s: &crate::image::PendingSignal,
-) {
-    let info = b.push(&s.info, 8);
-    let what = format!(
-        "queue pending signal {} (si_code {}) to the {}",
-        s.signo,
-        s.code,
-        if s.shared { "process" } else { "thread" }
-    );
-    if s.shared {
-        op(
-            libc::SYS_rt_sigqueueinfo,
-            &[0, s.signo as u64, info],
-            0,
-            what,
-        );
-    } else {
-        op(
-            libc::SYS_rt_tgsigqueueinfo,
-            &[0, 0, s.signo as u64, info],
-            0,
-            what,
-        );
-    }
-}
-
 /// Builds the blob's data (ops last) for the region laid out as `lay`.
 pub(crate) fn plan(
     m: &Manifest,
@@ -706,36 +674,10 @@ pub(crate) fn plan(
         .iter()
         .partition(|s| stop_under.is_some() && crate::signals::job_control(s));
     for s in early {
-        requeue(&mut b, &mut op, s);
+        crate::signals::requeue(&mut b, &mut op, s);
     }
     if h.gate.is_some() {
-        // A process of a tree: reports success (its status pipe's end of
-        // file: every fd but the gate is closed, the status pipes of the
-        // tree's other processes inherited from the tool too), then waits
-        // until the restoring tool has heard from every process of the
-        // tree and writes it a byte, so that none runs on while another's
-        // restore can still fail. End of file there (the tool died) fails
-        // the blob: the copy exits instead of running without the others.
-        let gate = h.base as u64 + gate_at as u64;
-        let byte = b.push(&[0u8; 8], 8);
-        op(
-            SYS_close_range,
-            &[h.base as u64, gate - 1, 0],
-            0,
-            "close the helper fds below the gate".into(),
-        );
-        op(
-            SYS_close_range,
-            &[gate + 1, u32::MAX as u64, 0],
-            0,
-            "close the fds above the gate".into(),
-        );
-        op(
-            SYS_read,
-            &[gate, byte, 1],
-            1,
-            "wait at the tree's gate".into(),
-        );
+        crate::tree_copies::gate_ops(h.base as u64, gate_at as u64, &mut b, &mut op);
     }
     op(
         SYS_close_range,
@@ -770,7 +712,7 @@ pub(crate) fn plan(
         // Legacy signals: queueing them cannot fail (no RLIMIT_SIGPENDING
         // refusal, at worst the siginfo is lost).
         for s in late {
-            requeue(&mut b, &mut op, s);
+            crate::signals::requeue(&mut b, &mut op, s);
         }
     }
 

@@ -153,6 +153,38 @@ pub(crate) fn read_pending(
     Ok(out)
 }
 
+/// Queues `s` again with its siginfo, to the process (`rt_sigqueueinfo`)
+/// or to its thread (`rt_tgsigqueueinfo`); the pids (0 here) are filled in
+/// by the child (see `restore_plan::Plan::pid_slots`).
+pub(crate) fn requeue(
+    b: &mut crate::restore_plan::Blob,
+    op: &mut impl FnMut(libc::c_long, &[u64], u64, String),
+    s: &crate::image::PendingSignal,
+) {
+    let info = b.push(&s.info, 8);
+    let what = format!(
+        "queue pending signal {} (si_code {}) to the {}",
+        s.signo,
+        s.code,
+        if s.shared { "process" } else { "thread" }
+    );
+    if s.shared {
+        op(
+            libc::SYS_rt_sigqueueinfo,
+            &[0, s.signo as u64, info],
+            0,
+            what,
+        );
+    } else {
+        op(
+            libc::SYS_rt_tgsigqueueinfo,
+            &[0, 0, s.signo as u64, info],
+            0,
+            what,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::image::{self, Backing, Manifest};
 use crate::restore::{fail_in_child, Prepared, FORK_STEP};
-use crate::restore_plan::{Plan, TreeShm};
+use crate::restore_plan::{Blob, Plan, TreeShm};
 use crate::restore_tree::TreePages;
 use crate::tree::{TreeManifest, TreeProc};
 use std::fs::File;
@@ -252,4 +252,33 @@ pub(crate) fn sessions() -> Vec<i32> {
                 .ok()
         })
         .collect()
+}
+
+/// The last ops of a tree's copy before it runs the program (helper fds
+/// from `base`, the gate the `gate_at`-th of them): it reports success
+/// (its status pipe's end of file: every fd but the gate is closed, the
+/// status pipes of the tree's other processes inherited from the tool
+/// too), then waits until the restoring tool has heard from every process
+/// of the tree and writes it a byte, so that none runs on while another's
+/// restore can still fail. End of file there (the tool died) fails the
+/// blob: the copy exits instead of running without the others.
+pub(crate) fn gate_ops(
+    base: u64,
+    gate_at: u64,
+    b: &mut Blob,
+    op: &mut impl FnMut(libc::c_long, &[u64], u64, String),
+) {
+    use libc::{SYS_close_range, SYS_read};
+    let gate = base + gate_at;
+    let byte = b.push(&[0u8; 8], 8);
+    let below = "close the helper fds below the gate".to_string();
+    op(SYS_close_range, &[base, gate - 1, 0], 0, below);
+    let above = "close the fds above the gate".to_string();
+    op(SYS_close_range, &[gate + 1, u32::MAX as u64, 0], 0, above);
+    op(
+        SYS_read,
+        &[gate, byte, 1],
+        1,
+        "wait at the tree's gate".into(),
+    );
 }

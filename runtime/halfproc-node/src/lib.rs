@@ -31,6 +31,7 @@ pub mod migrate_dump;
 pub mod migrate_in;
 pub mod migrate_tree;
 pub mod migrate_tree_in;
+pub mod pipes;
 pub mod precopy;
 pub mod program;
 pub mod proto;

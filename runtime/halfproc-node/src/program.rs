@@ -10,14 +10,14 @@
 //! blocking `waitpid` by the parent would swallow the ptrace stops a
 //! migration of the same process needs.
 
+use crate::pipes::{image_pipes, spawn_pipes, Pipes};
 use crate::proto::{self, End, Exit, Msg, Origin, Stream};
 use crate::session::{Session, StdinChunk};
 use halfproc_migrate::image::Manifest;
 use halfproc_migrate::{Creds, RestoreOptions};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -368,97 +368,6 @@ pub enum Pages {
     /// copy is continued, so the copy's pages are no longer shared with
     /// the daemon when it writes them.
     Memory(halfproc_migrate::PageBuf),
-}
-
-fn pipe_pair() -> Result<(OwnedFd, OwnedFd), String> {
-    let mut p = [0i32; 2];
-    // SAFETY: `p` is a valid out array of two fds.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe2: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
-}
-
-fn ino(fd: &OwnedFd) -> u64 {
-    // SAFETY: fstat into a zeroed stat buffer we own.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd.as_raw_fd(), &mut st);
-        st.st_ino
-    }
-}
-
-/// The daemon's ends of the relayed pipes and the process's ends.
-struct Pipes {
-    stdin: Option<OwnedFd>,
-    outputs: Vec<(Stream, OwnedFd)>,
-    /// (fd number in the process, its end)
-    child: Vec<(i32, OwnedFd)>,
-    inos: Vec<u64>,
-}
-
-fn spawn_pipes() -> Result<Pipes, String> {
-    let (r0, w0) = pipe_pair()?;
-    let (r1, w1) = pipe_pair()?;
-    let (r2, w2) = pipe_pair()?;
-    Ok(Pipes {
-        inos: vec![ino(&r0), ino(&r1), ino(&r2)],
-        stdin: Some(w0),
-        outputs: vec![(1, r1), (2, r2)],
-        child: vec![(0, r0), (1, w1), (2, w2)],
-    })
-}
-
-/// New pipes for the relayed fds of images (one, or a tree's): one per
-/// pipe of the images (by its inode there: a tree's processes share
-/// them); a read end is stdin (its unread bytes written first), a write
-/// end is stderr if its lowest fd is 2, else stdout. Also: each original
-/// pipe's inode -> the process's end of its new pipe.
-fn image_pipes<M: std::borrow::Borrow<Manifest>>(
-    ms: &[M],
-) -> Result<(Pipes, BTreeMap<u64, RawFd>), String> {
-    let mut p = Pipes {
-        stdin: None,
-        outputs: Vec::new(),
-        child: Vec::new(),
-        inos: Vec::new(),
-    };
-    let mut ends = BTreeMap::new();
-    let fds = ms.iter().flat_map(|m| &m.borrow().fds);
-    for f in fds.filter(|f| f.dup_of.is_none()) {
-        let Some(r) = &f.relayed else { continue };
-        if ends.contains_key(&r.ino) {
-            continue;
-        }
-        let (rd, wr) = pipe_pair()?;
-        p.inos.push(ino(&rd));
-        if r.write {
-            p.outputs.push((if f.fd == 2 { 2 } else { 1 }, rd));
-            p.child.push((f.fd, wr));
-        } else {
-            if p.stdin.is_some() {
-                return Err(format!("fd {}: a second relayed stdin pipe", f.fd));
-            }
-            if !r.unread.is_empty() {
-                // SAFETY: fcntl on our own pipe, room for the carried bytes.
-                unsafe {
-                    libc::fcntl(
-                        wr.as_raw_fd(),
-                        libc::F_SETPIPE_SZ,
-                        r.unread.len().max(65536) as i32,
-                    )
-                };
-                File::from(wr.try_clone().map_err(|e| e.to_string())?)
-                    .write_all(&r.unread)
-                    .map_err(|e| format!("refill stdin pipe: {e}"))?;
-            }
-            p.stdin = Some(wr);
-            p.child.push((f.fd, rd));
-        }
-        ends.insert(r.ino, p.child.last().map_or(-1, |c| c.1.as_raw_fd()));
-    }
-    Ok((p, ends))
 }
 
 /// Result of the keeper's start: pid and, for a stopped restore, the
