@@ -236,21 +236,9 @@ pub(crate) fn sessions() -> Vec<i32> {
     };
     procs
         .flatten()
-        .filter(|p| {
-            p.file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<i32>().is_ok())
-        })
-        .filter_map(|p| {
-            let st = std::fs::read_to_string(p.path().join("stat")).ok()?;
-            // "pid (comm) state ppid pgrp session ...": comm may hold ')'.
-            st.rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(3)?
-                .parse()
-                .ok()
-        })
+        .filter_map(|p| p.file_name().to_str()?.parse::<i32>().ok())
+        // Field 6 of `/proc/N/stat` (`stat_fields` starts at field 3).
+        .filter_map(|n| Some(*crate::procfs::stat_fields(n).ok()?.get(3)? as i32))
         .collect()
 }
 

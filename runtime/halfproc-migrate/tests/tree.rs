@@ -16,8 +16,17 @@ const OPS: u32 = 40000;
 const WORKERS: usize = 2;
 
 /// A tree restore chooses its pids (`clone3(set_tid)`): root, or
-/// `CAP_CHECKPOINT_RESTORE` (40) or `CAP_SYS_ADMIN` (21) in `CapEff`.
+/// `CAP_CHECKPOINT_RESTORE` (40) or `CAP_SYS_ADMIN` (21) in `CapEff`. Says
+/// the test is skipped when not.
 fn may_choose_pids() -> bool {
+    let may = caps_choose_pids();
+    if !may {
+        eprintln!("SKIP: restoring a tree needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN");
+    }
+    may
+}
+
+fn caps_choose_pids() -> bool {
     let st = std::fs::read_to_string("/proc/self/status").unwrap();
     let eff = st
         .lines()
@@ -74,16 +83,27 @@ fn wait_for_workers(root: i32) -> Vec<tree::TreeProc> {
     }
 }
 
-#[test]
-fn stress_ng_survives_twenty_moves_with_its_pids() {
-    if !may_choose_pids() {
-        eprintln!("SKIP: restoring a tree needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN");
-        return;
-    }
+/// stress-ng started with its output in a new temporary directory, once
+/// it has its workers: (the directory, the output file, its pid, its tree).
+fn started() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    i32,
+    Vec<tree::TreeProc>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let root = spawn_stress(&out);
     let procs = wait_for_workers(root);
+    (dir, out, root, procs)
+}
+
+#[test]
+fn stress_ng_survives_twenty_moves_with_its_pids() {
+    if !may_choose_pids() {
+        return;
+    }
+    let (dir, out, root, procs) = started();
     for i in 0..MOVES {
         let img = dir.path().join(format!("img{}", i % 2));
         let stats = checkpoint_tree(root, &img, Leave::Kill)
@@ -131,13 +151,9 @@ fn alive(pid: i32) -> bool {
 #[test]
 fn a_failed_restore_leaves_no_process_and_the_image_restores_later() {
     if !may_choose_pids() {
-        eprintln!("SKIP: restoring a tree needs CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let root = spawn_stress(&out);
-    let procs = wait_for_workers(root);
+    let (dir, out, root, procs) = started();
     let img = dir.path().join("img");
     checkpoint_tree(root, &img, Leave::Kill).unwrap();
     // The worker's working directory is gone here: its blob's chdir fails
@@ -182,10 +198,7 @@ fn a_failed_restore_leaves_no_process_and_the_image_restores_later() {
 
 #[test]
 fn a_tree_is_not_restored_over_its_running_original() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let root = spawn_stress(&out);
-    let procs = wait_for_workers(root);
+    let (dir, _, root, procs) = started();
     let img = dir.path().join("img");
     checkpoint_tree(root, &img, Leave::Continue).unwrap();
     let e = restore_tree(&img).unwrap_err().to_string();

@@ -603,7 +603,7 @@ async fn stream_and_commit(
 
 /// Whether `pid` has ended (a zombie not yet reaped counts): a failed
 /// freeze then says so instead of "it keeps running".
-fn ended(pid: i32) -> bool {
+pub(crate) fn ended(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(st) => st
             .rsplit_once(')')

@@ -65,7 +65,7 @@ pub(crate) async fn tree_in(node: Arc<Node>, mut conn: Conn, first: Msg, mut tic
         };
         // Every copy still there: one killed while held (the OOM killer, an
         // administrator) would leave the tree partial.
-        let gone = || match pids.iter().find(|&&p| !alive(p)) {
+        let gone = || match pids.iter().find(|&&p| crate::migrate::ended(p)) {
             Some(p) => Err(format!(
                 "copy pid {p} of the tree is gone; every copy was killed"
             )),
@@ -172,14 +172,4 @@ async fn receive_pages(conn: &mut Conn, m: &Manifest) -> Result<PageBuf, Refusal
     }
     image::verify_pages(m, &full).map_err(|e| e.to_string())?;
     Ok(full)
-}
-
-/// Whether process `pid` lives here (a zombie, killed and not reaped yet,
-/// does not).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
-        st.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
 }

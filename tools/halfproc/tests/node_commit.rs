@@ -221,19 +221,7 @@ fn a_tree_left_in_doubt_is_held_and_resumed_whole() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (Daemon::start(), NodeInNamespace::start());
-    let argv = [
-        "/usr/bin/stress-ng",
-        "--cpu",
-        "1",
-        "--cpu-method",
-        "fft",
-        "--timeout",
-        "600",
-        "-v",
-    ];
-    let r = run(&a, &argv, None, tmp.path(), "tree");
-    let pid = r.pid();
-    let worker = first_child(pid);
+    let (r, pid, worker) = run_stress_ng(&a, tmp.path(), "tree");
     let via = proxy(b.addr.clone(), b.pid(), Cut::ResumedAndKill);
     let (code, _, err) = migrate_cmd(&a.addr, &[&pid.to_string(), "--to", &via]);
     assert_eq!(code, Some(75), "{err}");

@@ -22,22 +22,9 @@ fn stress_ng_moves_twenty_times_with_its_worker() {
     let a = Daemon::start();
     let b = NodeInNamespace::start();
     let b = &b.0;
-    let argv = [
-        "/usr/bin/stress-ng",
-        "--cpu",
-        "1",
-        "--cpu-method",
-        "fft",
-        // Ended by the test once the migrations are done: SIGALRM to the
-        // worker is its timeout, the run then completes as usual.
-        "--timeout",
-        "600",
-        "--metrics-brief",
-        "-v",
-    ];
-    let r = run(&a, &argv, None, tmp.path(), "stress-ng");
-    let pid = r.pid();
-    let worker = first_child(pid);
+    // Ended by the test once the migrations are done: SIGALRM to the
+    // worker is its timeout, the run then completes as usual.
+    let (r, pid, worker) = run_stress_ng(&a, tmp.path(), "stress-ng");
     let nodes = [&a, b];
     let mut here = 0;
     for i in 0..MIGRATIONS {

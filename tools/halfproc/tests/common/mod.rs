@@ -210,6 +210,27 @@ pub fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// `halfproc run` on `d` of Debian's stress-ng with one `cpu` worker that
+/// runs until its timeout (600 s, or a SIGALRM to the worker), verbose,
+/// once it has its worker: (the client, the program's pid, the worker's).
+pub fn run_stress_ng(d: &Daemon, dir: &Path, name: &str) -> (Running, i32, i32) {
+    let argv = [
+        "/usr/bin/stress-ng",
+        "--cpu",
+        "1",
+        "--cpu-method",
+        "fft",
+        "--timeout",
+        "600",
+        "--metrics-brief",
+        "-v",
+    ];
+    let r = run(d, &argv, None, dir, name);
+    let pid = r.pid();
+    let worker = first_child(pid);
+    (r, pid, worker)
+}
+
 /// The first child `pid` forks (waits up to 20 s): a stress-ng's worker.
 pub fn first_child(pid: i32) -> i32 {
     let t = Instant::now();
