@@ -45,8 +45,9 @@ with_libs() {	# with_libs PATH DST: SRC:DST lines of a program and its shared li
 
 debian_programs() {	# SRC:DST lines: Debian's programs the migration tests run, with their libraries
 	local p path
-	for p in xz gzip bzip2 sha256sum; do
-		path="$(command -v "$p")" || die "$p is not installed (apt-get install xz-utils gzip bzip2 coreutils)"
+	for p in xz gzip bzip2 sha256sum stress-ng; do
+		path="$(command -v "$p")" ||
+			die "$p is not installed (apt-get install xz-utils gzip bzip2 coreutils stress-ng)"
 		with_libs "$path" "/opt/deb/$p"
 	done | sort -u
 }

@@ -171,6 +171,7 @@ if [ "$mode" = migrate ]; then
 	# Migration on the kernel backend in one guest (tests/migrate).
 	prog migrate/softdirty /migrate/softdirty || rc=1
 	prog migrate/local /migrate/local.sh "$moves" 400 || rc=1
+	prog migrate/tree /migrate/tree.sh "$moves" || rc=1
 	mode=done
 fi
 if [ "$mode" = criu ]; then

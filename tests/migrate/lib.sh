@@ -15,6 +15,29 @@ start_node() {	# start_node LISTEN LOG [ARGS...]: waits until it listens (30 s a
 	shift 2
 	halfproc node --listen "$listen" "$@" >"$log" 2>&1 &
 	nodes="$nodes $!"
+	wait_node "$log"
+}
+
+# start_node_in_pidns LISTEN LOG: start_node in a pid namespace of its own
+# (its pids as another machine's: free for a process tree's restore while
+# the originals hold them here); pid 1 there is a shell, which reaps.
+start_node_in_pidns() {
+	listen="$1" log="$2"
+	unshare -p -f --mount-proc sh -c 'halfproc node --listen "$1" >"$2" 2>&1; exit $?' \
+		sh "$listen" "$log" &
+	u=$! i=0 daemon=""
+	# unshare -> sh (pid 1 there) -> the daemon, by their pids here.
+	while [ -z "$daemon" ] && [ $i -lt 300 ]; do
+		sleep 0.1; i=$((i + 1))
+		sh1="$(cat /proc/$u/task/$u/children 2>/dev/null)"
+		[ -n "$sh1" ] && daemon="$(cat /proc/${sh1% }/task/${sh1% }/children 2>/dev/null)"
+	done
+	nodes="$nodes $daemon"
+	wait_node "$log"
+}
+
+wait_node() {	# wait_node LOG: until the daemon logging there listens (30 s at most)
+	log="$1"
 	i=0
 	while ! grep -q "listening on" "$log" 2>/dev/null && [ $i -lt 300 ]; do
 		sleep 0.1; i=$((i + 1))
@@ -74,6 +97,9 @@ migrate_run() {
 			ok=1
 		fi
 	done
+	# A caller's migrate_run_done (if any) runs here, with $pid set to
+	# the program's pid where it is now.
+	[ -n "$pid" ] && command -v migrate_run_done >/dev/null && migrate_run_done
 	touch "$d/$name.go"
 	# A caller's diagnose (if any) says what is going on if the program has
 	# not finished 90 s after its stdin ended.

@@ -302,7 +302,9 @@ pub(crate) fn dump_frozen(
     if threads != 1 {
         return Err(Refusal::MultiThreaded { threads }.into());
     }
-    let reader = mem::reader(pid).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
+    let member = mem::in_callers_set(pid);
+    let reader =
+        mem::reader_for(pid, member).map_err(|e| Error::io(format!("open /proc/{pid}/mem"), e))?;
     let reader = &*reader;
     let maps = procfs::maps(pid)?;
     let saved = f.regs()?;
@@ -406,6 +408,7 @@ pub(crate) fn dump_frozen(
         pending,
         itimers,
         files_crc: None,
+        outside_set: mem::caller_is_member() && !member,
     };
     crate::phases::add("fds+mm", t.elapsed());
     Ok(manifest)

@@ -19,6 +19,8 @@ pub enum Refusal {
     Device { fd: i32, target: String },
     /// Another kind of fd (eventfd, epoll, memfd, deleted file, ...).
     UnsupportedFd { fd: i32, target: String },
+    /// A file or directory of procfs or sysfs.
+    KernelFile { fd: i32, target: String },
     /// A shared writable (or shared anonymous) mapping.
     SharedMapping { start: u64, end: u64, path: String },
     /// A mapping of a shared memory object (`/dev/zero (deleted)`: shared
@@ -88,6 +90,11 @@ impl fmt::Display for Refusal {
             Refusal::UnsupportedFd { fd, target } => {
                 write!(f, "fd {fd} cannot be carried ({target})")
             }
+            Refusal::KernelFile { fd, target } => write!(
+                f,
+                "fd {fd} is a file of procfs or sysfs ({target}): the kernel's view of this \
+                 machine and its processes, which cannot be carried"
+            ),
             Refusal::SharedMapping { start, end, path } => {
                 write!(f, "shared writable mapping {start:#x}-{end:#x} ({path})")
             }

@@ -136,6 +136,13 @@ pub struct Manifest {
     /// this manifest only; `None`: the image carries no mapped files.
     #[serde(default)]
     pub files_crc: Option<u32>,
+    /// Checkpointed by a member of a kernel half-process set, the process
+    /// was not one of its members (a plain `fork` of a member, such as
+    /// stress-ng's workers): restored outside the restoring caller's set,
+    /// with its range its own. `false` (and absent in older images): a
+    /// member when the restoring caller is one.
+    #[serde(default)]
+    pub outside_set: bool,
 }
 
 /// One armed interval timer (`getitimer` in the target).

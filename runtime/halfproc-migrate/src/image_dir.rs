@@ -133,6 +133,81 @@ impl Drop for ImageOut {
     }
 }
 
+/// The top of a tree image directory (see [`crate::tree`]), made by
+/// [`create_tree_top`]: its description (`tree.json`) is written last, by
+/// [`TreeTop::commit`], once every process's image is in place.
+pub struct TreeTop {
+    dir: OwnedFd,
+    path: std::path::PathBuf,
+    name: &'static str,
+    /// Whose rights the commit is made with (as [`ImageOut::with_creds`]).
+    creds: Option<Creds>,
+}
+
+impl TreeTop {
+    /// The commit with these file access rights.
+    pub fn with_creds(mut self, creds: Option<Creds>) -> TreeTop {
+        self.creds = creds;
+        self
+    }
+
+    /// Writes `text` under a temporary name and renames it into place.
+    /// Errors name the path.
+    pub fn commit(&self, text: &[u8]) -> io::Result<()> {
+        let put = || {
+            let (mut f, tmp) = create_file(self.dir.as_fd(), self.name, libc::O_WRONLY)
+                .map_err(|e| ctx("create", &self.path.join(self.name), e))?;
+            let (from, to) = (cstr(Path::new(&tmp))?, cstr(Path::new(self.name))?);
+            let d = self.dir.as_raw_fd();
+            let r = io::Write::write_all(&mut f, text)
+                .map_err(|e| ctx("write", &self.path.join(&tmp), e))
+                .and_then(|()| {
+                    // SAFETY: renameat within a directory fd we hold,
+                    // NUL-terminated names.
+                    match unsafe { libc::renameat(d, from.as_ptr(), d, to.as_ptr()) } {
+                        0 => Ok(()),
+                        _ => Err(ctx(
+                            "rename into place",
+                            &self.path.join(self.name),
+                            io::Error::last_os_error(),
+                        )),
+                    }
+                });
+            if r.is_err() {
+                // SAFETY: unlinkat relative to a directory fd we hold.
+                unsafe { libc::unlinkat(d, from.as_ptr(), 0) };
+            }
+            r
+        };
+        match &self.creds {
+            Some(c) => c.with_fs(put).and_then(|r| r),
+            None => put(),
+        }
+    }
+}
+
+/// Makes `dir` (as [`create`] does) for a tree image whose description is
+/// the file `name`, and removes an earlier one at once: the directory is
+/// no tree image while the processes' images are written. Errors name the
+/// path.
+pub fn create_tree_top(dir: &Path, name: &'static str) -> io::Result<TreeTop> {
+    let d = dir_fd(dir, true).map_err(|e| ctx("mkdir", dir, e))?;
+    let c = cstr(Path::new(name))?;
+    // SAFETY: unlinkat relative to a directory fd we hold.
+    if unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::NotFound {
+            return Err(ctx("remove", &dir.join(name), e));
+        }
+    }
+    Ok(TreeTop {
+        dir: d,
+        path: dir.to_path_buf(),
+        name,
+        creds: None,
+    })
+}
+
 /// The files a restore reads: `manifest.json`, `pages.img`, and the
 /// directory, where [`ImageIn::files`] opens `files.img` when needed.
 #[derive(Debug)]

@@ -25,19 +25,55 @@ pub fn caller_is_member() -> bool {
     halfproc_prctl(PR_HALFPROC_GET, 0).is_ok_and(|bits| bits & PR_HALFPROC_IS_MEMBER != 0)
 }
 
-/// The name of the call [`reader`] reads with: `dmread` or `process_vm_readv`.
-pub fn reader_kind() -> &'static str {
-    if caller_is_member() {
+/// Whether `pid` is a member of the caller's set: read with `dmread`, its
+/// shared range left to the set, and restored into the set. Only on the
+/// kernel backend; there the node daemon's programs are members, but what
+/// they fork with a plain `fork` is not (a fresh mm, see docs/design.md):
+/// stress-ng's workers, read with `process_vm_readv` and restored outside
+/// the set as they were.
+///
+/// The module checks membership before it touches a page: a one-byte
+/// `dmread` at an address no process maps (page 1, below `mmap_min_addr`)
+/// fails with `EFAULT` for a member and `EPERM` for a process outside the
+/// set. `EPERM` also answers for a member that is not dumpable; such a
+/// process counts as a member, so that its first read fails with `EPERM`
+/// as before rather than moving it out of the set.
+pub fn in_callers_set(pid: i32) -> bool {
+    if !caller_is_member() {
+        return false;
+    }
+    let mut byte = [0u8; 1];
+    let local = [iovec(byte.as_mut_ptr() as usize, 1)];
+    let remote = [iovec(4096, 1)];
+    // SAFETY: `local` describes `byte`, borrowed mutably for the call; the
+    // kernel checks the remote side.
+    match unsafe { dm(Dir::Read, pid, &local, &remote) } {
+        Err(e) if e.errno() == libc::EPERM => {
+            !crate::creds::status_dumpable(pid).is_ok_and(|(_, dumpable)| dumpable)
+        }
+        _ => true,
+    }
+}
+
+/// The name of the call [`reader`] reads `pid` with: `dmread` or
+/// `process_vm_readv`.
+pub fn reader_kind(pid: i32) -> &'static str {
+    if in_callers_set(pid) {
         "dmread"
     } else {
         "process_vm_readv"
     }
 }
 
-/// The reader of `pid` for this caller: [`DmReader`] on the kernel backend,
-/// [`PortableReader`] otherwise.
+/// The reader of `pid` for this caller: [`DmReader`] for a member of the
+/// caller's set ([`in_callers_set`]), [`PortableReader`] otherwise.
 pub fn reader(pid: i32) -> io::Result<Box<dyn MemoryReader>> {
-    Ok(if caller_is_member() {
+    reader_for(pid, in_callers_set(pid))
+}
+
+/// [`reader`] with the answer of [`in_callers_set`] known.
+pub(crate) fn reader_for(pid: i32, member: bool) -> io::Result<Box<dyn MemoryReader>> {
+    Ok(if member {
         Box::new(DmReader::new(pid)?)
     } else {
         Box::new(PortableReader::new(pid)?)

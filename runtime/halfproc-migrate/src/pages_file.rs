@@ -71,6 +71,18 @@ pub fn verify_pages_file(m: &Manifest, f: &File) -> Result<()> {
     if len != m.pages_len {
         return Err(mismatch());
     }
+    // Page contents become private memory of the copy: more than the
+    // machine's memory and swap could never be restored here, and a sparse
+    // file that large would only be read through for its CRC-32.
+    if let Some(most) = memory_and_swap().filter(|&most| len > most) {
+        return Err(Error::Image(format!(
+            "{} claims {:.1} GiB of page contents, more than this machine's memory and swap \
+             ({:.1} GiB): it could not be restored here (refused unread)",
+            image::PAGES,
+            len as f64 / GIB,
+            most as f64 / GIB
+        )));
+    }
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; CHUNK.min(len.max(1) as usize)];
     hash_file(&mut h, f, &mut buf, 0, len)?;
@@ -78,6 +90,21 @@ pub fn verify_pages_file(m: &Manifest, f: &File) -> Result<()> {
         return Err(mismatch());
     }
     Ok(())
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Bytes of RAM and swap of this machine (`sysinfo`); `None` if unknown.
+fn memory_and_swap() -> Option<u64> {
+    // SAFETY: an all-zero sysinfo is a valid out buffer.
+    let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: `si` is a valid out buffer.
+    if unsafe { libc::sysinfo(&mut si) } != 0 {
+        return None;
+    }
+    (si.totalram as u64)
+        .checked_add(si.totalswap as u64)?
+        .checked_mul(u64::from(si.mem_unit.max(1)))
 }
 
 /// The page runs of `m` in the order of their contents in the file,
@@ -339,5 +366,20 @@ mod tests {
         std::fs::write(&path, &data).unwrap();
         let m = manifest(&[(0, 2, 0), (2, 1, PAGE)], 2 * PAGE, crc);
         refused(soon(m, open()), "shares contents");
+
+        // Runs that cover a sparse 1 TiB file exactly (a 1 TiB VMA): more
+        // than this machine's memory and swap, refused before a read.
+        let mut m = manifest(&[(0, 1, 0)], 1 << 40, 0);
+        m.vmas[0].end = m.vmas[0].start + (1 << 40);
+        m.vmas[0].pages[0].len = 1 << 40;
+        f.set_len(1 << 40).unwrap();
+        let most = memory_and_swap().unwrap();
+        assert!(
+            most < 1 << 40,
+            "this machine has {most} bytes of memory and swap"
+        );
+        let t0 = Instant::now();
+        refused(soon(m, open()), "more than this machine's memory and swap");
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     }
 }

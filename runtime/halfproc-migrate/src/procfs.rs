@@ -42,13 +42,14 @@ fn hex(s: &str, what: &str) -> Result<u64> {
 
 /// Parses `/proc/pid/maps`.
 ///
-/// On the kernel backend (the caller is a member, and so is `pid`) the
-/// set's VMAs in the shared range are left out: they belong to the set, not
-/// to the process, and stay behind when it moves (issue 11). On the portable
-/// backend the range is ordinary memory and nothing is left out.
+/// On the kernel backend, for a member of the caller's set, the set's VMAs
+/// in the shared range are left out: they belong to the set, not to the
+/// process, and stay behind when it moves (issue 11). On the portable
+/// backend, and for a process outside the set, the range is ordinary
+/// memory and nothing is left out.
 pub fn maps(pid: i32) -> Result<Vec<MapsEntry>> {
     let all = parse_maps(&read(pid, "maps")?)?;
-    if !crate::mem::caller_is_member() {
+    if !crate::mem::in_callers_set(pid) {
         return Ok(all);
     }
     Ok(all

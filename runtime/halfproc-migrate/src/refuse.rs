@@ -65,9 +65,31 @@ pub fn classify_fd(
         return Err(Refusal::Device { fd, target: t });
     }
     if ft.is_file() || ft.is_dir() {
+        if on_kernel_fs(&format!("/proc/{pid}/fd/{fd}")) {
+            return Err(Refusal::KernelFile { fd, target: t });
+        }
         return Ok(());
     }
     Err(Refusal::UnsupportedFd { fd, target: t })
+}
+
+/// Whether `path` (followed) lies on procfs or sysfs: files that are the
+/// kernel's view of this machine and its processes (`/proc/PID/status` of
+/// the original's pid, which may be another process's, or none, where the
+/// copy runs), with no contents of their own to carry or compare.
+fn on_kernel_fs(path: &str) -> bool {
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: an all-zero statfs is a valid out buffer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path, `st` a valid out buffer.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
 }
 
 /// The inode of a `pipe:[ino]` fd target.

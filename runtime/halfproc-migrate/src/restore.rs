@@ -12,7 +12,9 @@ use crate::creds::Creds;
 use crate::error::{Error, Result};
 use crate::image::{self, Backing, Manifest};
 use crate::procfs;
-use crate::restore_check::{check_files, check_set_range, match_specials, overlaps};
+use crate::restore_check::{
+    check_files, check_set_range, match_specials, overlaps, restored_in_set,
+};
 use crate::restore_plan::{plan, Layout, Plan, Source, TreeShm, TASK_SIZE};
 use crate::restorer::{self, CODE_SIZE};
 use std::collections::BTreeMap;
@@ -195,7 +197,7 @@ fn restore_with(
     let t = std::time::Instant::now();
     // SAFETY: the child only runs `Prepared::enter`, which makes raw system
     // calls and copies bytes (async-signal-safe), then never returns.
-    let pid = unsafe { restorer::spawn(m.pid) }?;
+    let pid = unsafe { restorer::spawn(m.pid, prep.member) }?;
     if pid == 0 {
         // SAFETY: we are the freshly forked child; `r` was checked free in
         // the parent's (= our) address space.
@@ -246,6 +248,8 @@ pub(crate) struct Prepared<'a> {
     pub(crate) shm_len: u64,
     /// Time spent so far (the `plan` phase).
     planned: std::time::Duration,
+    /// The copy joins the caller's set ([`restored_in_set`]).
+    pub(crate) member: bool,
 }
 
 impl<'a> Prepared<'a> {
@@ -298,6 +302,7 @@ impl<'a> Prepared<'a> {
             r_len: 0,
             shm_len: 0,
             planned: std::time::Duration::ZERO,
+            member: restored_in_set(m),
         };
         // A tree's plan (`gate`) maps its objects from the tree's: the same
         // ops at other addresses.

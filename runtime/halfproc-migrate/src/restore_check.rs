@@ -174,3 +174,10 @@ pub(crate) fn overlaps(a: u64, alen: u64, b: u64, bend: u64) -> bool {
     // Saturating: a hostile image's length must not wrap to a small end.
     a < bend && b < a.saturating_add(alen)
 }
+
+/// Whether the copy of `m` is made a member of the caller's set: on the
+/// kernel backend (the caller is a member), unless the original was not
+/// one ([`Manifest::outside_set`]: a plain `fork` of a member).
+pub(crate) fn restored_in_set(m: &Manifest) -> bool {
+    !m.outside_set && crate::mem::caller_is_member()
+}

@@ -115,7 +115,7 @@ pub(crate) fn plan(
     let mut ops: Vec<(Op, String)> = Vec::new();
     // On the kernel backend the restored process is a member of our set
     // (see `restorer::spawn`): its shared range is the set's, left alone.
-    let keep_range = crate::mem::caller_is_member();
+    let keep_range = crate::restore_check::restored_in_set(m);
     let mut op = |nr: libc::c_long, args: &[u64], expect: u64, what: String| {
         ops.push((Op::new(nr, args, expect), what));
     };

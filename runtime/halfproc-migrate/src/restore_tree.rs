@@ -16,8 +16,10 @@
 //! The pids must be free here and ours to choose (`CAP_CHECKPOINT_RESTORE`
 //! or `CAP_SYS_ADMIN`): the processes of a tree wait for and signal each
 //! other by pid, so a copy under another pid would wait for no one, or
-//! signal a stranger. Not on the kernel backend (a member's copy is made
-//! with `clone3(CLONE_HALFPROC)`, which takes a new pid).
+//! signal a stranger. On the kernel backend a copy of a member of the
+//! restoring caller's set is forked into it (`clone3(CLONE_HALFPROC)` with
+//! `set_tid`), one of a process outside the set (a member's plain `fork`)
+//! outside it, as each was.
 
 use crate::creds::Creds;
 use crate::error::{Error, Result};
@@ -117,19 +119,11 @@ impl Drop for HeldTree {
 }
 
 /// Whether a tree of processes `pids` may be restored here (nothing to
-/// check for none): on the portable backend (a member's copy is made with
-/// `clone3(CLONE_HALFPROC)`, which takes a new pid), with every pid free
-/// (not held by a process, a process group or a session).
+/// check for none): with every pid free (not held by a process, a process
+/// group or a session).
 pub fn tree_restorable(pids: &[i32]) -> Result<()> {
     if pids.is_empty() {
         return Ok(());
-    }
-    if crate::mem::caller_is_member() {
-        return Err(Error::Restore(
-            "process trees are restored on the portable backend only (a member's copy is \
-             made with clone3(CLONE_HALFPROC), which takes a new pid)"
-                .into(),
-        ));
     }
     let sessions = sessions();
     for &pid in pids {
@@ -189,6 +183,17 @@ pub fn restore_tree_held(
             "the image of pid {} says pid {}",
             p.pid, m.pid
         )));
+    }
+    // A process joins a set only as a member's child: a member under a
+    // parent outside the set cannot be made.
+    for (p, m) in t.procs.iter().zip(ms).skip(1) {
+        let parent = t.procs.iter().position(|q| q.pid == p.ppid).map(|j| &ms[j]);
+        if !m.outside_set && parent.is_some_and(|q| q.outside_set) {
+            return Err(Error::Image(format!(
+                "pid {} was a member of its set and its parent {} was not",
+                p.pid, p.ppid
+            )));
+        }
     }
     let pids: Vec<i32> = t.procs.iter().map(|p| p.pid).collect();
     tree_restorable(&pids)?;
@@ -276,18 +281,19 @@ pub fn restore_tree_held(
         .to_string_lossy()
         .into_owned();
     // SAFETY: the child only runs `grow` (raw system calls, byte copies).
-    let root = match unsafe { halfproc_sys::task::fork_with_pid_raw(t.procs[0].pid) } {
-        // SAFETY: the freshly forked child of this restore.
-        Ok(0) => unsafe { grow(0, t, &kids, &preps, &plans, r) },
-        Ok(pid) => pid,
-        Err(e) => {
-            return Err(Error::Restore(format!(
-                "pid {}: forking it: {}",
-                t.procs[0].pid,
-                std::io::Error::from_raw_os_error(e)
-            )))
-        }
-    };
+    let root =
+        match unsafe { halfproc_sys::task::fork_with_pid_raw(t.procs[0].pid, preps[0].member) } {
+            // SAFETY: the freshly forked child of this restore.
+            Ok(0) => unsafe { grow(0, t, &kids, &preps, &plans, r) },
+            Ok(pid) => pid,
+            Err(e) => {
+                return Err(Error::Restore(format!(
+                    "pid {}: forking it: {}",
+                    t.procs[0].pid,
+                    std::io::Error::from_raw_os_error(e)
+                )))
+            }
+        };
     drop(objects);
     drop(gate_r);
     let copies = Copies {

@@ -212,12 +212,13 @@ pub(crate) unsafe fn child_enter(
     }
 }
 
-/// Forks the process that becomes the restored one: on the portable
-/// backend with the original's process id `pid` when it is free and we may
-/// choose it (`clone3` with `set_tid`, as CRIU does), else a plain `fork`;
-/// on the kernel backend `clone3(CLONE_HALFPROC)` (the caller is a member),
-/// so the copy joins the caller's set like the original was, and `dmread`
-/// reaches it for the next migration.
+/// Forks the process that becomes the restored one, with the original's
+/// process id `pid` when it is free and we may choose it (`clone3` with
+/// `set_tid`, as CRIU does), else with a new one. With `member` (on the
+/// kernel backend, see [`crate::restore_check::restored_in_set`]) with
+/// `CLONE_HALFPROC` too, so the copy joins the caller's set like the
+/// original was, and `dmread` reaches it for the next migration; without,
+/// a plain fork, which a member's child is outside any set.
 ///
 /// The same id matters to the program, not only to its user: the C
 /// library records a thread's id in the locks it holds (an rwlock's
@@ -232,15 +233,10 @@ pub(crate) unsafe fn child_enter(
 ///
 /// As for `fork` in a multi-threaded process: the child may only make raw
 /// system calls and copy bytes (`clone3` runs no `pthread_atfork` handlers).
-pub(crate) unsafe fn spawn(pid: i32) -> crate::error::Result<i32> {
-    if crate::mem::caller_is_member() {
-        // SAFETY: per the contract.
-        return unsafe { halfproc_sys::task::clone_member() }
-            .map_err(|e| crate::error::Error::Restore(format!("{e}")));
-    }
+pub(crate) unsafe fn spawn(pid: i32, member: bool) -> crate::error::Result<i32> {
     if pid > 0 {
         // SAFETY: per the contract.
-        match unsafe { halfproc_sys::task::fork_with_pid(pid) } {
+        match unsafe { halfproc_sys::task::fork_with_pid(pid, member) } {
             Ok(child) => return Ok(child),
             // In use (the original still there: a migration that keeps it
             // until the copy exists), not ours to choose, beyond pid_max
@@ -252,6 +248,11 @@ pub(crate) unsafe fn spawn(pid: i32) -> crate::error::Result<i32> {
                 ) => {}
             Err(e) => return Err(crate::error::Error::Restore(format!("{e}"))),
         }
+    }
+    if member {
+        // SAFETY: per the contract.
+        return unsafe { halfproc_sys::task::clone_member() }
+            .map_err(|e| crate::error::Error::Restore(format!("{e}")));
     }
     // SAFETY: per the contract.
     let pid = unsafe { libc::fork() };

@@ -15,8 +15,10 @@ use crate::dump_mem::{reserve_for, Sink};
 use crate::error::{Error, Refusal, Result};
 use crate::freeze::Frozen;
 use crate::image::{self, Manifest};
+use crate::image_dir::{self, ImageOut, TreeTop};
 use crate::pagebuf::PageBuf;
 use crate::refuse;
+use crate::Creds;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::io::Write;
@@ -137,6 +139,8 @@ pub fn processes(root: i32) -> Result<Vec<TreeProc>> {
 pub struct TreeStats {
     pub processes: usize,
     pub pages_bytes: u64,
+    /// Bytes of mapped files written (`files.img`, with `with_files`).
+    pub files_bytes: u64,
     /// Time the tree was stopped (from the first process stopped).
     pub frozen: Duration,
 }
@@ -148,52 +152,105 @@ pub struct TreeStats {
 /// is stopped; the tree must not change while it is stopped (a fork meanwhile
 /// fails the checkpoint and lets it go on).
 pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats> {
-    let procs = processes(root)?;
+    let procs = check_tree(root, &[])?;
+    let out = tree_out(dir, &procs, false, None).map_err(|e| Error::io("image", e))?;
+    checkpoint_tree_into(root, &procs, out, leave, &[], None)
+}
+
+/// A tree image directory being written (made by [`tree_out`]): each
+/// process's image under temporary names, [`TREE`] last.
+pub struct TreeOut {
+    top: TreeTop,
+    outs: Vec<ImageOut>,
+}
+
+/// Makes the tree image directory `dir` for `procs` (as [`check_tree`]
+/// listed them): a directory per process with its image files under
+/// temporary names (with `files.img` if `with_files`), an earlier
+/// [`TREE`] removed. With `creds`, with their file access rights (as
+/// [`crate::image_dir::ImageOut::with_creds`]), the commits too.
+pub fn tree_out(
+    dir: &Path,
+    procs: &[TreeProc],
+    with_files: bool,
+    creds: Option<Creds>,
+) -> std::io::Result<TreeOut> {
+    let make = || {
+        let top = image_dir::create_tree_top(dir, TREE)?;
+        let outs = procs
+            .iter()
+            .map(|p| image_dir::create(&dir.join(p.pid.to_string()), with_files))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok::<_, std::io::Error>((top, outs))
+    };
+    let (top, outs) = match &creds {
+        Some(c) => c.with_fs(make).and_then(|r| r)?,
+        None => make()?,
+    };
+    Ok(TreeOut {
+        top: top.with_creds(creds.clone()),
+        outs: outs
+            .into_iter()
+            .map(|o| o.with_creds(creds.clone()))
+            .collect(),
+    })
+}
+
+/// Checkpoints the tree of `root`, whose processes [`check_tree`] found
+/// to be `procs` (pipes with an inode in `relayed` recorded as relayed
+/// ends, a node daemon's), into `out`. `after_freeze` runs once all are
+/// stopped, before anything of them is read (see [`crate::AfterFreeze`]);
+/// its refusal, or any error, lets them go and leaves no tree image.
+pub fn checkpoint_tree_into(
+    root: i32,
+    procs: &[TreeProc],
+    out: TreeOut,
+    leave: Leave,
+    relayed: &[u64],
+    after_freeze: Option<AfterFreeze>,
+) -> Result<TreeStats> {
     let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
     let _scope = Scope::enter(&pids);
-    check(&procs, &[])?;
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("mkdir {}", dir.display()), e))?;
-    let tree_path = dir.join(TREE);
-    // An earlier tree image is no tree image while the new one is written.
-    match std::fs::remove_file(&tree_path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::io(format!("remove {}", tree_path.display()), e))
-        }
-        _ => {}
-    }
-    let mut outs = Vec::new();
-    for &pid in &pids {
-        outs.push(
-            crate::image_dir::create(&dir.join(pid.to_string()), false)
-                .map_err(|e| Error::io("image", e))?,
-        );
-    }
     let t0 = Instant::now();
-    let frozen = freeze(root, &procs)?;
-    let mut manifests = Vec::new();
-    let mut pages_bytes = 0;
-    for (f, out) in frozen.iter().zip(&outs) {
-        let mut w = std::io::BufWriter::new(&out.pages);
-        let m = dump_frozen(f, &[], None, Sink::Writer(&mut w))?;
-        w.flush().map_err(|e| Error::io("write pages.img", e))?;
-        pages_bytes += m.pages_len;
-        manifests.push(m);
+    let frozen = freeze(root, procs)?;
+    if let Err(why) = after_freeze.map_or(Ok(()), |c| c()) {
+        drop(frozen);
+        return Err(Error::Changed(why));
     }
-    mark_shared(&mut manifests.iter_mut().collect::<Vec<_>>())?;
-    for (m, out) in manifests.iter().zip(outs) {
-        image::write_manifest_to(&out.manifest, m)?;
-        out.commit().map_err(|e| Error::io("image", e))?;
-    }
-    let tm = TreeManifest::new(procs);
-    let text = serde_json::to_vec_pretty(&tm).map_err(|e| Error::Image(e.to_string()))?;
-    let tmp = dir.join(format!(".{TREE}.tmp"));
-    std::fs::write(&tmp, text).map_err(|e| Error::io(format!("write {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, &tree_path)
-        .map_err(|e| Error::io(format!("rename to {}", tree_path.display()), e))?;
-    let stats = TreeStats {
-        processes: pids.len(),
-        pages_bytes,
-        frozen: t0.elapsed(),
+    let mut files_bytes = 0;
+    let written = (|| {
+        let mut manifests = Vec::new();
+        for (f, o) in frozen.iter().zip(&out.outs) {
+            let mut w = std::io::BufWriter::new(&o.pages);
+            let mut m = dump_frozen(f, relayed, None, Sink::Writer(&mut w))?;
+            w.flush().map_err(|e| Error::io("write pages.img", e))?;
+            drop(w);
+            if let Some(file) = &o.files {
+                let (bytes, crc) = crate::files_img::write(file, f.pid(), &m)?;
+                files_bytes += bytes;
+                m.files_crc = Some(crc);
+            }
+            manifests.push(m);
+        }
+        mark_shared(&mut manifests.iter_mut().collect::<Vec<_>>())?;
+        for (m, o) in manifests.iter().zip(out.outs) {
+            image::write_manifest_to(&o.manifest, m)?;
+            o.commit().map_err(|e| Error::io("image", e))?;
+        }
+        let text = serde_json::to_vec_pretty(&TreeManifest::new(procs.to_vec()))
+            .map_err(|e| Error::Image(e.to_string()))?;
+        out.top
+            .commit(&text)
+            .map_err(|e| Error::io("tree image", e))?;
+        Ok(manifests)
+    })();
+    let frozen_for = t0.elapsed();
+    let manifests = match written {
+        Ok(m) => m,
+        Err(e) => {
+            drop(frozen);
+            return Err(e);
+        }
     };
     match leave {
         Leave::Kill => kill_all(frozen, &pids),
@@ -203,7 +260,12 @@ pub fn checkpoint_tree(root: i32, dir: &Path, leave: Leave) -> Result<TreeStats>
             }
         }
     }
-    Ok(stats)
+    Ok(TreeStats {
+        processes: pids.len(),
+        pages_bytes: manifests.iter().map(|m| m.pages_len).sum(),
+        files_bytes,
+        frozen: frozen_for,
+    })
 }
 
 /// Refuses (reading `/proc` only) the tree `procs` if one of its processes

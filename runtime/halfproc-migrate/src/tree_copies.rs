@@ -157,7 +157,7 @@ pub(crate) unsafe fn grow(
     unsafe { libc::setpgid(0, if i == 0 { 0 } else { root }) };
     for &c in &kids[i] {
         // SAFETY: per the contract (clone3 runs no atfork handlers).
-        match unsafe { halfproc_sys::task::fork_with_pid_raw(t.procs[c].pid) } {
+        match unsafe { halfproc_sys::task::fork_with_pid_raw(t.procs[c].pid, preps[c].member) } {
             // SAFETY: the fresh child, per the contract.
             Ok(0) => unsafe { grow(c, t, kids, preps, plans, r) },
             Ok(_) => {}

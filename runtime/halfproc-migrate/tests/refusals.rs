@@ -84,6 +84,21 @@ fn refuses_devices() {
     );
 }
 
+/// A file of procfs or sysfs is the kernel's view of this machine (its
+/// own status, by the original's pid): not carried as a regular file.
+#[test]
+fn refuses_files_of_procfs_and_sysfs() {
+    for path in ["/proc/self/status", "/sys/kernel/mm"] {
+        let r = refused("kernelfile", &[path]);
+        assert!(
+            matches!(&r, Refusal::KernelFile { fd: 3, target }
+                if target.starts_with("/proc/") || target == path),
+            "{path}: {r:?}"
+        );
+        assert!(r.to_string().contains("procfs or sysfs"), "{r}");
+    }
+}
+
 #[test]
 fn refuses_shared_writable_mappings() {
     let tmp = tempfile::tempdir().unwrap();

@@ -82,6 +82,10 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "device")) {
 		if (open("/dev/ptmx", O_RDWR | O_NOCTTY) < 0)
 			return 1;
+	} else if (!strcmp(mode, "kernelfile")) {
+		/* ARGV[2]: a file of procfs or sysfs, opened as fd 3. */
+		if (open(argv[2], O_RDONLY) != 3)
+			return 1;
 	} else if (!strcmp(mode, "shared")) {
 		int fd = open(argv[2], O_RDWR | O_CREAT, 0600);
 		if (fd < 0 || ftruncate(fd, 4096))

@@ -203,6 +203,23 @@ fn a_tree_is_not_restored_over_its_running_original() {
     checkpoint_tree(root, &img, Leave::Continue).unwrap();
     let e = restore_tree(&img).unwrap_err().to_string();
     assert!(e.contains(&format!("pid {root} is in use here")), "{e}");
+    // On the portable backend no process is outside a set (there is none).
+    // A member under a parent outside its set cannot be made: a process
+    // joins a set only as a member's child.
+    let rm = img.join(root.to_string()).join("manifest.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rm).unwrap()).unwrap();
+    assert_eq!(v["outside_set"], false, "pid {root}");
+    v["outside_set"] = true.into();
+    std::fs::write(&rm, serde_json::to_vec(&v).unwrap()).unwrap();
+    let e = restore_tree(&img).unwrap_err().to_string();
+    let w = procs[1].pid;
+    assert!(
+        e.contains(&format!(
+            "pid {w} was a member of its set and its parent {root} was not"
+        )),
+        "{e}"
+    );
     // One process of the tree alone is not restored: it shares its stdout.
     let e = restore(&img.join(procs[1].pid.to_string()))
         .unwrap_err()

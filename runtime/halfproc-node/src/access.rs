@@ -307,7 +307,8 @@ pub fn image_path(dir: &str) -> Result<&std::path::Path, String> {
 }
 
 /// How long a request on a program waits between its admission and the
-/// freeze: 0 unless `HALFPROC_TEST_ADMIT_DELAY_MS` (read once) says so, for
+/// freeze: 0 unless `HALFPROC_TEST_ADMIT_DELAY_MS` (read once, in a debug
+/// build) says so, for
 /// the tests of [`Admitted::recheck`], which change the program meanwhile.
 pub fn test_admit_delay() {
     static D: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -322,7 +323,12 @@ pub fn test_precopy_delay() {
     test_delay(&D, "HALFPROC_TEST_PRECOPY_DELAY_MS");
 }
 
+/// Debug builds only (the tests' `cargo test`): a release daemon never
+/// reads these variables.
 fn test_delay(d: &std::sync::OnceLock<u64>, var: &str) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
     let ms = *d.get_or_init(|| {
         std::env::var(var)
             .ok()

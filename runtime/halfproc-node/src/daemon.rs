@@ -6,8 +6,9 @@
 
 use crate::access::{self, Admit, Peer};
 use crate::migrate;
-use crate::program::{self, How, Link, PState, Pages, Program};
+use crate::program::{self, How, Link, PState, Program};
 use crate::proto::{self, Conn, Msg, Origin, Outcome, ProcInfo};
+use crate::restore_dir::{from_dir, FromDir, ImageErr};
 use crate::session::{Session, StdinChunk};
 use std::collections::HashMap;
 use std::io;
@@ -394,8 +395,15 @@ async fn handle(node: Arc<Node>, stream: Box<dyn proto::Io>, peer: Peer) -> io::
             kill,
             with_files,
         } => {
-            let reply =
-                migrate::checkpoint(node.clone(), (pid, admitted), dir, kill, with_files, fs).await;
+            let reply = crate::checkpoint::checkpoint(
+                node.clone(),
+                (pid, admitted),
+                dir,
+                kill,
+                with_files,
+                fs,
+            )
+            .await;
             conn.send(&reply).await
         }
         Msg::Resolve { pid, force } => {
@@ -446,7 +454,7 @@ async fn run_session(
 ) -> io::Result<()> {
     let (mut r, w) = conn.split();
     let tx = proto::writer_task(w);
-    let mut copies = halfproc_migrate::files_img::Carried::none();
+    let mut fills = Vec::new();
     let fs_shown = fs.clone();
     let (how, name) = match first {
         Msg::Run { argv, cwd, env } if !argv.is_empty() => {
@@ -471,26 +479,20 @@ async fn run_session(
             };
             let read = tokio::task::spawn_blocking(move || match &fs {
                 Some(c) => c
-                    .with_fs(|| read_image(&path))
+                    .with_fs(|| from_dir(&path, owner))
                     .unwrap_or_else(|e| Err(ImageErr::Io(e))),
-                None => read_image(&path),
+                None => from_dir(&path, owner),
             })
             .await
             .unwrap_or_else(|e| Err(ImageErr::Other(e.to_string())));
             match read {
-                Ok((m, pages, files)) => {
-                    let name = m.comm.clone();
-                    copies = files;
-                    (
-                        How::Restore {
-                            manifest: Box::new(m),
-                            pages: Pages::File(pages),
-                            // Stopped until the copied files are written in.
-                            stopped: !copies.is_empty(),
-                            owner,
-                        },
-                        name,
-                    )
+                Ok(FromDir {
+                    how,
+                    name,
+                    fills: f,
+                }) => {
+                    fills = f;
+                    (how, name)
                 }
                 Err(ImageErr::Io(e)) => {
                     let _ = tx.send(match access::file_denied(&e, fs_shown.as_ref()) {
@@ -530,15 +532,25 @@ async fn run_session(
     };
     let pid = started.pid;
     if let Some(go) = &started.go {
-        let filled = crate::files::fill_from_image(pid, &copies);
+        // Each copy (all of a tree's, held at its gate) gets its mapped
+        // files' contents before it runs.
+        let filled = fills.iter().try_for_each(|(p, carried)| {
+            let p = p.unwrap_or(pid);
+            crate::files::fill_from_image(p, carried).map_err(|e| format!("pid {p}: {e}"))
+        });
         let _ = go.send(filled.is_ok());
         if let Err(e) = filled {
             lock(&node.sessions).remove(&id);
-            let _ = tx.send(Msg::Error(format!("copy pid {pid} killed: {e}")));
+            let what = if fills.len() > 1 {
+                "tree of pid"
+            } else {
+                "pid"
+            };
+            let _ = tx.send(Msg::Error(format!("copy {what} {pid} killed: {e}")));
             return Ok(());
         }
     }
-    drop(copies);
+    drop(fills);
     // Before the relays start: the client must see Started before any Output.
     let _ = tx.send(Msg::Started { pid });
     let n2 = node.clone();
@@ -573,48 +585,6 @@ async fn run_session(
     }
     Ok(())
 }
-
-/// The image in `dir`, its pages opened, and the records of its
-/// `files.img` that hold the mapped files that differ here, checked (their
-/// mappings made private memory: the copy is filled with them, streamed
-/// from the file). Called on a thread with the client's file access
-/// rights ([`halfproc_migrate::Creds::with_fs`]): a user may restore only
-/// an image they can read, and learns nothing of one they cannot (the
-/// mapped files are compared with those rights too).
-fn read_image(dir: &std::path::Path) -> Result<ImageDir, ImageErr> {
-    use halfproc_migrate::{files_img, image, image_dir, pages_file};
-    let other = |e: halfproc_migrate::Error| ImageErr::Other(e.to_string());
-    let img = image_dir::open(dir).map_err(ImageErr::Io)?;
-    let text = img.read_manifest().map_err(ImageErr::Io)?;
-    let mut m = image::parse_manifest(&text).map_err(other)?;
-    // Streamed, in pieces of `pages_file::CHUNK` bytes: a large image
-    // costs no memory of its size here. The restore reads the pages from
-    // this same file, then checks the process holds them (the file may
-    // change meanwhile): `pages_file::restore_file_checked`.
-    pages_file::verify_pages_file(&m, &img.pages).map_err(other)?;
-    let differ = halfproc_migrate::differing_files(&m).map_err(other)?;
-    let files = match differ.is_empty() {
-        true => None,
-        false => img.files().map_err(ImageErr::Io)?,
-    };
-    let copies = files_img::load(files, &m, &differ).map_err(other)?;
-    halfproc_migrate::copy_instead(&mut m, &differ);
-    Ok((m, img.pages, copies))
-}
-
-/// Why [`read_image`] failed: a file access (`Denied` when the client may
-/// not read it), or anything else.
-enum ImageErr {
-    Io(io::Error),
-    Other(String),
-}
-
-/// What [`read_image`] gives: manifest, pages file, copied files' records.
-type ImageDir = (
-    halfproc_migrate::image::Manifest,
-    std::fs::File,
-    halfproc_migrate::files_img::Carried,
-);
 
 /// An incarnation running on another node reports to this, its origin.
 async fn attach(node: Arc<Node>, conn: Conn, first: Msg) -> io::Result<()> {

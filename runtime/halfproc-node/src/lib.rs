@@ -14,7 +14,8 @@
 //! - [`session`]: a run session at the program's origin (output order, stdin buffer);
 //! - [`member`]: the kernel backend: the daemon leads a set, `run` starts members (clone3 + execve);
 //! - [`program`]: one incarnation on a node (keeper thread, relays, link to the origin);
-//! - [`migrate`]: source of a migration, checkpoint through the daemon;
+//! - [`migrate`]: source of a migration;
+//! - [`checkpoint`], [`restore_dir`]: checkpoint into and restore from an image directory;
 //! - [`migrate_in`]: destination of a migration (the offer first, then the image);
 //! - [`admission`]: what a destination takes: the rules of an offer and its ticket;
 //! - [`precopy`]: the source's pre-copy rounds (mechanism probe, dump thread);
@@ -22,6 +23,7 @@
 
 pub mod access;
 pub mod admission;
+pub mod checkpoint;
 pub mod client;
 pub mod daemon;
 pub mod files;
@@ -35,6 +37,7 @@ pub mod pipes;
 pub mod precopy;
 pub mod program;
 pub mod proto;
+pub mod restore_dir;
 pub mod rundir;
 pub mod seal;
 pub mod session;

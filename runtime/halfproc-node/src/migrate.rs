@@ -19,7 +19,7 @@ use crate::access::Admitted;
 use crate::daemon::Node;
 use crate::migrate_dump::{Decision, Job, Outgoing};
 use crate::program;
-use crate::proto::{Conn, End, Exit, Msg, Outcome, CHUNK};
+use crate::proto::{Conn, End, Msg, Outcome, CHUNK};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -35,7 +35,11 @@ fn say(p: &Progress, s: String) {
 }
 
 /// Local program `pid`, taken for `what` (one migration or checkpoint at a time).
-fn take(node: &Node, pid: i32, what: &'static str) -> Result<Arc<program::Program>, String> {
+pub(crate) fn take(
+    node: &Node,
+    pid: i32,
+    what: &'static str,
+) -> Result<Arc<program::Program>, String> {
     let prog = node
         .program(pid)
         .ok_or_else(|| format!("pid {pid} is not a program of this node (see halfproc ps)"))?;
@@ -252,7 +256,7 @@ async fn migrate_acquired(
         progress,
         format!(
             "frozen and dumped pid {pid} (read with {}): {mode}; streaming {:.1} MiB to {to}",
-            halfproc_migrate::reader_kind(),
+            image.read_with(pid),
             bytes as f64 / 1048576.0
         ),
     );
@@ -530,6 +534,7 @@ async fn stream_and_commit(
             procs,
             manifests,
             pages,
+            ..
         } => {
             conn.send(&Msg::TreeIn {
                 id,
@@ -611,132 +616,6 @@ pub(crate) fn ended(pid: i32) -> bool {
             .is_some_and(|state| state == "Z" || state == "X"),
         Err(_) => true,
     }
-}
-
-/// Checkpoints local `pid` into `dir`; with `kill` the program ends there;
-/// `with_files` writes its mapped files' contents too. The image directory
-/// and files are made with `fs`'s rights when given (a local client's:
-/// [`crate::access::file_creds`]), before anything is stopped: a client
-/// that may not write there gets `Denied` and the program is untouched.
-pub async fn checkpoint(
-    node: Arc<Node>,
-    (pid, admitted): (i32, Option<Admitted>),
-    dir: String,
-    kill: bool,
-    with_files: bool,
-    fs: Option<halfproc_migrate::Creds>,
-) -> Msg {
-    let prog = match take(&node, pid, "checkpointed") {
-        Ok(p) => p,
-        Err(e) => return Msg::Error(e),
-    };
-    let _ = prog.pause_stdin().await;
-    let inos = prog.inos.clone();
-    let (d, i) = (dir.clone(), inos.clone());
-    let opened = tokio::task::spawn_blocking(move || open_image(pid, &d, &i, with_files, fs))
-        .await
-        .unwrap_or_else(|e| Err(Box::new(Msg::Error(e.to_string()))));
-    let out = match opened {
-        Ok(out) => out,
-        Err(reply) => {
-            prog.release();
-            prog.resume_here();
-            return *reply;
-        }
-    };
-    if kill {
-        prog.leave(End::Exited(Exit::Checkpointed(dir.clone())));
-    }
-    let leave = if kill {
-        halfproc_migrate::Leave::Kill
-    } else {
-        halfproc_migrate::Leave::Continue
-    };
-    let r = tokio::task::spawn_blocking(move || {
-        crate::access::test_admit_delay();
-        let check = || admitted.as_ref().map_or(Ok(()), Admitted::recheck);
-        halfproc_migrate::checkpoint_into_checked(pid, out, leave, &inos, Some(&check))
-    })
-    .await;
-    let r = match r {
-        Ok(Err(halfproc_migrate::Error::Changed(why))) => {
-            prog.set_running();
-            prog.resume_here();
-            return Msg::Denied(format!(
-                "{why}; checkpoint of pid {pid} into {dir} refused (nothing was written \
-                 there: an earlier image is left as it was), it keeps running"
-            ));
-        }
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    match r {
-        Ok(st) => {
-            if !kill {
-                prog.release();
-                prog.resume_here();
-            }
-            Msg::Done(format!(
-                "checkpointed pid {pid} into {dir}: {:.1} MiB of pages, {} VMAs{}, stopped {} ms{}",
-                st.pages_bytes as f64 / 1048576.0,
-                st.vmas,
-                if with_files {
-                    format!(
-                        ", {:.1} MiB of mapped files",
-                        st.files_bytes as f64 / 1048576.0
-                    )
-                } else {
-                    String::new()
-                },
-                st.frozen.as_millis(),
-                if kill {
-                    "; the program was stopped"
-                } else {
-                    "; it keeps running"
-                }
-            ))
-        }
-        Err(e) => {
-            prog.set_running();
-            prog.resume_here();
-            Msg::Error(format!(
-                "checkpoint of pid {pid} failed: {e}; it keeps running"
-            ))
-        }
-    }
-}
-
-/// The refusals that need nothing stopped, then `dir`'s image files made
-/// with `fs`'s rights ([`halfproc_migrate::image_dir::create`] on a thread
-/// that has them; renamed into place, or removed, with them too). The
-/// error is the reply: `Denied` when the client may not write there.
-fn open_image(
-    pid: i32,
-    dir: &str,
-    relayed: &[u64],
-    with_files: bool,
-    fs: Option<halfproc_migrate::Creds>,
-) -> Result<halfproc_migrate::image_dir::ImageOut, Box<Msg>> {
-    let failed = |e: String| {
-        Box::new(Msg::Error(format!(
-            "checkpoint of pid {pid} failed: {e}; it keeps running"
-        )))
-    };
-    halfproc_migrate::refuse::check_relayed(pid, relayed).map_err(|e| failed(e.to_string()))?;
-    let path = crate::access::image_path(dir).map_err(failed)?;
-    let create = || halfproc_migrate::image_dir::create(path, with_files);
-    let r = match &fs {
-        Some(c) => c.with_fs(create).and_then(|r| r),
-        None => create(),
-    };
-    let r = r.map_err(|e| match crate::access::file_denied(&e, fs.as_ref()) {
-        Some(why) => Box::new(Msg::Denied(format!(
-            "permission denied: checkpoint of pid {pid} into {dir}: {why}; nothing was stopped"
-        ))),
-        None => failed(e.to_string()),
-    });
-    // Renamed into place (or removed) with the same rights.
-    r.map(|out| out.with_creds(fs))
 }
 
 #[cfg(test)]

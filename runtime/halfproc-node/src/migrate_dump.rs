@@ -27,6 +27,8 @@ pub(crate) enum Outgoing {
         procs: Vec<TreeProc>,
         manifests: Vec<Vec<u8>>,
         pages: Vec<PageBuf>,
+        /// Which call read which process (see [`Outgoing::read_with`]).
+        read_with: String,
     },
 }
 
@@ -36,6 +38,17 @@ impl Outgoing {
         match self {
             Outgoing::One(i) => i.pages.len() as u64,
             Outgoing::Tree { pages, .. } => pages.iter().map(|p| p.len() as u64).sum(),
+        }
+    }
+
+    /// The call that read the pages of `pid` (the stopped original of
+    /// `One`), or for a tree which call read which of its processes: on
+    /// the kernel backend `dmread` for members of the daemon's set,
+    /// `process_vm_readv` for what they forked outside it.
+    pub(crate) fn read_with(&self, pid: i32) -> String {
+        match self {
+            Outgoing::One(_) => halfproc_migrate::reader_kind(pid).to_string(),
+            Outgoing::Tree { read_with, .. } => read_with.clone(),
         }
     }
 
@@ -190,10 +203,26 @@ fn dump_tree(
         manifests.push(halfproc_migrate::image::manifest_bytes(m).map_err(|e| e.to_string())?);
     }
     let pages = t.take_pages();
+    let member = halfproc_migrate::caller_is_member();
+    let (inside, outside): (Vec<_>, Vec<_>) = t
+        .images
+        .iter()
+        .map(|(m, _)| (m.pid, member && !m.outside_set))
+        .partition(|&(_, dm)| dm);
+    let list = |call: &str, ps: Vec<(i32, bool)>| {
+        let ps: Vec<String> = ps.iter().map(|(p, _)| p.to_string()).collect();
+        (!ps.is_empty()).then(|| format!("{call} for pid {}", ps.join(", ")))
+    };
+    let read_with = [list("dmread", inside), list("process_vm_readv", outside)]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ");
     let out = Outgoing::Tree {
         procs: t.procs.clone(),
         manifests,
         pages,
+        read_with,
     };
     Ok((Stopped::Tree(t), out))
 }

@@ -9,7 +9,7 @@
 use crate::admission::{Proposal, Refusal, Ticket};
 use crate::daemon::Node;
 use crate::migrate_in::{begin, commit_and_run, report, Copy};
-use crate::program::{self, How, TreeImages};
+use crate::program::{self, How, TreeContents, TreeImages};
 use crate::proto::{Conn, Msg};
 use halfproc_migrate::image::{self, Manifest};
 use halfproc_migrate::restore_need::{mapped_in, runs_in, Mapped};
@@ -52,7 +52,7 @@ pub(crate) async fn tree_in(node: Arc<Node>, mut conn: Conn, first: Msg, mut tic
         let started = program::create(How::RestoreTree(Box::new(TreeImages {
             tree,
             manifests,
-            pages,
+            pages: TreeContents::Memory(pages),
             owner: Some(*owner),
         })))
         .await?;

@@ -343,15 +343,25 @@ pub enum How {
     RestoreTree(Box<TreeImages>),
 }
 
-/// The images of a process tree (see `halfproc_migrate::tree`), their
-/// contents in memory: restored held at the tree's gate until the
-/// decision, as a [`How::Restore`] is `stopped`.
+/// The images of a process tree (see `halfproc_migrate::tree`):
+/// restored held at the tree's gate until the decision, as a
+/// [`How::Restore`] is `stopped`.
 pub struct TreeImages {
     pub tree: halfproc_migrate::tree::TreeManifest,
     pub manifests: Vec<Manifest>,
-    pub pages: Vec<halfproc_migrate::PageBuf>,
+    pub pages: TreeContents,
     /// Restore as this user (the daemon is root); `None`: as the daemon.
     pub owner: Option<Creds>,
+}
+
+/// Where the page contents of a tree's images are, in the tree's order.
+pub enum TreeContents {
+    /// The `pages.img` files of a tree image directory, checked with
+    /// `halfproc_migrate::pages_file::verify_pages_file`.
+    Files(Vec<File>),
+    /// The daemon's memory: a tree that arrived over the network (see
+    /// [`Pages::Memory`]).
+    Memory(Vec<halfproc_migrate::PageBuf>),
 }
 
 /// Where a restore finds the image's page contents.
@@ -571,16 +581,25 @@ fn keeper(
                         .collect()
                 })
                 .collect();
-            let data = pages.iter().map(|p| &p[..]).collect();
+            let (files, memory) = match pages {
+                TreeContents::Files(f) => (Some(f), Vec::new()),
+                TreeContents::Memory(m) => (None, m),
+            };
+            let contents = match files {
+                Some(f) => halfproc_migrate::TreePages::Files(f),
+                None => {
+                    halfproc_migrate::TreePages::Memory(memory.iter().map(|p| &p[..]).collect())
+                }
+            };
             let r = halfproc_migrate::restore_tree_held(
                 &tree,
                 &manifests,
-                halfproc_migrate::TreePages::Memory(data),
+                contents,
                 &inherit,
                 owner.as_ref(),
             );
             // Before the tree runs: see `Pages::Memory`.
-            drop(pages);
+            drop(memory);
             drop(child);
             match r {
                 Ok(h) => {

@@ -154,18 +154,22 @@ pub unsafe fn clone_member() -> Result<i32> {
 }
 
 /// `clone3()` with `set_tid = [pid]` and `SIGCHLD`: `fork`, with the child
-/// given the process id `pid` (in the caller's pid namespace). Returns like
-/// `fork`. Fails with `EEXIST` when `pid` is in use, `EPERM` without
-/// `CAP_CHECKPOINT_RESTORE` (or `CAP_SYS_ADMIN`) over that namespace.
+/// given the process id `pid` (in the caller's pid namespace); with
+/// `member`, `CLONE_HALFPROC` too (the child joins the caller's set, as
+/// [`clone_member`] makes it). Returns like `fork`. Fails with `EEXIST`
+/// when `pid` is in use, `EPERM` without `CAP_CHECKPOINT_RESTORE` (or
+/// `CAP_SYS_ADMIN`) over that namespace.
 ///
 /// # Safety
 ///
 /// As for [`clone_member`] (the raw system call: the child should only
 /// make system calls and `_exit`).
-pub unsafe fn fork_with_pid(pid: i32) -> Result<i32> {
+pub unsafe fn fork_with_pid(pid: i32, member: bool) -> Result<i32> {
     // SAFETY: per the contract.
-    unsafe { fork_with_pid_raw(pid) }
-        .map_err(|e| Error::from_errno(format!("clone3(set_tid = {pid})"), e))
+    unsafe { fork_with_pid_raw(pid, member) }.map_err(|e| {
+        let what = if member { "CLONE_HALFPROC, " } else { "" };
+        Error::from_errno(format!("clone3({what}set_tid = {pid})"), e)
+    })
 }
 
 /// [`fork_with_pid`] that fails with the bare errno: callable from a child
@@ -175,9 +179,10 @@ pub unsafe fn fork_with_pid(pid: i32) -> Result<i32> {
 /// # Safety
 ///
 /// As for [`fork_with_pid`].
-pub unsafe fn fork_with_pid_raw(pid: i32) -> std::result::Result<i32, i32> {
+pub unsafe fn fork_with_pid_raw(pid: i32, member: bool) -> std::result::Result<i32, i32> {
     let tid = [pid];
     let args = CloneArgs {
+        flags: if member { CLONE_HALFPROC } else { 0 },
         exit_signal: libc::SIGCHLD as u64,
         set_tid: tid.as_ptr() as u64,
         set_tid_size: 1,
@@ -286,7 +291,7 @@ mod tests {
         let me = std::process::id() as i32;
         // SAFETY: our own pid is in use, so there is no child; should
         // there be one, it only calls _exit.
-        match unsafe { fork_with_pid(me) } {
+        match unsafe { fork_with_pid(me, false) } {
             // SAFETY: _exit never returns.
             Ok(0) => unsafe { libc::_exit(0) },
             Ok(pid) => panic!("clone3(set_tid = {me}) made {pid}"),

@@ -10,7 +10,9 @@ use std::process::ExitCode;
 /// machine): `manifest.json` + `pages.img` (+ `files.img` with
 /// --with-files). The daemon does it (it is the
 /// program's parent and holds its stdio pipes, which are recorded as
-/// relayed). The program keeps running unless --kill; `halfproc restore DIR`
+/// relayed). A program with children (stress-ng and its workers) is
+/// written as a process tree: DIR/tree.json and an image per process in
+/// DIR/PID. The program keeps running unless --kill; `halfproc restore DIR`
 /// starts the copy.
 #[derive(Args)]
 #[command(

@@ -10,7 +10,9 @@ use std::process::ExitCode;
 /// node daemon and stay attached like `halfproc run`: the program continues
 /// where it was checkpointed, with this command's stdin (after the bytes
 /// that were unread in its stdin pipe) and its output here. The mapped
-/// files (executable, libraries) must be unchanged since the checkpoint.
+/// files (executable, libraries) must be unchanged since the checkpoint,
+/// or carried in the image (`checkpoint --with-files`). A process tree
+/// is restored with its pids, which must be free here.
 #[derive(Args)]
 #[command(
     after_help = "Exit status as for `halfproc run`: the program's, 128+N for signal N, \

@@ -71,3 +71,78 @@ fn stress_ng_moves_twenty_times_with_its_worker() {
     let ops: u64 = cpu.split_whitespace().nth(4).unwrap().parse().unwrap();
     assert!(ops > 0, "{cpu}");
 }
+
+/// `halfproc checkpoint` of a program with a worker writes a tree image
+/// (its mapped files too, with --with-files), and `halfproc restore`
+/// continues the tree with its pids where the binary it ran is gone: the
+/// files' contents are written into every copy before the tree runs.
+/// Restoring it again while the first copy runs is refused, naming the
+/// pid in use.
+#[test]
+fn stress_ng_checkpointed_with_its_files_is_restored_as_a_tree() {
+    if !is_root() {
+        eprintln!("SKIP: needs root (pids chosen at restore)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // A copy of the binary, replaced after the checkpoint.
+    let bin = tmp.path().join("stress-ng");
+    std::fs::copy("/usr/bin/stress-ng", &bin).unwrap();
+    let a = Daemon::start();
+    let (r, pid, worker) = run_stress_ng_at(&a, bin.to_str().unwrap(), tmp.path(), "stress-ng");
+    sleep_ms(300);
+    let img = tmp.path().join("img");
+    let o = halfproc()
+        .args(["checkpoint", "--node", &a.addr, &pid.to_string(), "--kill"])
+        .args(["--with-files", "-o"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "checkpointed pid {pid} and its 1 descendant(s), a process tree,"
+        )) && said.contains("MiB of mapped files"),
+        "{said}"
+    );
+    for p in [pid, worker] {
+        assert!(
+            img.join(p.to_string()).join("files.img").exists(),
+            "pid {p}"
+        );
+    }
+    let tree = std::fs::read_to_string(img.join("tree.json")).unwrap();
+    assert!(tree.contains(&format!("\"pid\": {worker}")), "{tree}");
+    let (_, code, before) = r.finish();
+    assert_eq!(code, 75, "the checkpointed run: {before}");
+    assert!(before.contains("dispatching hogs: 1 cpu"), "{before}");
+    // The binary differs now: only the image's copy of it can be mapped.
+    std::fs::remove_file(&bin).unwrap();
+    std::fs::copy("/bin/true", &bin).unwrap();
+
+    let restored = restore_attached(&a, &img, tmp.path(), "restored");
+    assert_eq!(restored.pid(), pid, "the root keeps its pid");
+    assert_eq!(
+        first_child(pid),
+        worker,
+        "the worker is its child with its pid"
+    );
+    // A second copy cannot take the pids: refused, the first untouched.
+    let (out, code, err) = restore_attached(&a, &img, tmp.path(), "again").finish();
+    assert_eq!(code, 127, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains(&format!("pid {pid} is in use here")), "{err}");
+    signal(worker, libc::SIGALRM);
+    let (_, code, err) = restored.finish();
+    assert_eq!(code, 0, "stress-ng restored: {err}");
+    // Its output goes on where the checkpoint left it.
+    assert!(!err.contains("dispatching hogs"), "{err}");
+    for line in [
+        format!("cpu: exited [{worker}] (instance 0)"),
+        format!("process [{worker}] terminated"),
+        "successful run completed".to_string(),
+    ] {
+        assert_eq!(err.matches(&line).count(), 1, "{line:?} in:\n{err}");
+    }
+}

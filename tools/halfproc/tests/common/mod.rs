@@ -214,8 +214,13 @@ pub fn children(pid: i32) -> Vec<i32> {
 /// runs until its timeout (600 s, or a SIGALRM to the worker), verbose,
 /// once it has its worker: (the client, the program's pid, the worker's).
 pub fn run_stress_ng(d: &Daemon, dir: &Path, name: &str) -> (Running, i32, i32) {
+    run_stress_ng_at(d, "/usr/bin/stress-ng", dir, name)
+}
+
+/// [`run_stress_ng`] of the stress-ng binary at `bin`.
+pub fn run_stress_ng_at(d: &Daemon, bin: &str, dir: &Path, name: &str) -> (Running, i32, i32) {
     let argv = [
-        "/usr/bin/stress-ng",
+        bin,
         "--cpu",
         "1",
         "--cpu-method",
@@ -304,9 +309,39 @@ pub fn run(d: &Daemon, argv: &[&str], stdin: Option<&Path>, dir: &Path, name: &s
 
 /// [`run`] by `client` (e.g. [`halfproc_plain`]).
 pub fn run_via(
-    mut client: Command,
+    client: Command,
     d: &Daemon,
     argv: &[&str],
+    stdin: Option<&Path>,
+    dir: &Path,
+    name: &str,
+) -> Running {
+    let mut tail = vec![std::ffi::OsStr::new("--")];
+    tail.extend(argv.iter().map(std::ffi::OsStr::new));
+    attached(client, "run", d, &tail, stdin, dir, name)
+}
+
+/// `halfproc restore --node D IMG` in the background, attached as
+/// [`run`] is (stdin from /dev/null).
+pub fn restore_attached(d: &Daemon, img: &Path, dir: &Path, name: &str) -> Running {
+    attached(
+        halfproc(),
+        "restore",
+        d,
+        &[img.as_os_str()],
+        None,
+        dir,
+        name,
+    )
+}
+
+/// `client SUB --node D --pid-file DIR/NAME.pid TAIL`, its stdin from a
+/// file (or /dev/null), stdout and stderr into `DIR/NAME.out`, `.err`.
+fn attached(
+    mut client: Command,
+    sub: &str,
+    d: &Daemon,
+    tail: &[&std::ffi::OsStr],
     stdin: Option<&Path>,
     dir: &Path,
     name: &str,
@@ -319,15 +354,14 @@ pub fn run_via(
         None => Stdio::null(),
     };
     let child = client
-        .args(["run", "--node", &d.addr, "--pid-file"])
+        .args([sub, "--node", &d.addr, "--pid-file"])
         .arg(&pid_file)
-        .arg("--")
-        .args(argv)
+        .args(tail)
         .stdin(input)
         .stdout(File::create(&out).unwrap())
         .stderr(File::create(&err).unwrap())
         .spawn()
-        .expect("start halfproc run");
+        .unwrap_or_else(|e| panic!("start halfproc {sub}: {e}"));
     Running {
         child,
         pid_file,
