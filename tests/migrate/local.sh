@@ -9,12 +9,7 @@
 #   local.sh MOVES TICKS
 . /migrate/lib.sh
 moves="${1:-20}" ticks="${2:-400}"
-d=/tmp/mig
-mkdir -p "$d"
-echo "TAP version 13"
-echo "1..16"
-head -c 32 /dev/urandom >"$d/secret"
-export HALFPROC_NODE_SECRET_FILE="$d/secret"
+begin 16 local
 a=127.0.0.1:7070 b=127.0.0.1:7071
 start_node "$a" "$d/node-a.log"; tap $? node_a_leads_a_set
 start_node "$b" "$d/node-b.log"; tap $? node_b_leads_a_set

@@ -83,7 +83,9 @@ impl ImageOut {
 
     fn put_in_place(&self) -> io::Result<()> {
         let d = self.dir.as_raw_fd();
-        let mut gone = vec![MANIFEST];
+        // A tree image's description left in the directory would name
+        // other processes' images and be restored instead of this one.
+        let mut gone = vec![crate::tree::TREE, MANIFEST];
         if self.files.is_none() {
             gone.push(FILES);
         }
@@ -151,6 +153,27 @@ impl TreeTop {
         self
     }
 
+    /// Removes an earlier description: the directory is no tree image
+    /// while the processes' images are put in place (call it right before
+    /// the first of them is).
+    pub fn clear(&self) -> io::Result<()> {
+        let gone = || {
+            let c = cstr(Path::new(self.name))?;
+            // SAFETY: unlinkat relative to a directory fd we hold.
+            if unsafe { libc::unlinkat(self.dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::NotFound {
+                    return Err(ctx("remove", &self.path.join(self.name), e));
+                }
+            }
+            Ok(())
+        };
+        match &self.creds {
+            Some(c) => c.with_fs(gone).and_then(|r| r),
+            None => gone(),
+        }
+    }
+
     /// Writes `text` under a temporary name and renames it into place.
     /// Errors name the path.
     pub fn commit(&self, text: &[u8]) -> io::Result<()> {
@@ -187,19 +210,10 @@ impl TreeTop {
 }
 
 /// Makes `dir` (as [`create`] does) for a tree image whose description is
-/// the file `name`, and removes an earlier one at once: the directory is
-/// no tree image while the processes' images are written. Errors name the
-/// path.
+/// the file `name`; an earlier one stays until [`TreeTop::clear`]. Errors
+/// name the path.
 pub fn create_tree_top(dir: &Path, name: &'static str) -> io::Result<TreeTop> {
     let d = dir_fd(dir, true).map_err(|e| ctx("mkdir", dir, e))?;
-    let c = cstr(Path::new(name))?;
-    // SAFETY: unlinkat relative to a directory fd we hold.
-    if unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::NotFound {
-            return Err(ctx("remove", &dir.join(name), e));
-        }
-    }
     Ok(TreeTop {
         dir: d,
         path: dir.to_path_buf(),

@@ -102,23 +102,28 @@ pub fn pipe_ino(target: &str) -> Option<u64> {
 }
 
 /// A pipe whose read and write ends are both open in `pid` and in no other
-/// process we can see (a self-pipe, as xz uses for signals). Processes whose
+/// process we can see (a self-pipe, as xz uses for signals); while a
+/// process tree is checkpointed ([`crate::tree`]), one whose ends are all
+/// held by processes of the tree (a shell's pipeline). Processes whose
 /// `/proc/N/fd` we cannot read are not seen; an unprivileged user's own
 /// processes are all visible.
 pub fn is_self_pipe(pid: i32, target: &str) -> bool {
-    let Ok(fds) = crate::procfs::fds(pid) else {
-        return false;
-    };
-    let ends: Vec<i32> = fds
-        .iter()
-        .filter(|(_, t)| t == target)
-        .map(|(fd, _)| *fd)
-        .collect();
-    let dirs = ends
-        .iter()
-        .filter_map(|&fd| crate::procfs::fdinfo(pid, fd).ok())
-        .map(|(flags, _)| flags & libc::O_ACCMODE == libc::O_WRONLY)
-        .collect::<Vec<bool>>();
+    let mut group = crate::tree::members();
+    if group.is_empty() {
+        group.push(pid);
+    }
+    let mut dirs = Vec::new();
+    for &p in &group {
+        let Ok(fds) = crate::procfs::fds(p) else {
+            return false;
+        };
+        dirs.extend(
+            fds.iter()
+                .filter(|(_, t)| t == target)
+                .filter_map(|&(fd, _)| crate::procfs::fdinfo(p, fd).ok())
+                .map(|(flags, _)| flags & libc::O_ACCMODE == libc::O_WRONLY),
+        );
+    }
     if !(dirs.contains(&true) && dirs.contains(&false)) {
         return false;
     }
@@ -129,7 +134,7 @@ pub fn is_self_pipe(pid: i32, target: &str) -> bool {
         let Ok(other) = p.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
-        if other == pid {
+        if group.contains(&other) {
             continue;
         }
         let Ok(list) = fs::read_dir(p.path().join("fd")) else {

@@ -27,7 +27,9 @@ use crate::image::{self, Manifest};
 use crate::restore::{choose_region, Prepared, RestoreOptions, Restored};
 use crate::restore_plan::TreeShm;
 use crate::tree::{TreeManifest, TREE};
-use crate::tree_copies::{grow, open_shared, pid_in_use, sessions, Copies, Objects};
+use crate::tree_copies::{
+    grow, open_shared, open_shared_pipes, pid_in_use, sessions, Copies, Objects,
+};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -199,7 +201,8 @@ pub fn restore_tree_held(
     tree_restorable(&pids)?;
     // The open file descriptions the tree shares, opened once.
     let mut shared: BTreeMap<u32, File> = BTreeMap::new();
-    for f in ms.iter().flat_map(|m| &m.fds) {
+    open_shared_pipes(ms, &mut shared)?;
+    for f in ms.iter().flat_map(|m| &m.fds).filter(|f| f.pipe.is_none()) {
         if let (Some(id), None) = (f.shared, f.dup_of) {
             if let std::collections::btree_map::Entry::Vacant(v) = shared.entry(id) {
                 v.insert(open_shared(f)?);

@@ -94,6 +94,11 @@ pub(crate) fn member(pid: i32) -> bool {
     MEMBERS.with(|m| m.borrow().contains(&pid))
 }
 
+/// The pids of the tree this thread is checkpointing (none outside one).
+pub(crate) fn members() -> Vec<i32> {
+    MEMBERS.with(|m| m.borrow().clone())
+}
+
 /// Sets [`MEMBERS`] for its lifetime.
 struct Scope;
 
@@ -166,8 +171,8 @@ pub struct TreeOut {
 
 /// Makes the tree image directory `dir` for `procs` (as [`check_tree`]
 /// listed them): a directory per process with its image files under
-/// temporary names (with `files.img` if `with_files`), an earlier
-/// [`TREE`] removed. With `creds`, with their file access rights (as
+/// temporary names (with `files.img` if `with_files`); an earlier image
+/// there is left as it is until the new one is dumped. With `creds`, with their file access rights (as
 /// [`crate::image_dir::ImageOut::with_creds`]), the commits too.
 pub fn tree_out(
     dir: &Path,
@@ -233,6 +238,8 @@ pub fn checkpoint_tree_into(
             manifests.push(m);
         }
         mark_shared(&mut manifests.iter_mut().collect::<Vec<_>>())?;
+        // Everything is dumped: from here on the directory is the new image.
+        out.top.clear().map_err(|e| Error::io("tree image", e))?;
         for (m, o) in manifests.iter().zip(out.outs) {
             image::write_manifest_to(&o.manifest, m)?;
             o.commit().map_err(|e| Error::io("image", e))?;
@@ -458,5 +465,48 @@ fn mark_shared(ms: &mut [&mut Manifest]) -> Result<()> {
             }
         }
     }
+    mark_pipes(ms, next);
     Ok(())
+}
+
+/// Numbers the ends of the pipes that several processes of the tree hold
+/// (a shell's pipeline; `check` let only pipes whose ends are all in the
+/// tree through), after the ids up to `last`: one id per pipe and
+/// direction, which the restore makes once. The unread bytes, read from
+/// each process's first end of the pipe, are kept on the first such end
+/// of the tree only. A pipe held by one process stays its own (made by its
+/// blob).
+fn mark_pipes(ms: &mut [&mut Manifest], last: u32) {
+    use std::collections::BTreeMap;
+    let mut holders: BTreeMap<u64, Vec<i32>> = BTreeMap::new();
+    for m in ms.iter() {
+        for p in m.fds.iter().filter_map(|f| f.pipe.as_ref()) {
+            let h = holders.entry(p.ino).or_default();
+            if !h.contains(&m.pid) {
+                h.push(m.pid);
+            }
+        }
+    }
+    let mut ids: BTreeMap<(u64, bool), u32> = BTreeMap::new();
+    let mut filled: Vec<u64> = Vec::new();
+    let mut next = last;
+    for m in ms.iter_mut() {
+        for f in m.fds.iter_mut() {
+            let Some(p) = f.pipe.as_mut() else {
+                continue;
+            };
+            if holders[&p.ino].len() < 2 {
+                continue;
+            }
+            f.shared = Some(*ids.entry((p.ino, p.write)).or_insert_with(|| {
+                next += 1;
+                next
+            }));
+            if filled.contains(&p.ino) {
+                p.data.clear();
+            } else if f.dup_of.is_none() {
+                filled.push(p.ino);
+            }
+        }
+    }
 }

@@ -10,7 +10,7 @@ use crate::restore_plan::{Blob, Plan, TreeShm};
 use crate::restore_tree::TreePages;
 use crate::tree::{TreeManifest, TreeProc};
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::time::Duration;
 
@@ -53,6 +53,70 @@ pub(crate) fn open_shared(f: &image::FdEntry) -> Result<File> {
             .map_err(|e| Error::io(format!("seek {} to {}", f.path, f.pos), e))?;
     }
     Ok(file)
+}
+
+/// Makes the pipes that several processes of the tree hold (their ends
+/// marked shared by the checkpoint, see `tree::mark_pipes`): each once,
+/// as large as its unread bytes need, those bytes written in, each end
+/// with its status flags. Adds each end under its id to `shared`.
+pub(crate) fn open_shared_pipes(
+    ms: &[image::Manifest],
+    shared: &mut std::collections::BTreeMap<u32, File>,
+) -> Result<()> {
+    use std::collections::BTreeMap;
+    // ino -> (read end id and flags, write end id and flags, unread bytes)
+    type Ends<'a> = (Option<(u32, i32)>, Option<(u32, i32)>, &'a [u8]);
+    let mut pipes: BTreeMap<u64, Ends> = BTreeMap::new();
+    for f in ms
+        .iter()
+        .flat_map(|m| &m.fds)
+        .filter(|f| f.dup_of.is_none())
+    {
+        let (Some(id), Some(p)) = (f.shared, &f.pipe) else {
+            continue;
+        };
+        let e = pipes.entry(p.ino).or_insert((None, None, &[]));
+        match p.write {
+            true => e.1 = Some((id, f.flags)),
+            false => e.0 = Some((id, f.flags)),
+        }
+        if !p.data.is_empty() {
+            e.2 = &p.data;
+        }
+    }
+    for (ino, (read, write, data)) in pipes {
+        let mut fds = [0i32; 2];
+        // SAFETY: `fds` is a valid out array of two fds.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(Error::last(format!("pipe2 for pipe {ino}")));
+        }
+        // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
+        let (r, mut w) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        if data.len() > 65536 {
+            // SAFETY: fcntl on our own pipe, integer arguments.
+            if unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, data.len() as libc::c_int) } < 0 {
+                return Err(Error::last(format!(
+                    "F_SETPIPE_SZ of {} for pipe {ino}",
+                    data.len()
+                )));
+            }
+        }
+        // Non-blocking: bytes the pipe cannot hold are an error, not a hang.
+        std::io::Write::write_all(&mut w, data)
+            .map_err(|e| Error::io(format!("refill pipe {ino} ({} bytes)", data.len()), e))?;
+        for (end, file) in [(read, r), (write, w)] {
+            let Some((id, flags)) = end else {
+                continue;
+            };
+            let status = flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC);
+            // SAFETY: fcntl on our own fd, integer arguments.
+            if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, status) } != 0 {
+                return Err(Error::last(format!("status flags of pipe {ino}")));
+            }
+            shared.insert(id, file);
+        }
+    }
+    Ok(())
 }
 
 /// The tree's shared anonymous objects, made in our address space (the

@@ -55,11 +55,61 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
+/*
+ * A writer child and its reader (us) joined by a pipe, as a shell joins
+ * a pipeline: N lines written in bursts of 50, read one at a time, every
+ * 100th with a running checksum printed. Halfway the reader waits for the
+ * file GO, the writer blocked on the full pipe meanwhile. The output does
+ * not depend on timing.
+ */
+static int pipeline(int n, const char *go)
+{
+	unsigned long sum = 0;
+	int p[2], lines = 0, st;
+	char buf[256];
+	pid_t w;
+	FILE *f;
+
+	if (pipe(p))
+		return 1;
+	w = fork();
+	if (w == 0) {
+		close(p[0]);
+		f = fdopen(p[1], "w");
+		for (int i = 0; i < n; i++) {
+			fprintf(f, "line %d of a pipeline\n", i);
+			if (i % 50 == 49) {
+				fflush(f);
+				usleep(1000);
+			}
+		}
+		fclose(f);
+		_exit(0);
+	}
+	close(p[1]);
+	f = fdopen(p[0], "r");
+	while (fgets(buf, sizeof(buf), f)) {
+		for (char *c = buf; *c; c++)
+			sum = sum * 31 + (unsigned char)*c;
+		if (++lines % 100 == 0)
+			printf("%d lines, sum %lu\n", lines, sum);
+		while (lines == n / 2 && access(go, F_OK))
+			usleep(1000);
+		usleep(100);
+	}
+	waitpid(w, &st, 0);
+	printf("done: %d lines, sum %lu, writer status %d\n", lines, sum, st);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	int fds[2];
 	pthread_t t;
+
+	if (!strcmp(mode, "pipeline"))
+		return pipeline(atoi(argv[2]), argv[3]);
 
 	if (!strcmp(mode, "thread")) {
 		pthread_create(&t, NULL, thread_main, NULL);

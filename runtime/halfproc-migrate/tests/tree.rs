@@ -1,12 +1,16 @@
 //! Process trees: Debian's stress-ng (a parent and its two forked workers,
-//! sharing `/dev/zero` memory and their stdout) checkpointed, killed and
-//! restored 20 times in a row while it runs, with its pids; and the
-//! refusals and failures of a tree restore.
+//! sharing `/dev/zero` memory and their stdout) and a pipeline (a reader
+//! and its writer, joined by a pipe) checkpointed, killed and restored 20
+//! times in a row while they run, with their pids; and the refusals and
+//! failures of a tree restore.
 
 mod common;
 
 use common::*;
-use halfproc_migrate::{checkpoint_tree, restore, restore_tree, tree, Leave};
+use halfproc_migrate::{
+    check_tree, checkpoint, checkpoint_tree, checkpoint_tree_into, image, restore, restore_tree,
+    tree, tree_out, Error, Leave,
+};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -257,4 +261,108 @@ fn a_tree_image_that_lists_a_child_before_its_parent_is_refused() {
     std::fs::write(dir.path().join(tree::TREE), r#"{"version":1,"procs":[]}"#).unwrap();
     let e = restore_tree(dir.path()).unwrap_err().to_string();
     assert!(e.contains("0 processes"), "{e}");
+}
+
+/// A pipeline moves as a tree: the pipe that only its two processes hold
+/// is made once by the restore, with the bytes that were unread in it, and
+/// each end given to its holder (before, the pipe was refused as held by
+/// another process). The writer keeps the pipe full while the reader waits
+/// for its go, so most images carry a full pipe.
+#[test]
+fn a_pipeline_survives_twenty_moves_with_its_unread_bytes() {
+    if !may_choose_pids() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let args = ["pipeline", "8000", go.to_str().unwrap()];
+    std::fs::write(&go, b"").unwrap();
+    let want_out = dir.path().join("want");
+    let r = spawn(targets(), &args, None, &want_out);
+    assert_eq!(describe(wait(r)), "exit 0");
+    std::fs::remove_file(&go).unwrap();
+
+    let out = dir.path().join("out");
+    let root = spawn(targets(), &args, None, &out);
+    let t = Instant::now();
+    let procs = loop {
+        let procs = tree::processes(root).unwrap();
+        if procs.len() == 2 {
+            break procs;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no writer: {procs:?}"
+        );
+        sleep_ms(5);
+    };
+    let mut carried = Vec::new();
+    for i in 0..MOVES {
+        sleep_ms(20);
+        let img = dir.path().join(format!("img{}", i % 2));
+        checkpoint_tree(root, &img, Leave::Kill).unwrap_or_else(|e| panic!("checkpoint {i}: {e}"));
+        // Both ends of the one pipe are marked shared, its bytes kept once.
+        let mut bytes = 0;
+        for p in &procs {
+            let m = image::read(&img.join(p.pid.to_string())).unwrap();
+            for e in m
+                .fds
+                .iter()
+                .filter_map(|f| Some((f.shared, f.pipe.as_ref()?)))
+            {
+                assert!(e.0.is_some(), "move {i}: pid {}: {e:?}", p.pid);
+                bytes += e.1.data.len();
+            }
+        }
+        carried.push(bytes);
+        let r = restore_tree(&img).unwrap_or_else(|e| panic!("restore {i}: {e}"));
+        assert_eq!(r.pid, root, "move {i}: the root's pid");
+        assert_eq!(tree::processes(root).unwrap(), procs, "move {i}");
+    }
+    std::fs::write(&go, b"").unwrap();
+    let st = wait(root);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(describe(st), "exit 0", "{text}");
+    assert_eq!(text, std::fs::read_to_string(&want_out).unwrap());
+    eprintln!("unread bytes carried in each image: {carried:?}");
+    assert!(carried.iter().any(|&b| b > 0), "{carried:?}");
+}
+
+/// Review of 2026-11-28: a tree checkpoint removed the directory's earlier
+/// `tree.json` before anything was stopped, so a refused one (here by its
+/// check once all are stopped) left no image where its reply says the
+/// earlier one is left as it was; and a one-process checkpoint into a tree
+/// image's directory left `tree.json`, which restores the old tree.
+#[test]
+fn an_earlier_tree_image_stays_until_a_new_image_replaces_it() {
+    let (dir, _, root, procs) = started();
+    let img = dir.path().join("img");
+    checkpoint_tree(root, &img, Leave::Continue).unwrap();
+    let before = std::fs::read(img.join(tree::TREE)).unwrap();
+    let listed = check_tree(root, &[]).unwrap();
+    let out = tree_out(&img, &listed, false, None).unwrap();
+    let refuse = || Err("changed meanwhile".to_string());
+    match checkpoint_tree_into(root, &listed, out, Leave::Continue, &[], Some(&refuse)) {
+        Err(Error::Changed(why)) => assert_eq!(why, "changed meanwhile"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(img.join(tree::TREE)).unwrap(), before);
+    for p in &procs {
+        let (state, tracer) = state_and_tracer(p.pid);
+        assert!(matches!(state, 'R' | 'S'), "pid {}: {state}", p.pid);
+        assert_eq!(tracer, 0);
+    }
+    for w in &procs[1..] {
+        // SAFETY: kill has no memory arguments; the workers are not our children.
+        unsafe { libc::kill(w.pid, libc::SIGKILL) };
+    }
+    kill(root);
+    // One process's image in the same directory: the tree's description goes.
+    let out = dir.path().join("spin.out");
+    let pid = spawn(targets(), &["spin"], None, &out);
+    sleep_ms(50);
+    checkpoint(pid, &img, Leave::Kill).unwrap();
+    assert!(!img.join(tree::TREE).exists());
+    let e = restore_tree(&img).unwrap_err().to_string();
+    assert!(e.contains("tree.json"), "{e}");
 }

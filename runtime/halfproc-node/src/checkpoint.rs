@@ -6,6 +6,7 @@
 use crate::access::Admitted;
 use crate::daemon::Node;
 use crate::migrate::take;
+use crate::migrate_tree::NotTaken;
 use crate::proto::{End, Exit, Msg};
 use halfproc_migrate::image_dir::ImageOut;
 use halfproc_migrate::tree::TreeProc;
@@ -147,8 +148,9 @@ pub async fn checkpoint(
     }
 }
 
-/// The refusals that need nothing stopped (of every process of the tree,
-/// if `pid` has children, and the request's admission for each), then
+/// The request's admission and the refusals that need nothing stopped, for
+/// every process of the tree if `pid` has children
+/// ([`crate::migrate_tree::admit_and_check`]), then
 /// `dir`'s image files made with `fs`'s rights
 /// ([`halfproc_migrate::image_dir::create`] on a thread that has them;
 /// renamed into place, or removed, with them too). The error is the
@@ -167,20 +169,13 @@ fn open_image(
             "checkpoint of pid {pid} failed: {e}; it keeps running"
         )))
     };
-    let procs = match halfproc_migrate::refuse::children(pid).is_empty() {
-        true => {
-            halfproc_migrate::refuse::check_relayed(pid, relayed)
-                .map_err(|e| failed(e.to_string()))?;
-            vec![TreeProc { pid, ppid: 0 }]
-        }
-        false => halfproc_migrate::check_tree(pid, relayed).map_err(|e| failed(e.to_string()))?,
-    };
-    let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
-    let admitted = crate::migrate_tree::admit_all(admitted, &pids).map_err(|why| {
-        Box::new(Msg::Denied(format!(
-            "{why}; checkpoint of pid {pid} refused, nothing was stopped"
-        )))
-    })?;
+    let (procs, admitted) =
+        crate::migrate_tree::admit_and_check(pid, relayed, admitted).map_err(|e| match e {
+            NotTaken::Denied(why) => Box::new(Msg::Denied(format!(
+                "{why}; checkpoint of pid {pid} refused, nothing was stopped"
+            ))),
+            NotTaken::Refused(why) => failed(why),
+        })?;
     let path = crate::access::image_path(dir).map_err(failed)?;
     let r = match procs.len() {
         1 => {

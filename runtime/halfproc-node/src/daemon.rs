@@ -533,24 +533,28 @@ async fn run_session(
     let pid = started.pid;
     if let Some(go) = &started.go {
         // Each copy (all of a tree's, held at its gate) gets its mapped
-        // files' contents before it runs.
-        let filled = fills.iter().try_for_each(|(p, carried)| {
-            let p = p.unwrap_or(pid);
-            crate::files::fill_from_image(p, carried).map_err(|e| format!("pid {p}: {e}"))
-        });
+        // files' contents before it runs (file and /proc I/O: off the
+        // runtime's threads).
+        let what = if fills.len() > 1 {
+            "tree of pid"
+        } else {
+            "pid"
+        };
+        let filled = tokio::task::spawn_blocking(move || {
+            fills.iter().try_for_each(|(p, carried)| {
+                let p = p.unwrap_or(pid);
+                crate::files::fill_from_image(p, carried).map_err(|e| format!("pid {p}: {e}"))
+            })
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
         let _ = go.send(filled.is_ok());
         if let Err(e) = filled {
             lock(&node.sessions).remove(&id);
-            let what = if fills.len() > 1 {
-                "tree of pid"
-            } else {
-                "pid"
-            };
             let _ = tx.send(Msg::Error(format!("copy {what} {pid} killed: {e}")));
             return Ok(());
         }
     }
-    drop(fills);
     // Before the relays start: the client must see Started before any Output.
     let _ = tx.send(Msg::Started { pid });
     let n2 = node.clone();

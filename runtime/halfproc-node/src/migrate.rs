@@ -18,6 +18,7 @@
 use crate::access::Admitted;
 use crate::daemon::Node;
 use crate::migrate_dump::{Decision, Job, Outgoing};
+use crate::migrate_tree::NotTaken;
 use crate::program;
 use crate::proto::{Conn, End, Msg, Outcome, CHUNK};
 use std::sync::Arc;
@@ -81,28 +82,27 @@ async fn migrate_acquired(
     let pid = prog.pid;
     let inos = prog.inos.clone();
     let inos2 = inos.clone();
-    // A program with children moves with them, as a tree.
-    let procs = tokio::task::spawn_blocking(move || {
-        match halfproc_migrate::refuse::children(pid).is_empty() {
-            true => halfproc_migrate::refuse::check_relayed(pid, &inos2).map(|()| vec![pid]),
-            false => {
-                halfproc_migrate::check_tree(pid, &inos2).map(|t| t.iter().map(|p| p.pid).collect())
-            }
-        }
+    // A program with children moves with them, as a tree; the request's
+    // admission holds for each of its processes.
+    let listed = tokio::task::spawn_blocking(move || {
+        crate::migrate_tree::admit_and_check(pid, &inos2, admitted)
     })
     .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("pid {pid} cannot be migrated: {e}; it keeps running here"))?;
-    let tree = procs.len() > 1;
-    // The request's admission holds for every process of a tree.
-    let admitted = match crate::migrate_tree::admit_all(admitted, &procs) {
-        Ok(a) => a,
-        Err(why) => {
+    .map_err(|e| e.to_string())?;
+    let (procs, admitted) = match listed {
+        Ok((procs, admitted)) => (procs.iter().map(|p| p.pid).collect::<Vec<i32>>(), admitted),
+        Err(NotTaken::Denied(why)) => {
             return Ok(Msg::Denied(format!(
                 "{why}; pid {pid} was never stopped, it keeps running here"
             )))
         }
+        Err(NotTaken::Refused(e)) => {
+            return Err(format!(
+                "pid {pid} cannot be migrated: {e}; it keeps running here"
+            ))
+        }
     };
+    let tree = procs.len() > 1;
     let procs2 = procs.clone();
     let (owner, image_bytes, mapped) =
         tokio::task::spawn_blocking(move || crate::migrate_tree::estimates(&procs2))

@@ -1,8 +1,9 @@
-//! What the source needs to know of a migrating program that may be a
-//! process tree (see `halfproc_migrate::tree`) before it offers it.
+//! What the source needs to know of a program that may be a process tree
+//! (see `halfproc_migrate::tree`) before it migrates or checkpoints it.
 
 use crate::access::Admitted;
 use halfproc_migrate::restore_need::Mapped;
+use halfproc_migrate::tree::TreeProc;
 use halfproc_migrate::Creds;
 
 /// The request's admission (`admitted`, of the root) for each of `pids`:
@@ -38,4 +39,49 @@ pub(crate) fn estimates(pids: &[i32]) -> Result<(Creds, u64, Mapped), String> {
         mapped.vmas = mapped.vmas.max(m.vmas);
     }
     Ok((owner, bytes, mapped))
+}
+
+/// Why [`admit_and_check`] refused.
+pub(crate) enum NotTaken {
+    /// The client may not act on a process of the tree.
+    Denied(String),
+    /// A process holds what cannot be carried, or the tree changed.
+    Refused(String),
+}
+
+/// The processes of program `pid` (it and its descendants, when it has
+/// children), the request's admission for each (`admitted`, of the root:
+/// [`admit_all`]), then the refusals of each (pipes with an inode in
+/// `relayed` are the daemon's relays): in that order, so that a client
+/// learns nothing (the refusals name what a process holds) of a process it
+/// may not act on. Reads `/proc` only; nothing is stopped.
+pub(crate) fn admit_and_check(
+    pid: i32,
+    relayed: &[u64],
+    admitted: Option<Admitted>,
+) -> Result<(Vec<TreeProc>, Vec<Admitted>), NotTaken> {
+    let refused = |e: halfproc_migrate::Error| NotTaken::Refused(e.to_string());
+    let tree = !halfproc_migrate::refuse::children(pid).is_empty();
+    let listed: Vec<i32> = match tree {
+        false => vec![pid],
+        true => halfproc_migrate::tree::processes(pid)
+            .map_err(refused)?
+            .iter()
+            .map(|p| p.pid)
+            .collect(),
+    };
+    let admitted = admit_all(admitted, &listed).map_err(NotTaken::Denied)?;
+    let procs = match tree {
+        false => {
+            halfproc_migrate::refuse::check_relayed(pid, relayed).map_err(refused)?;
+            vec![TreeProc { pid, ppid: 0 }]
+        }
+        true => halfproc_migrate::check_tree(pid, relayed).map_err(refused)?,
+    };
+    if procs.iter().map(|p| p.pid).ne(listed.iter().copied()) {
+        return Err(NotTaken::Refused(
+            "its process tree changed while it was checked".into(),
+        ));
+    }
+    Ok((procs, admitted))
 }

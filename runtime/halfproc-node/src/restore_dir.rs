@@ -78,17 +78,21 @@ pub(crate) fn from_dir(dir: &Path, owner: Option<Creds>) -> Result<FromDir, Imag
 }
 
 /// `tree.json` of `dir`, checked; `None` if there is none (an image of
-/// one process). Opened without following `/proc` magic links
-/// ([`halfproc_migrate::image_dir::open_at`]), at most
+/// one process). A regular file only, opened without blocking and without
+/// following `/proc` magic links ([`halfproc_migrate::image_dir::open_regular`]:
+/// a FIFO put there does not hold a daemon thread), at most
 /// [`halfproc_migrate::image_dir::MANIFEST_MAX`] bytes.
 fn read_tree(dir: &Path) -> Result<Option<TreeManifest>, ImageErr> {
-    use halfproc_migrate::image_dir::{open_at, MANIFEST_MAX};
+    use halfproc_migrate::image_dir::{open_regular, MANIFEST_MAX};
     use std::io::Read;
     let path = dir.join(TREE);
-    let f = match open_at(None, &path, libc::O_RDONLY, 0) {
+    let f = match open_regular(None, &path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ImageErr::Io(e)),
+        Err(e) => {
+            let named = format!("{}: {e}", path.display());
+            return Err(ImageErr::Io(io::Error::new(e.kind(), named)));
+        }
     };
     let mut text = Vec::new();
     f.take(MANIFEST_MAX + 1)

@@ -288,3 +288,46 @@ fn a_large_image_restores_with_bounded_daemon_memory() {
         f.set_len(pages / 2).unwrap();
     }
 }
+
+/// Review of 2026-11-28: `restore DIR` opened `DIR/tree.json` blocking, so
+/// a FIFO put there held a daemon thread (and the client) for good. It is
+/// refused at once, naming it; the daemon still serves.
+#[test]
+fn a_fifo_as_tree_json_is_refused_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Daemon::start();
+    let img = tmp.path().join("img");
+    std::fs::create_dir(&img).unwrap();
+    let fifo = std::ffi::CString::new(img.join("tree.json").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let mut c = halfproc()
+        .args(["restore", "--node", &a.addr])
+        .arg(&img)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(tmp.path().join("err")).unwrap())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let st = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed().as_secs() > 20 {
+            c.kill().unwrap();
+            c.wait().unwrap();
+            // Its shutdown would wait for the blocked thread.
+            // SAFETY: kill has no memory arguments.
+            unsafe { libc::kill(a.pid(), libc::SIGKILL) };
+            panic!("restore of a FIFO tree.json still waits after 20 s");
+        }
+        sleep_ms(20);
+    };
+    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
+    assert_eq!(st.code(), Some(127), "{err}");
+    assert!(err.contains("tree.json"), "{err}");
+    // The daemon answers the next request.
+    let o = halfproc().args(["ps", "--node", &a.addr]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

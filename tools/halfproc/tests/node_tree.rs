@@ -146,3 +146,53 @@ fn stress_ng_checkpointed_with_its_files_is_restored_as_a_tree() {
         assert_eq!(err.matches(&line).count(), 1, "{line:?} in:\n{err}");
     }
 }
+
+/// A shell pipeline moves as a process tree: `sh -c 'gzip -9 -n |
+/// sha256sum'` (the shell and its two children, joined by a pipe only
+/// they hold, gzip reading the relayed stdin) started on node A and
+/// migrated 20 times between A and B while its stdin is held open; its
+/// output is that of a run that never moved.
+#[test]
+fn a_shell_pipeline_moves_twenty_times() {
+    if !is_root() {
+        eprintln!("SKIP: needs root (pids chosen at restore, a pid namespace for node B)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input");
+    let text: String = (0..60000)
+        .map(|i| format!("{i} {}\n", i * 7 % 1013))
+        .collect();
+    std::fs::write(&input, text).unwrap();
+    let argv = ["/bin/sh", "-c", "gzip -9 -n | sha256sum"];
+    let (want, want_code) = reference(&argv, Some(&input));
+    assert_eq!(want_code, 0);
+    let a = Daemon::start();
+    let b = NodeInNamespace::start();
+    let b = &b.0;
+    let (r, held) = run_held(&a, &argv, Some(&input), tmp.path(), "pipeline");
+    let pid = r.pid();
+    let t = std::time::Instant::now();
+    while children(pid).len() < 2 {
+        assert!(t.elapsed().as_secs() < 20, "pid {pid}: {:?}", children(pid));
+        sleep_ms(5);
+    }
+    let nodes = [&a, b];
+    let mut here = 0;
+    for i in 0..MIGRATIONS {
+        let to = 1 - here;
+        let m = migrate(&nodes[here].addr, pid, &nodes[to].addr)
+            .unwrap_or_else(|e| panic!("migration {i} of pid {pid}: {e}"));
+        assert_eq!(m.pid, pid, "migration {i}: the shell keeps its pid");
+        assert!(
+            m.said.contains("a process tree of 3 processes"),
+            "{}",
+            m.said
+        );
+        here = to;
+    }
+    held.close();
+    let (out, code, err) = r.finish();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, want, "{err}");
+}
