@@ -4,7 +4,8 @@
  * "wait" it reads stdin to EOF before exiting (tests hold it running).
  *   plain   nothing
  *   socket  an unconnected unix socket (refused by migrate)
- *   pipe    a pipe to a child process that reads it (refused by migrate)
+ *   pipe    a pipe to a process outside its tree that reads it (refused
+ *           by migrate)
  *   child   a child process that waits to be killed (moves as a tree)
  *   zombie  a child process that exits at once, reaped only at the end
  *           (refused by migrate: a zombie cannot be carried)
@@ -133,16 +134,27 @@ int main(int argc, char **argv)
 		printf("ready\n");
 		fflush(stdout);
 	} else if (!strcmp(mode, "pipe")) {
+		pid_t mid;
+
+		/*
+		 * The reader is a grandchild, orphaned at once: a process
+		 * outside the tree (a pipe among the tree's own processes is
+		 * carried with it).
+		 */
 		if (pipe(p))
 			return 91;
-		child = fork();
-		if (child == 0) {
-			char c;
-			close(p[1]);
-			while (read(p[0], &c, 1) > 0)
-				;
+		mid = fork();
+		if (mid == 0) {
+			if (fork() == 0) {
+				char c;
+
+				close(p[1]);
+				while (read(p[0], &c, 1) > 0)
+					;
+			}
 			_exit(0);
 		}
+		waitpid(mid, NULL, 0);
 		close(p[0]);
 	}
 	for (long i = 0; i < count; i++) {
