@@ -540,6 +540,22 @@ fn pipe_contents(pid: i32, fd: i32) -> Result<Vec<u8>> {
     drop(w);
     let mut data = Vec::new();
     std::io::Read::read_to_end(&mut r, &mut data).map_err(|e| Error::io("read pipe copy", e))?;
+    // A copy pipe smaller than the target's (its resize refused, or the
+    // target's beyond 1 MiB) would leave bytes behind unseen.
+    let mut held: libc::c_int = 0;
+    // SAFETY: FIONREAD on a pipe fd we hold into a valid int.
+    if unsafe { libc::ioctl(src.as_raw_fd(), libc::FIONREAD, &mut held) } != 0 {
+        return Err(Error::last(format!("FIONREAD of {path}")));
+    }
+    if data.len() < held as usize {
+        return Err(Error::io(
+            format!("copy the pipe on fd {fd} of pid {pid}"),
+            std::io::Error::other(format!(
+                "it holds {held} unread bytes, of which only {} could be copied",
+                data.len()
+            )),
+        ));
+    }
     Ok(data)
 }
 

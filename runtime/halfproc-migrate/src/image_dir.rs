@@ -153,17 +153,20 @@ impl TreeTop {
         self
     }
 
-    /// Removes an earlier description: the directory is no tree image
-    /// while the processes' images are put in place (call it right before
-    /// the first of them is).
+    /// Removes an earlier description, and an earlier one-process image
+    /// in the directory itself: the directory is no image while the
+    /// processes' images are put in place (call it right before the first
+    /// of them is; a failure after it leaves no image, not an old one).
     pub fn clear(&self) -> io::Result<()> {
         let gone = || {
-            let c = cstr(Path::new(self.name))?;
-            // SAFETY: unlinkat relative to a directory fd we hold.
-            if unsafe { libc::unlinkat(self.dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::NotFound {
-                    return Err(ctx("remove", &self.path.join(self.name), e));
+            for name in [self.name, MANIFEST, FILES, PAGES] {
+                let c = cstr(Path::new(name))?;
+                // SAFETY: unlinkat relative to a directory fd we hold.
+                if unsafe { libc::unlinkat(self.dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::NotFound {
+                        return Err(ctx("remove", &self.path.join(name), e));
+                    }
                 }
             }
             Ok(())

@@ -74,6 +74,6 @@ pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Re
 pub use restore_check::{copy_instead, differing_files};
 pub use restore_tree::{restore_tree, restore_tree_held, tree_restorable, HeldTree, TreePages};
 pub use tree::{
-    check_tree, checkpoint_tree, checkpoint_tree_into, freeze_and_dump_tree, tree_out, DumpedTree,
-    TreeOut, TreeStats,
+    check_procs, check_tree, checkpoint_tree, checkpoint_tree_into, freeze_and_dump_tree, tree_out,
+    DumpedTree, TreeOut, TreeStats,
 };

@@ -501,7 +501,15 @@ pub(crate) fn plan(
         if let Some(p) = &f.pipe {
             if !made.contains_key(&(p.ino, p.write)) {
                 let arr = b.push(&[0u8; 8], 8);
-                op(SYS_pipe2, &[arr, 0], 0, format!("pipe2 for {}", f.path));
+                // Non-blocking until the ends get their own flags below:
+                // unread bytes the pipe cannot hold fail the refill, named,
+                // rather than block the copy for good.
+                op(
+                    SYS_pipe2,
+                    &[arr, O_NONBLOCK as u64],
+                    0,
+                    format!("pipe2 for {}", f.path),
+                );
                 for (end, write) in [(0u64, false), (1u64, true)] {
                     op(SYS_dup2, &[end, tmp], tmp, format!("dup2 pipe end {end}"));
                     op(SYS_close, &[end], 0, format!("close pipe end {end}"));
@@ -513,6 +521,14 @@ pub(crate) fn plan(
             if !p.data.is_empty() {
                 let d = b.push(&p.data, 1);
                 let w = made[&(p.ino, true)];
+                if p.data.len() > 65536 {
+                    op(
+                        SYS_fcntl,
+                        &[w, F_SETPIPE_SZ as u64, p.data.len() as u64],
+                        ANY_OK,
+                        format!("size {} for its {} unread bytes", f.path, p.data.len()),
+                    );
+                }
                 op(
                     SYS_write,
                     &[w, d, p.data.len() as u64],

@@ -298,10 +298,18 @@ fn check(procs: &[TreeProc], relayed: &[u64]) -> Result<()> {
 /// [`check`] of the tree of `root` as it is now: its processes.
 pub fn check_tree(root: i32, relayed: &[u64]) -> Result<Vec<TreeProc>> {
     let procs = processes(root)?;
+    check_procs(&procs, relayed)?;
+    Ok(procs)
+}
+
+/// [`check`] of the processes `procs` of a tree (as [`processes`] listed
+/// them, and the caller admitted), not listed again: a process that
+/// joined since is not looked at (the freeze, which compares the tree
+/// with `procs`, fails then).
+pub fn check_procs(procs: &[TreeProc], relayed: &[u64]) -> Result<()> {
     let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
     let _scope = Scope::enter(&pids);
-    check(&procs, relayed)?;
-    Ok(procs)
+    check(procs, relayed)
 }
 
 /// Seizes every process of `procs` (the tree of `root`, in its order) and
@@ -367,17 +375,21 @@ impl DumpedTree {
     }
 }
 
-/// Refuses (before anything is stopped) or stops the tree of `root` and
-/// dumps each process into memory, leaving them stopped; pipes with an
-/// inode in `relayed` are recorded as relayed ends (a node daemon's).
-/// `after_freeze` runs once all are stopped, before anything of them is
-/// read (see [`crate::AfterFreeze`]); its refusal lets them go.
+/// Refuses (before anything is stopped) or stops the tree of `root`, whose
+/// processes must still be `procs` (as the caller listed and admitted
+/// them: a process that joined since fails the freeze with
+/// [`Error::Changed`]), and dumps each process into memory, leaving them
+/// stopped; pipes with an inode in `relayed` are recorded as relayed ends
+/// (a node daemon's). `after_freeze` runs once all are stopped, before
+/// anything of them is read (see [`crate::AfterFreeze`]); its refusal lets
+/// them go.
 pub fn freeze_and_dump_tree(
     root: i32,
+    procs: &[TreeProc],
     relayed: &[u64],
     after_freeze: Option<AfterFreeze>,
 ) -> Result<DumpedTree> {
-    let procs = processes(root)?;
+    let procs = procs.to_vec();
     let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
     let _scope = Scope::enter(&pids);
     check(&procs, relayed)?;
@@ -416,9 +428,9 @@ pub(crate) fn reaped(pids: &[i32], most: Duration) {
 }
 
 /// Numbers the open file descriptions that several processes of the tree
-/// hold (`kcmp(KCMP_FILE)`; `dup_of` already links those of one process).
-/// Pipes are left alone: one held by another process is refused, a
-/// self-pipe is one process's.
+/// hold (`kcmp(KCMP_FILE)`; `dup_of` already links those of one process),
+/// then the pipes several of them hold ([`mark_pipes`]; one held outside
+/// the tree is refused, one held by a single process is its own).
 fn mark_shared(ms: &mut [&mut Manifest]) -> Result<()> {
     // (pid, fd, shared id) of each description seen so far.
     let mut seen: Vec<(i32, i32, u32)> = Vec::new();

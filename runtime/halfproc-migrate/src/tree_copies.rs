@@ -92,7 +92,9 @@ pub(crate) fn open_shared_pipes(
         }
         // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
         let (r, mut w) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
-        if data.len() > 65536 {
+        // SAFETY: fcntl on our own pipe, integer arguments.
+        let room = unsafe { libc::fcntl(fds[1], libc::F_GETPIPE_SZ) };
+        if data.len() > room.max(0) as usize {
             // SAFETY: fcntl on our own pipe, integer arguments.
             if unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, data.len() as libc::c_int) } < 0 {
                 return Err(Error::last(format!(
@@ -108,7 +110,10 @@ pub(crate) fn open_shared_pipes(
             let Some((id, flags)) = end else {
                 continue;
             };
-            let status = flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC);
+            // O_DIRECT: a packet-mode pipe stays one (the unread bytes'
+            // packet boundaries are not carried).
+            let status =
+                flags & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT);
             // SAFETY: fcntl on our own fd, integer arguments.
             if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, status) } != 0 {
                 return Err(Error::last(format!("status flags of pipe {ino}")));

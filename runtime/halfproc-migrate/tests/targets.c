@@ -110,6 +110,31 @@ int main(int argc, char **argv)
 
 	if (!strcmp(mode, "pipeline"))
 		return pipeline(atoi(argv[2]), argv[3]);
+	if (!strcmp(mode, "bigpipe")) {
+		/*
+		 * A self-pipe enlarged to 256 KiB holding 100000 unread bytes
+		 * (more than a new pipe holds) until the file ARGV[2] exists.
+		 */
+		static char big[100000];
+		unsigned long sum = 0;
+		long got = 0, n;
+
+		for (long i = 0; i < (long)sizeof(big); i++)
+			big[i] = (char)(i * 7 + i / 4096);
+		if (pipe(fds) || fcntl(fds[1], F_SETPIPE_SZ, 256 * 1024) < 0 ||
+		    write(fds[1], big, sizeof(big)) != (ssize_t)sizeof(big))
+			return 1;
+		printf("filled\n");
+		fflush(stdout);
+		while (access(argv[2], F_OK))
+			usleep(1000);
+		close(fds[1]);
+		while ((n = read(fds[0], big, sizeof(big))) > 0)
+			for (long i = 0; i < n; i++, got++)
+				sum = sum * 31 + (unsigned char)big[i];
+		printf("read %ld bytes, sum %lu\n", got, sum);
+		return 0;
+	}
 
 	if (!strcmp(mode, "thread")) {
 		pthread_create(&t, NULL, thread_main, NULL);

@@ -8,8 +8,8 @@ mod common;
 
 use common::*;
 use halfproc_migrate::{
-    check_tree, checkpoint, checkpoint_tree, checkpoint_tree_into, image, restore, restore_tree,
-    tree, tree_out, Error, Leave,
+    check_tree, checkpoint, checkpoint_tree, checkpoint_tree_into, freeze_and_dump_tree, image,
+    restore, restore_tree, tree, tree_out, Error, Leave,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -100,6 +100,21 @@ fn started() -> (
     let root = spawn_stress(&out);
     let procs = wait_for_workers(root);
     (dir, out, root, procs)
+}
+
+/// Checks that every process of the tree of `root` runs (`R`/`S`) and is
+/// not traced, then kills them all.
+fn running_and_untraced_then_killed(root: i32, procs: &[tree::TreeProc]) {
+    for p in procs {
+        let (state, tracer) = state_and_tracer(p.pid);
+        assert!(matches!(state, 'R' | 'S'), "pid {}: {state}", p.pid);
+        assert_eq!(tracer, 0);
+    }
+    for w in &procs[1..] {
+        // SAFETY: kill has no memory arguments; the workers are not our children.
+        unsafe { libc::kill(w.pid, libc::SIGKILL) };
+    }
+    kill(root);
 }
 
 #[test]
@@ -233,16 +248,7 @@ fn a_tree_is_not_restored_over_its_running_original() {
         "{e}"
     );
     // Untouched: both still run, untraced.
-    for p in &procs {
-        let (state, tracer) = state_and_tracer(p.pid);
-        assert!(matches!(state, 'R' | 'S'), "pid {}: {state}", p.pid);
-        assert_eq!(tracer, 0);
-    }
-    for w in &procs[1..] {
-        // SAFETY: kill has no memory arguments; the workers are not our children.
-        unsafe { libc::kill(w.pid, libc::SIGKILL) };
-    }
-    kill(root);
+    running_and_untraced_then_killed(root, &procs);
 }
 
 #[test]
@@ -347,16 +353,7 @@ fn an_earlier_tree_image_stays_until_a_new_image_replaces_it() {
         other => panic!("{other:?}"),
     }
     assert_eq!(std::fs::read(img.join(tree::TREE)).unwrap(), before);
-    for p in &procs {
-        let (state, tracer) = state_and_tracer(p.pid);
-        assert!(matches!(state, 'R' | 'S'), "pid {}: {state}", p.pid);
-        assert_eq!(tracer, 0);
-    }
-    for w in &procs[1..] {
-        // SAFETY: kill has no memory arguments; the workers are not our children.
-        unsafe { libc::kill(w.pid, libc::SIGKILL) };
-    }
-    kill(root);
+    running_and_untraced_then_killed(root, &procs);
     // One process's image in the same directory: the tree's description goes.
     let out = dir.path().join("spin.out");
     let pid = spawn(targets(), &["spin"], None, &out);
@@ -365,4 +362,32 @@ fn an_earlier_tree_image_stays_until_a_new_image_replaces_it() {
     assert!(!img.join(tree::TREE).exists());
     let e = restore_tree(&img).unwrap_err().to_string();
     assert!(e.contains("tree.json"), "{e}");
+    // And a tree image over it removes the one-process image (found in
+    // the second review: a tree checkpoint failing after it removed its
+    // old tree.json left that image to be restored instead).
+    let (_d, _, root, _) = started();
+    checkpoint_tree(root, &img, Leave::Kill).unwrap();
+    for f in ["manifest.json", "pages.img"] {
+        assert!(!img.join(f).exists(), "{f}");
+    }
+}
+
+/// Second review of 2026-11-28: a migration listed and admitted the tree,
+/// then froze whatever the tree was by then, so a process that joined in
+/// between (a setuid helper forked meanwhile) moved unadmitted. The freeze
+/// now wants the processes it was given, and lets all go otherwise.
+#[test]
+fn a_tree_that_gained_a_process_since_it_was_admitted_is_let_go() {
+    let (_dir, _, root, procs) = started();
+    // The worker left out shares the others' memory: refused before the
+    // freeze, naming it; with nothing shared, the freeze finds the tree
+    // changed. Either way nothing is dumped.
+    let last = procs[procs.len() - 1].pid;
+    match freeze_and_dump_tree(root, &procs[..procs.len() - 1], &[], None) {
+        Err(Error::Changed(why)) => assert!(why.contains("changed"), "{why}"),
+        Err(Error::Refused(r)) => assert!(r.to_string().contains(&format!("pid {last}")), "{r}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a tree with an unadmitted process was dumped"),
+    }
+    running_and_untraced_then_killed(root, &procs);
 }

@@ -89,8 +89,8 @@ async fn migrate_acquired(
     })
     .await
     .map_err(|e| e.to_string())?;
-    let (procs, admitted) = match listed {
-        Ok((procs, admitted)) => (procs.iter().map(|p| p.pid).collect::<Vec<i32>>(), admitted),
+    let (listed, admitted) = match listed {
+        Ok(l) => l,
         Err(NotTaken::Denied(why)) => {
             return Ok(Msg::Denied(format!(
                 "{why}; pid {pid} was never stopped, it keeps running here"
@@ -102,6 +102,7 @@ async fn migrate_acquired(
             ))
         }
     };
+    let procs: Vec<i32> = listed.iter().map(|p| p.pid).collect();
     let tree = procs.len() > 1;
     let procs2 = procs.clone();
     let (owner, image_bytes, mapped) =
@@ -223,7 +224,7 @@ async fn migrate_acquired(
     let handles = crate::migrate_dump::spawn(Job {
         pid,
         inos,
-        tree,
+        tree: tree.then_some(listed),
         mode,
         pre: pre_tx,
         pre_check: Box::new(pre_check),

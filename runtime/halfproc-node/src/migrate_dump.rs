@@ -117,12 +117,12 @@ impl Stopped {
     }
 }
 
-/// A dump to make: of `pid` (its tree if `tree`), its relayed pipes'
-/// inodes `inos`.
+/// A dump to make: of `pid` (its tree, as listed and admitted, if
+/// `tree`), its relayed pipes' inodes `inos`.
 pub(crate) struct Job {
     pub(crate) pid: i32,
     pub(crate) inos: Vec<u64>,
-    pub(crate) tree: bool,
+    pub(crate) tree: Option<Vec<TreeProc>>,
     pub(crate) mode: Mode,
     /// Where pre-copy rounds send their pages (one process only).
     pub(crate) pre: Option<mpsc::Sender<Msg>>,
@@ -158,8 +158,8 @@ pub(crate) fn spawn(job: Job) -> Result<Handles, String> {
                 mut pre_check,
                 check,
             } = job;
-            let dumped = if tree {
-                dump_tree(pid, &inos, &*check)
+            let dumped = if let Some(procs) = tree {
+                dump_tree(pid, &procs, &inos, &*check)
             } else {
                 crate::precopy::dump(pid, &inos, &mode, pre, &mut *pre_check, Some(&*check))
                     .map(|(d, image)| (Stopped::One(Box::new(d)), Outgoing::One(image)))
@@ -193,10 +193,11 @@ pub(crate) fn spawn(job: Job) -> Result<Handles, String> {
 /// processes kept stopped.
 fn dump_tree(
     pid: i32,
+    procs: &[TreeProc],
     inos: &[u64],
     check: &(dyn Fn() -> Result<(), String> + Send),
 ) -> Result<(Stopped, Outgoing), String> {
-    let mut t = halfproc_migrate::freeze_and_dump_tree(pid, inos, Some(check))
+    let mut t = halfproc_migrate::freeze_and_dump_tree(pid, procs, inos, Some(check))
         .map_err(|e| e.to_string())?;
     let mut manifests = Vec::new();
     for (m, _) in &t.images {

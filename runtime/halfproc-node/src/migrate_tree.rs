@@ -54,34 +54,26 @@ pub(crate) enum NotTaken {
 /// [`admit_all`]), then the refusals of each (pipes with an inode in
 /// `relayed` are the daemon's relays): in that order, so that a client
 /// learns nothing (the refusals name what a process holds) of a process it
-/// may not act on. Reads `/proc` only; nothing is stopped.
+/// may not act on. Reads `/proc` only; nothing is stopped. The freeze
+/// must then find the same processes (`checkpoint_tree_into`,
+/// `freeze_and_dump_tree`).
 pub(crate) fn admit_and_check(
     pid: i32,
     relayed: &[u64],
     admitted: Option<Admitted>,
 ) -> Result<(Vec<TreeProc>, Vec<Admitted>), NotTaken> {
     let refused = |e: halfproc_migrate::Error| NotTaken::Refused(e.to_string());
-    let tree = !halfproc_migrate::refuse::children(pid).is_empty();
-    let listed: Vec<i32> = match tree {
-        false => vec![pid],
-        true => halfproc_migrate::tree::processes(pid)
-            .map_err(refused)?
-            .iter()
-            .map(|p| p.pid)
-            .collect(),
+    let procs = match halfproc_migrate::refuse::children(pid).is_empty() {
+        true => vec![TreeProc { pid, ppid: 0 }],
+        false => halfproc_migrate::tree::processes(pid).map_err(refused)?,
     };
-    let admitted = admit_all(admitted, &listed).map_err(NotTaken::Denied)?;
-    let procs = match tree {
-        false => {
-            halfproc_migrate::refuse::check_relayed(pid, relayed).map_err(refused)?;
-            vec![TreeProc { pid, ppid: 0 }]
-        }
-        true => halfproc_migrate::check_tree(pid, relayed).map_err(refused)?,
-    };
-    if procs.iter().map(|p| p.pid).ne(listed.iter().copied()) {
-        return Err(NotTaken::Refused(
-            "its process tree changed while it was checked".into(),
-        ));
+    let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
+    let admitted = admit_all(admitted, &pids).map_err(NotTaken::Denied)?;
+    match procs.len() {
+        1 => halfproc_migrate::refuse::check_relayed(pid, relayed).map_err(refused)?,
+        // These processes, not the tree listed again: one that joined
+        // meanwhile was not admitted (the freeze fails then).
+        _ => halfproc_migrate::check_procs(&procs, relayed).map_err(refused)?,
     }
     Ok((procs, admitted))
 }
