@@ -16,7 +16,7 @@ use crate::refuse;
 use crate::signals;
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -512,13 +512,8 @@ fn pipe_contents(pid: i32, fd: i32) -> Result<Vec<u8>> {
         .custom_flags(libc::O_NONBLOCK)
         .open(&path)
         .map_err(|e| Error::io(format!("open {path}"), e))?;
-    let mut p = [0i32; 2];
-    // SAFETY: `p` is a valid out array of two fds.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(Error::last("pipe2"));
-    }
-    // SAFETY: both fds were just created by pipe2 and are owned here only.
-    let (mut r, w) = unsafe { (File::from_raw_fd(p[0]), File::from_raw_fd(p[1])) };
+    let (r, w) = halfproc_sys::fd::pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
+    let (mut r, w) = (File::from(r), File::from(w));
     // SAFETY: fcntl on our own pipe; enlarging it so tee can copy a full pipe.
     unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
     // SAFETY: tee between two pipe fds we hold; no memory is passed.

@@ -214,6 +214,13 @@ impl std::error::Error for Error {
     }
 }
 
+impl From<halfproc_sys::Error> for Error {
+    /// A failed call of the sys layer, with its errno.
+    fn from(e: halfproc_sys::Error) -> Self {
+        Error::io(e.to_string(), io::Error::from_raw_os_error(e.errno()))
+    }
+}
+
 impl From<Refusal> for Error {
     fn from(r: Refusal) -> Self {
         Error::Refused(r)

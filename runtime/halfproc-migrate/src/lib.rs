@@ -72,7 +72,9 @@ pub use precopy::{probe_soft_dirty, DirtyTracker};
 pub use procfs::{maps, MapsEntry};
 pub use restore::{restore, restore_from, restore_from_memory, RestoreOptions, Restored};
 pub use restore_check::{copy_instead, differing_files};
-pub use restore_tree::{restore_tree, restore_tree_held, tree_restorable, HeldTree, TreePages};
+pub use restore_tree::{
+    read_tree, restore_tree, restore_tree_held, tree_restorable, HeldTree, TreePages,
+};
 pub use tree::{
     check_procs, check_tree, checkpoint_tree, checkpoint_tree_into, freeze_and_dump_tree, tree_out,
     DumpedTree, TreeOut, TreeStats,

@@ -20,7 +20,7 @@ use crate::restorer::{self, CODE_SIZE};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// Preferred place of `R`: high, below the usual stack area, far from
@@ -511,13 +511,8 @@ fn open_helpers(
             }
         }
     }
-    let mut p = [0i32; 2];
-    // SAFETY: `p` is a valid out array of two fds.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(Error::last("pipe2"));
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-    let (status_r, status_w) = unsafe { (File::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let (status_r, status_w) = halfproc_sys::fd::pipe(libc::O_CLOEXEC)?;
+    let status_r = File::from(status_r);
     let own_max = std::fs::read_dir("/proc/self/fd")
         .map_err(|e| Error::io("read /proc/self/fd", e))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())

@@ -24,6 +24,7 @@
 use crate::creds::Creds;
 use crate::error::{Error, Result};
 use crate::image::{self, Manifest};
+use crate::image_dir;
 use crate::restore::{choose_region, Prepared, RestoreOptions, Restored};
 use crate::restore_plan::TreeShm;
 use crate::tree::{TreeManifest, TREE};
@@ -32,20 +33,38 @@ use crate::tree_copies::{
 };
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// Reads and checks `tree.json` ([`TreeManifest::check`]).
-fn read_tree(dir: &Path) -> Result<TreeManifest> {
+/// `tree.json` of `dir`, checked ([`TreeManifest::check`]); `None` if
+/// there is none (an image of one process). A regular file only, opened
+/// without blocking and without following `/proc` magic links
+/// ([`image_dir::open_regular`]: a FIFO put there does not hold the
+/// reader), at most [`image_dir::MANIFEST_MAX`] bytes. Errors name the
+/// path; a file access keeps its `io::ErrorKind`.
+pub fn read_tree(dir: &Path) -> Result<Option<TreeManifest>> {
+    use std::io::Read;
     let path = dir.join(TREE);
-    let text =
-        std::fs::read(&path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
-    let t: TreeManifest = serde_json::from_slice(&text)
-        .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
-    t.check()
-        .map_err(|e| Error::Image(format!("{}: {e}", path.display())))?;
-    Ok(t)
+    let f = match image_dir::open_regular(None, &path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
+    };
+    let mut text = Vec::new();
+    f.take(image_dir::MANIFEST_MAX + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+    let bad = |why: String| Error::Image(format!("{}: {why}", path.display()));
+    if text.len() as u64 > image_dir::MANIFEST_MAX {
+        return Err(bad(format!(
+            "more than {} MiB: not a tree image",
+            image_dir::MANIFEST_MAX >> 20
+        )));
+    }
+    let t: TreeManifest = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+    t.check().map_err(|e| bad(e.to_string()))?;
+    Ok(Some(t))
 }
 
 /// Where the page contents of a tree's images are, in the tree's order.
@@ -143,7 +162,13 @@ pub fn tree_restorable(pids: &[i32]) -> Result<()> {
 /// returns its root's copy, a child of the caller. Every process has its
 /// pid again, its parent's copy as parent, and shares what it shared.
 pub fn restore_tree(dir: &Path) -> Result<Restored> {
-    let t = read_tree(dir)?;
+    let t = read_tree(dir)?.ok_or_else(|| {
+        let path = dir.join(TREE);
+        Error::io(
+            format!("read {}", path.display()),
+            std::io::ErrorKind::NotFound.into(),
+        )
+    })?;
     let mut ms = Vec::new();
     let mut pages = Vec::new();
     for p in &t.procs {
@@ -209,13 +234,7 @@ pub fn restore_tree_held(
             }
         }
     }
-    let mut g = [0i32; 2];
-    // SAFETY: `g` is a valid out array of two fds.
-    if unsafe { libc::pipe2(g.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(Error::last("pipe2"));
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-    let (gate_r, gate_w) = unsafe { (OwnedFd::from_raw_fd(g[0]), OwnedFd::from_raw_fd(g[1])) };
+    let (gate_r, gate_w) = halfproc_sys::fd::pipe(libc::O_CLOEXEC)?;
     let mut preps = Vec::new();
     for (i, m) in ms.iter().enumerate() {
         let mut inherit = inherit[i].clone();

@@ -10,7 +10,7 @@ use crate::restore_plan::{Blob, Plan, TreeShm};
 use crate::restore_tree::TreePages;
 use crate::tree::{TreeManifest, TreeProc};
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::time::Duration;
 
@@ -85,18 +85,15 @@ pub(crate) fn open_shared_pipes(
         }
     }
     for (ino, (read, write, data)) in pipes {
-        let mut fds = [0i32; 2];
-        // SAFETY: `fds` is a valid out array of two fds.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(Error::last(format!("pipe2 for pipe {ino}")));
-        }
-        // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-        let (r, mut w) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        let (r, w) = halfproc_sys::fd::pipe(libc::O_CLOEXEC | libc::O_NONBLOCK)?;
+        let (r, mut w) = (File::from(r), File::from(w));
         // SAFETY: fcntl on our own pipe, integer arguments.
-        let room = unsafe { libc::fcntl(fds[1], libc::F_GETPIPE_SZ) };
+        let room = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_GETPIPE_SZ) };
         if data.len() > room.max(0) as usize {
             // SAFETY: fcntl on our own pipe, integer arguments.
-            if unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, data.len() as libc::c_int) } < 0 {
+            if unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, data.len() as libc::c_int) }
+                < 0
+            {
                 return Err(Error::last(format!(
                     "F_SETPIPE_SZ of {} for pipe {ino}",
                     data.len()

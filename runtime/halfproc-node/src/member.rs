@@ -9,7 +9,7 @@ use halfproc_sys::task::{clone_member, halfproc_prctl, PR_HALFPROC_FORK_MEMBER};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Whether this daemon leads a set (the kernel backend is in use).
 pub fn active() -> bool {
@@ -86,13 +86,7 @@ pub fn spawn(
     if let Some((n, fd)) = moves.iter().find(|(_, fd)| *fd < 3) {
         return Err(format!("fd {fd} for the program's fd {n} is below 3"));
     }
-    let mut p = [0i32; 2];
-    // SAFETY: `p` is a valid out array of two fds.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe2: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-    let (err_r, err_w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    let (err_r, err_w) = halfproc_sys::fd::pipe(libc::O_CLOEXEC).map_err(|e| e.to_string())?;
     // SAFETY: the child below runs only system calls through libc's thin
     // wrappers on memory prepared above, then execve or _exit.
     let pid = unsafe { clone_member() }.map_err(|e| e.to_string())?;

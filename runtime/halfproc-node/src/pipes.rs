@@ -6,16 +6,10 @@ use halfproc_migrate::image::Manifest;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 fn pipe_pair() -> Result<(OwnedFd, OwnedFd), String> {
-    let mut p = [0i32; 2];
-    // SAFETY: `p` is a valid out array of two fds.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe2: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
+    halfproc_sys::fd::pipe(libc::O_CLOEXEC).map_err(|e| e.to_string())
 }
 
 fn ino(fd: &OwnedFd) -> u64 {

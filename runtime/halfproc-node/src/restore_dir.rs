@@ -7,7 +7,7 @@
 use crate::program::{How, Pages, TreeContents, TreeImages};
 use halfproc_migrate::files_img::Carried;
 use halfproc_migrate::image::Manifest;
-use halfproc_migrate::tree::{TreeManifest, TREE};
+use halfproc_migrate::tree::TreeManifest;
 use halfproc_migrate::Creds;
 use std::fs::File;
 use std::io;
@@ -77,37 +77,16 @@ pub(crate) fn from_dir(dir: &Path, owner: Option<Creds>) -> Result<FromDir, Imag
     })
 }
 
-/// `tree.json` of `dir`, checked; `None` if there is none (an image of
-/// one process). A regular file only, opened without blocking and without
-/// following `/proc` magic links ([`halfproc_migrate::image_dir::open_regular`]:
-/// a FIFO put there does not hold a daemon thread), at most
-/// [`halfproc_migrate::image_dir::MANIFEST_MAX`] bytes.
+/// `tree.json` of `dir` ([`halfproc_migrate::read_tree`]); a file access
+/// that fails stays an [`ImageErr::Io`] (`Denied` when the client may not
+/// read it).
 fn read_tree(dir: &Path) -> Result<Option<TreeManifest>, ImageErr> {
-    use halfproc_migrate::image_dir::{open_regular, MANIFEST_MAX};
-    use std::io::Read;
-    let path = dir.join(TREE);
-    let f = match open_regular(None, &path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            let named = format!("{}: {e}", path.display());
-            return Err(ImageErr::Io(io::Error::new(e.kind(), named)));
+    halfproc_migrate::read_tree(dir).map_err(|e| match e {
+        halfproc_migrate::Error::Io { what, source } => {
+            ImageErr::Io(io::Error::new(source.kind(), format!("{what}: {source}")))
         }
-    };
-    let mut text = Vec::new();
-    f.take(MANIFEST_MAX + 1)
-        .read_to_end(&mut text)
-        .map_err(ImageErr::Io)?;
-    let bad = |why: String| ImageErr::Other(format!("{}: {why}", path.display()));
-    if text.len() as u64 > MANIFEST_MAX {
-        return Err(bad(format!(
-            "more than {} MiB: not a tree image",
-            MANIFEST_MAX >> 20
-        )));
-    }
-    let t: TreeManifest = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
-    t.check().map_err(|e| bad(e.to_string()))?;
-    Ok(Some(t))
+        e => ImageErr::Other(e.to_string()),
+    })
 }
 
 /// The image in `dir`, its pages opened, and the records of its

@@ -5,7 +5,7 @@
 //!
 //! It sits on `halfproc-uapi` (the ABI numbers), `libc` and `nix`: `nix`
 //! where it wraps a call (`mmap`, `munmap`, `madvise`, `memfd_create`,
-//! `ftruncate`, `process_vm_readv`), raw `libc::syscall` for what it lacks
+//! `ftruncate`, `process_vm_readv`, `pipe2`), raw `libc::syscall` for what it lacks
 //! (`clone3`, `dmread`/`dmwrite` and their vectored forms, `futex`,
 //! `pidfd_open`, `prctl(PR_HALFPROC)`). Every `unsafe` block says why it is
 //! sound; every `unsafe fn` says what its caller must promise.
@@ -22,6 +22,7 @@
 //! | [`futex`] | shared futex wait/wake |
 //! | [`task`] | ids, liveness, `fork`, `clone3(CLONE_HALFPROC)`, pidfds, `PR_HALFPROC` |
 //! | [`copy`] | `dmread`/`dmwrite`(v) and `process_vm_readv`/`writev` |
+//! | [`fd`] | pipes |
 //!
 //! # Examples
 //!
@@ -37,6 +38,7 @@
 pub mod backend;
 pub mod copy;
 pub mod error;
+pub mod fd;
 pub mod futex;
 pub mod mem;
 pub mod range;

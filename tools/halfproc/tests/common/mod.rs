@@ -338,7 +338,7 @@ pub fn restore_attached(d: &Daemon, img: &Path, dir: &Path, name: &str) -> Runni
 /// `client SUB --node D --pid-file DIR/NAME.pid TAIL`, its stdin from a
 /// file (or /dev/null), stdout and stderr into `DIR/NAME.out`, `.err`.
 fn attached(
-    mut client: Command,
+    client: Command,
     sub: &str,
     d: &Daemon,
     tail: &[&std::ffi::OsStr],
@@ -346,13 +346,26 @@ fn attached(
     dir: &Path,
     name: &str,
 ) -> Running {
-    let pid_file = dir.join(format!("{name}.pid"));
-    let out = dir.join(format!("{name}.out"));
-    let err = dir.join(format!("{name}.err"));
     let input = match stdin {
         Some(p) => Stdio::from(File::open(p).unwrap()),
         None => Stdio::null(),
     };
+    attached_with(client, sub, d, tail, input, dir, name)
+}
+
+/// [`attached`] with `stdin` as given.
+fn attached_with(
+    mut client: Command,
+    sub: &str,
+    d: &Daemon,
+    tail: &[&std::ffi::OsStr],
+    input: Stdio,
+    dir: &Path,
+    name: &str,
+) -> Running {
+    let pid_file = dir.join(format!("{name}.pid"));
+    let out = dir.join(format!("{name}.out"));
+    let err = dir.join(format!("{name}.err"));
     let child = client
         .args([sub, "--node", &d.addr, "--pid-file"])
         .arg(&pid_file)
@@ -400,27 +413,17 @@ pub fn run_held(
 
 /// [`run_held`] by `client` (e.g. [`halfproc_plain`]).
 pub fn run_held_via(
-    mut client: Command,
+    client: Command,
     d: &Daemon,
     argv: &[&str],
     input: Option<&Path>,
     dir: &Path,
     name: &str,
 ) -> (Running, Held) {
-    let pid_file = dir.join(format!("{name}.pid"));
-    let out = dir.join(format!("{name}.out"));
-    let err = dir.join(format!("{name}.err"));
-    let mut child = client
-        .args(["run", "--node", &d.addr, "--pid-file"])
-        .arg(&pid_file)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::piped())
-        .stdout(File::create(&out).unwrap())
-        .stderr(File::create(&err).unwrap())
-        .spawn()
-        .expect("start halfproc run");
-    let mut pipe = child.stdin.take().unwrap();
+    let mut tail = vec![std::ffi::OsStr::new("--")];
+    tail.extend(argv.iter().map(std::ffi::OsStr::new));
+    let mut running = attached_with(client, "run", d, &tail, Stdio::piped(), dir, name);
+    let mut pipe = running.child.stdin.take().unwrap();
     let data = input.map(|p| std::fs::read(p).unwrap()).unwrap_or_default();
     let (close, closed) = std::sync::mpsc::channel::<()>();
     let writer = std::thread::spawn(move || {
@@ -429,15 +432,7 @@ pub fn run_held_via(
         let _ = closed.recv();
         drop(pipe);
     });
-    (
-        Running {
-            child,
-            pid_file,
-            out,
-            err,
-        },
-        Held { close, writer },
-    )
+    (running, Held { close, writer })
 }
 
 /// The program run directly: (stdout, exit code).
